@@ -1,0 +1,106 @@
+# Small helpers in the manner of absl_cc_library: one library per folder,
+# one test binary per folder, ctest labels unit / multiproc / bench.
+#
+#   tpu_dist_cc_library(NAME n SRCS ... HDRS ... DEPS ...)
+#       -> target tpu_dist_<n>, alias tpu_dist::<n>, exported for find_package.
+#   tpu_dist_cc_binary(NAME n SRCS ... DEPS ... [INSTALL])
+#   tpu_dist_cc_test(NAME n SRCS ... DEPS ... [LABELS ...] [TIMEOUT s] [ARGS ...])
+#       -> one GoogleTest binary; registered as one ctest entry per LABEL
+#          group via gtest filters is overkill here, so a binary is one entry
+#          and gets the labels given.
+#   tpu_dist_proto_library(NAME n PROTOS ... [GRPC])
+
+set_property(GLOBAL PROPERTY TPU_DIST_EXPORTED_TARGETS "")
+
+function(tpu_dist_cc_library)
+  cmake_parse_arguments(A "" "NAME" "SRCS;HDRS;DEPS;PRIVATE_DEPS" ${ARGN})
+  set(target tpu_dist_${A_NAME})
+  add_library(${target} ${A_SRCS} ${A_HDRS})
+  add_library(tpu_dist::${A_NAME} ALIAS ${target})
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${A_NAME} OUTPUT_NAME tpu_dist_${A_NAME})
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tpu_dist>)
+  target_link_libraries(${target} PUBLIC ${A_DEPS} PRIVATE ${A_PRIVATE_DEPS})
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  file(RELATIVE_PATH rel "${PROJECT_SOURCE_DIR}" "${CMAKE_CURRENT_SOURCE_DIR}")
+  install(FILES ${A_HDRS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tpu_dist/${rel})
+  set_property(GLOBAL APPEND PROPERTY TPU_DIST_EXPORTED_TARGETS ${target})
+endfunction()
+
+function(tpu_dist_cc_binary)
+  cmake_parse_arguments(A "INSTALL" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${A_NAME} ${A_SRCS})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS})
+  target_compile_options(${A_NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(A_INSTALL)
+    install(TARGETS ${A_NAME} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  endif()
+endfunction()
+
+function(tpu_dist_cc_test)
+  if(NOT TPU_DIST_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS;ARGS" ${ARGN})
+  add_executable(${A_NAME} ${A_SRCS})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  target_compile_options(${A_NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(NOT A_LABELS)
+    set(A_LABELS unit)
+  endif()
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 600)
+  endif()
+  add_test(NAME ${A_NAME} COMMAND ${A_NAME} ${A_ARGS})
+  set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
+    ENVIRONMENT "TPU_DIST_BUILD_DIR=${PROJECT_BINARY_DIR};TPU_DIST_SOURCE_DIR=${PROJECT_SOURCE_DIR};OMP_NUM_THREADS=1")
+endfunction()
+
+# Generates C++ for .proto files (and gRPC stubs with GRPC) into the build
+# tree, rooted like the source tree so includes read
+# "tpu_runtime/coordination/coordination.pb.h".
+function(tpu_dist_proto_library)
+  cmake_parse_arguments(A "GRPC" "NAME" "PROTOS" ${ARGN})
+  set(srcs "")
+  foreach(proto ${A_PROTOS})
+    get_filename_component(abs "${proto}" ABSOLUTE)
+    file(RELATIVE_PATH rel "${PROJECT_SOURCE_DIR}" "${abs}")
+    string(REGEX REPLACE "\\.proto$" "" stem "${rel}")
+    set(outs "${PROJECT_BINARY_DIR}/${stem}.pb.cc" "${PROJECT_BINARY_DIR}/${stem}.pb.h")
+    set(args --cpp_out=${PROJECT_BINARY_DIR})
+    if(A_GRPC)
+      list(APPEND outs "${PROJECT_BINARY_DIR}/${stem}.grpc.pb.cc" "${PROJECT_BINARY_DIR}/${stem}.grpc.pb.h")
+      list(APPEND args --grpc_out=${PROJECT_BINARY_DIR}
+        --plugin=protoc-gen-grpc=$<TARGET_FILE:gRPC::grpc_cpp_plugin>)
+    endif()
+    add_custom_command(OUTPUT ${outs}
+      COMMAND protobuf::protoc ARGS -I${PROJECT_SOURCE_DIR} ${args} ${abs}
+      DEPENDS ${abs} protobuf::protoc
+      COMMENT "protoc ${rel}")
+    list(APPEND srcs ${outs})
+  endforeach()
+  set(target tpu_dist_${A_NAME})
+  add_library(${target} ${srcs})
+  add_library(tpu_dist::${A_NAME} ALIAS ${target})
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${A_NAME} OUTPUT_NAME tpu_dist_${A_NAME})
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tpu_dist>)
+  target_link_libraries(${target} PUBLIC protobuf::libprotobuf)
+  if(A_GRPC)
+    target_link_libraries(${target} PUBLIC gRPC::grpc++)
+  endif()
+  foreach(proto ${A_PROTOS})
+    get_filename_component(abs "${proto}" ABSOLUTE)
+    file(RELATIVE_PATH rel "${PROJECT_SOURCE_DIR}" "${abs}")
+    string(REGEX REPLACE "\\.proto$" "" stem "${rel}")
+    get_filename_component(dir "${rel}" DIRECTORY)
+    install(FILES "${PROJECT_BINARY_DIR}/${stem}.pb.h" DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tpu_dist/${dir})
+    if(A_GRPC)
+      install(FILES "${PROJECT_BINARY_DIR}/${stem}.grpc.pb.h" DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tpu_dist/${dir})
+    endif()
+  endforeach()
+  set_property(GLOBAL APPEND PROPERTY TPU_DIST_EXPORTED_TARGETS ${target})
+endfunction()

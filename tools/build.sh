@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Configures (once) and builds the project into ${BUILD_DIR:-build}.
+# Usage: tools/build.sh [ninja targets...]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${BUILD_DIR:-$root/build}"
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+fi
+# Two cores, ~1 GiB per libtorch translation unit: -j2 fits in memory.
+cmake --build "$build" -j "${BUILD_JOBS:-2}" ${1:+--target "$@"}
