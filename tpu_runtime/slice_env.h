@@ -8,18 +8,15 @@
 #ifndef TPU_RUNTIME_SLICE_ENV_H_
 #define TPU_RUNTIME_SLICE_ENV_H_
 
-#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "tpu_runtime/env_map.h"
 #include "tpu_runtime/rank_info.h"
 
 namespace tpudist::tpu_runtime {
-
-// An environment as a sorted name -> value map (what a process reads).
-using EnvMap = std::map<std::string, std::string>;
 
 struct SliceEnvOptions {
   // Address/hostname of each emulated host, host index order. Empty means
