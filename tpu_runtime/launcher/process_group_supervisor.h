@@ -1,0 +1,111 @@
+// SuperviseProcessGroup: runs one process per rank, relays their output, and
+// applies the job's fate-sharing policy: if any rank fails, all ranks stop.
+//
+// How a job runs:
+//   1. The planner is asked for the ranks of attempt `restart_count` (argv,
+//      env, labels); the supervisor adds TORCHELASTIC_RESTART_COUNT,
+//      TPU_DIST_RESTART_COUNT and TORCHELASTIC_MAX_RESTARTS to every env.
+//   2. Every rank is started (ChildProcess: own process group, pipes). Its
+//      stdout/stderr are read with poll() and written, whole lines only and
+//      prefixed with the rank's label, to options.stdout_fd/stderr_fd.
+//   3. When a rank exits non-zero or is killed by a signal, it is the
+//      attempt's first failure: all other ranks get SIGTERM, and those still
+//      alive after grace_period get SIGKILL.
+//   4. A failed attempt is followed by a new one (restart_count + 1, fresh
+//      planner call: new MASTER_PORT etc.) until max_restarts restarts have
+//      been made; then the job fails with the last attempt's first failure.
+//   5. SIGINT/SIGTERM/SIGHUP received by the launcher are forwarded to all
+//      ranks (a second one escalates to SIGKILL); then as in 3, without a
+//      restart. The job-wide `timeout` stops the ranks the same way.
+//
+// Every wait has a deadline: poll() wakes at least every poll_interval, and a
+// rank that survives SIGKILL for reap_timeout makes the call return an error.
+//
+// Threading: call from one thread. The call blocks SIGINT, SIGTERM, SIGHUP and
+// SIGCHLD in the calling thread while it runs (see SignalWatcher); other
+// threads of the process should block them too. Writes to a closed output pipe
+// raise SIGPIPE: a launcher binary should ignore SIGPIPE.
+#ifndef TPU_RUNTIME_LAUNCHER_PROCESS_GROUP_SUPERVISOR_H_
+#define TPU_RUNTIME_LAUNCHER_PROCESS_GROUP_SUPERVISOR_H_
+
+#include <unistd.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tpu_runtime/launcher/exit_status.h"
+#include "tpu_runtime/slice_env.h"
+
+namespace tpudist::tpu_runtime::launcher {
+
+// One rank to start.
+struct ProcessSpec {
+  int rank = 0;
+  std::string description;    // for reports: "rank 5 (host 1, local 1)"
+  std::string output_prefix;  // put before each output line: "[rank  5] "
+  std::vector<std::string> argv;  // argv[0] is searched in PATH
+  EnvMap env;                     // overlaid on the launcher's environment
+};
+
+// Gives the ranks of one attempt; restart_count is 0 for the first attempt.
+// Called once per attempt, before any rank of that attempt starts.
+using LaunchPlanner =
+    std::function<absl::StatusOr<std::vector<ProcessSpec>>(int restart_count)>;
+
+struct SupervisorOptions {
+  absl::Duration grace_period = absl::Seconds(5);  // SIGTERM -> SIGKILL
+  int max_restarts = 0;
+  absl::Duration timeout = absl::InfiniteDuration();  // whole job, all attempts
+  int stdout_fd = STDOUT_FILENO;  // where ranks' prefixed stdout lines go
+  int stderr_fd = STDERR_FILENO;  // ranks' stderr lines and our own messages
+  std::string log_prefix = "tpurun: ";  // before the supervisor's own messages
+  absl::Duration poll_interval = absl::Milliseconds(100);
+  // After a rank exits, how long its pipes may stay open (held by something
+  // it spawned) before that leftover process group is SIGKILLed.
+  absl::Duration drain_timeout = absl::Seconds(2);
+  // After SIGKILL, how long a rank may take to be reaped before we give up.
+  absl::Duration reap_timeout = absl::Seconds(10);
+  absl::Duration exec_timeout = absl::Seconds(10);  // per rank, see ChildProcess
+};
+
+// The first rank of an attempt to fail, and how.
+struct RankFailure {
+  int rank = 0;
+  std::string description;
+  ExitStatus status;
+  absl::Duration after;  // since the attempt started
+};
+
+struct ExitReport {
+  enum class Outcome { kSucceeded, kRankFailed, kTimedOut, kInterrupted };
+  Outcome outcome = Outcome::kSucceeded;
+  int restarts = 0;  // restarts made (attempts - 1)
+  // The last attempt's first failure. Set for kRankFailed; may be set for
+  // kTimedOut / kInterrupted when a rank had failed before that.
+  std::optional<RankFailure> first_failure;
+  int signal = 0;  // kInterrupted: the signal the launcher received
+  std::vector<ExitStatus> exits;  // last attempt, index = position in plan
+  absl::Duration elapsed;         // whole job
+
+  bool success() const { return outcome == Outcome::kSucceeded; }
+  // 0 on success; the failing rank's ShellCode() for kRankFailed; 124 for
+  // kTimedOut; 128 + signal for kInterrupted.
+  int ExitCode() const;
+  // One line: "rank 5 (host 1, local 1) failed: killed by signal SIGKILL
+  // (after 2 restarts)", "all 16 ranks succeeded in 1.2s", ...
+  std::string Summary() const;
+};
+
+// Runs the job as described at the top of this file. Returns an error (not an
+// ExitReport) only when the supervisor itself could not do its job: the
+// planner failed, a binary could not be executed, a rank could not be reaped.
+absl::StatusOr<ExitReport> SuperviseProcessGroup(const LaunchPlanner& planner,
+                                                 const SupervisorOptions& options);
+
+}  // namespace tpudist::tpu_runtime::launcher
+
+#endif  // TPU_RUNTIME_LAUNCHER_PROCESS_GROUP_SUPERVISOR_H_

@@ -1,0 +1,265 @@
+// Supervisor tests with small /bin/sh ranks. Every job has a timeout, so a
+// supervisor bug makes a test fail, not hang.
+#include "tpu_runtime/launcher/process_group_supervisor.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tpu_runtime/launcher/line_prefixer.h"
+
+namespace tpudist::tpu_runtime::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+
+// An in-memory file for captured output.
+class MemFile {
+ public:
+  MemFile() : fd_(memfd_create("launcher_test", MFD_CLOEXEC)) {}
+  ~MemFile() { close(fd_); }
+  int fd() const { return fd_; }
+  std::string Contents() const {
+    std::string out;
+    char buf[4096];
+    for (off_t off = 0;;) {
+      ssize_t n = pread(fd_, buf, sizeof(buf), off);
+      if (n <= 0) break;
+      out.append(buf, n);
+      off += n;
+    }
+    return out;
+  }
+
+ private:
+  int fd_;
+};
+
+struct JobResult {
+  absl::StatusOr<ExitReport> report;
+  std::string out, err;
+  absl::Duration elapsed;
+  std::vector<int> planned_restarts;  // restart_count of each planner call
+};
+
+// Runs `world` ranks, rank r running `sh -c script(r)` with RANK=r set.
+JobResult RunJob(int world, const std::function<std::string(int)>& script,
+                 SupervisorOptions options = {}) {
+  MemFile out, err;
+  options.stdout_fd = out.fd();
+  options.stderr_fd = err.fd();
+  if (options.timeout == absl::InfiniteDuration()) options.timeout = absl::Seconds(60);
+  JobResult result;
+  LaunchPlanner planner = [&](int restart) -> absl::StatusOr<std::vector<ProcessSpec>> {
+    result.planned_restarts.push_back(restart);
+    std::vector<ProcessSpec> specs;
+    for (int r = 0; r < world; ++r) {
+      specs.push_back(ProcessSpec{r, absl::StrCat("rank ", r), RankLabel(r, world),
+                                  {"/bin/sh", "-c", script(r)}, {{"RANK", absl::StrCat(r)}}});
+    }
+    return specs;
+  };
+  absl::Time start = absl::Now();
+  result.report = SuperviseProcessGroup(planner, options);
+  result.elapsed = absl::Now() - start;
+  result.out = out.Contents();
+  result.err = err.Contents();
+  return result;
+}
+
+TEST(SupervisorTest, AllRanksSucceedAndOutputIsPrefixed) {
+  JobResult job = RunJob(4, [](int r) { return "echo hello $RANK; echo oops $RANK >&2"; });
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  EXPECT_TRUE(job.report->success());
+  EXPECT_EQ(job.report->ExitCode(), 0);
+  EXPECT_EQ(job.report->exits.size(), 4u);
+  EXPECT_THAT(job.report->Summary(), HasSubstr("all 4 ranks succeeded"));
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_THAT(job.out, HasSubstr(absl::StrCat("[rank ", r, "] hello ", r, "\n")));
+    EXPECT_THAT(job.err, HasSubstr(absl::StrCat("[rank ", r, "] oops ", r, "\n")));
+  }
+  // Nothing but whole prefixed lines.
+  std::vector<std::string> lines = absl::StrSplit(job.out, '\n', absl::SkipEmpty());
+  EXPECT_EQ(lines.size(), 4u);
+  for (const std::string& line : lines) EXPECT_EQ(line.rfind("[rank ", 0), 0u) << line;
+}
+
+TEST(SupervisorTest, PartialLinesAreJoinedAndFlushedAtExit) {
+  JobResult job = RunJob(2, [](int r) {
+    return "printf 'abc'; sleep 0.2; printf 'def\\n'; printf 'tail'";
+  });
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(job.out, HasSubstr(absl::StrCat("[rank ", r, "] abcdef\n")));
+    EXPECT_THAT(job.out, HasSubstr(absl::StrCat("[rank ", r, "] tail\n")));
+  }
+}
+
+TEST(SupervisorTest, FailingRankIsNamedAndOthersAreStoppedQuickly) {
+  JobResult job = RunJob(4, [](int r) {
+    return r == 2 ? std::string("sleep 0.3; exit 3") : std::string("sleep 30");
+  });
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  const ExitReport& report = *job.report;
+  EXPECT_EQ(report.outcome, ExitReport::Outcome::kRankFailed);
+  ASSERT_TRUE(report.first_failure.has_value());
+  EXPECT_EQ(report.first_failure->rank, 2);
+  EXPECT_EQ(report.first_failure->status, ExitStatus::Exited(3));
+  EXPECT_EQ(report.ExitCode(), 3);
+  EXPECT_EQ(report.Summary(), "rank 2 failed: exit status 3");
+  for (int r : {0, 1, 3}) EXPECT_EQ(report.exits[r], ExitStatus::Signaled(SIGTERM)) << r;
+  EXPECT_LT(job.elapsed, absl::Seconds(4));  // SIGTERM, not the 30 s sleep
+  EXPECT_THAT(job.err, HasSubstr("rank 2 failed: exit status 3"));
+}
+
+TEST(SupervisorTest, RankKilledBySignalIsReportedBySignalName) {
+  JobResult job = RunJob(3, [](int r) {
+    return r == 1 ? std::string("sleep 0.2; kill -KILL $$") : std::string("sleep 30");
+  });
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  ASSERT_TRUE(job.report->first_failure.has_value());
+  EXPECT_EQ(job.report->first_failure->rank, 1);
+  EXPECT_EQ(job.report->first_failure->status, ExitStatus::Signaled(SIGKILL));
+  EXPECT_THAT(job.report->Summary(), HasSubstr("rank 1 failed: killed by signal SIGKILL"));
+  EXPECT_EQ(job.report->ExitCode(), 128 + SIGKILL);
+  EXPECT_LT(job.elapsed, absl::Seconds(4));
+}
+
+TEST(SupervisorTest, RankIgnoringSigtermIsKilledAfterGracePeriod) {
+  SupervisorOptions options;
+  options.grace_period = absl::Milliseconds(700);
+  JobResult job = RunJob(
+      2,
+      [](int r) {
+        return r == 0 ? std::string("sleep 0.5; exit 1")
+                      : std::string("trap '' TERM; sleep 30");
+      },
+      options);
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  EXPECT_EQ(job.report->first_failure->rank, 0);
+  EXPECT_EQ(job.report->exits[1], ExitStatus::Signaled(SIGKILL));
+  EXPECT_GE(job.elapsed, absl::Milliseconds(500 + 700));  // waited the grace period
+  EXPECT_LT(job.elapsed, absl::Seconds(5));
+  EXPECT_THAT(job.err, HasSubstr("grace period over"));
+}
+
+TEST(SupervisorTest, RestartsUntilSuccessWithinMaxRestarts) {
+  const char* kScript =
+      "echo attempt $TORCHELASTIC_RESTART_COUNT $TPU_DIST_RESTART_COUNT "
+      "max $TORCHELASTIC_MAX_RESTARTS; "
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ $RANK = 1 ]; then exit 5; fi; sleep 0.3";
+  SupervisorOptions options;
+  options.max_restarts = 1;
+  JobResult job = RunJob(2, [&](int) { return kScript; }, options);
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  EXPECT_TRUE(job.report->success()) << job.report->Summary();
+  EXPECT_EQ(job.report->restarts, 1);
+  EXPECT_EQ(job.planned_restarts, (std::vector<int>{0, 1}));
+  EXPECT_THAT(job.out, HasSubstr("[rank 1] attempt 0 0 max 1"));
+  EXPECT_THAT(job.out, HasSubstr("[rank 1] attempt 1 1 max 1"));
+  EXPECT_THAT(job.err, HasSubstr("restarting all ranks (restart 1 of 1)"));
+}
+
+TEST(SupervisorTest, GivesUpAfterMaxRestarts) {
+  const char* kScript =
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ $RANK = 1 ]; then exit 5; fi";
+  JobResult job = RunJob(2, [&](int) { return kScript; });  // max_restarts 0
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  EXPECT_EQ(job.report->outcome, ExitReport::Outcome::kRankFailed);
+  EXPECT_EQ(job.report->first_failure->rank, 1);
+  EXPECT_EQ(job.report->ExitCode(), 5);
+  EXPECT_EQ(job.planned_restarts, (std::vector<int>{0}));
+
+  SupervisorOptions options;
+  options.max_restarts = 2;
+  JobResult always = RunJob(2, [](int r) { return r == 0 ? "exit 9" : "true"; }, options);
+  ASSERT_TRUE(always.report.ok()) << always.report.status();
+  EXPECT_EQ(always.report->outcome, ExitReport::Outcome::kRankFailed);
+  EXPECT_EQ(always.report->restarts, 2);
+  EXPECT_EQ(always.planned_restarts, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(always.report->Summary(), "rank 0 failed: exit status 9 (after 2 restarts)");
+}
+
+TEST(SupervisorTest, JobTimeoutStopsAllRanks) {
+  SupervisorOptions options;
+  options.timeout = absl::Milliseconds(500);
+  JobResult job = RunJob(3, [](int) { return "sleep 30"; }, options);
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  EXPECT_EQ(job.report->outcome, ExitReport::Outcome::kTimedOut);
+  EXPECT_EQ(job.report->ExitCode(), 124);
+  EXPECT_GE(job.elapsed, absl::Milliseconds(500));
+  EXPECT_LT(job.elapsed, absl::Seconds(4));
+}
+
+TEST(SupervisorTest, MissingBinaryIsAnErrorNamingIt) {
+  LaunchPlanner planner = [](int) -> absl::StatusOr<std::vector<ProcessSpec>> {
+    return std::vector<ProcessSpec>{
+        {0, "rank 0", "[rank 0] ", {"/bin/sh", "-c", "sleep 30"}, {}},
+        {1, "rank 1", "[rank 1] ", {"/nonexistent/tpu_binary"}, {}}};
+  };
+  SupervisorOptions options;
+  options.timeout = absl::Seconds(20);
+  absl::Time start = absl::Now();
+  absl::StatusOr<ExitReport> report = SuperviseProcessGroup(planner, options);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("/nonexistent/tpu_binary"));
+  EXPECT_THAT(std::string(report.status().message()), HasSubstr("rank 1"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // rank 0 was SIGKILLed
+}
+
+TEST(SupervisorTest, SigtermToLauncherIsForwardedToAllRanks) {
+  // Block the watched signals before any thread exists, so the process-
+  // directed SIGTERM below can only land in the supervisor's signalfd.
+  sigset_t set, old;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, sig);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &set, &old), 0);
+  char dir_template[] = "/tmp/launcher_test_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const int kWorld = 3;
+  std::thread killer([&] {
+    // Wait (bounded) until every rank has installed its trap.
+    absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < give_up) {
+      int ready = 0;
+      for (int r = 0; r < kWorld; ++r) {
+        ready += access(absl::StrCat(dir, "/ready", r).c_str(), F_OK) == 0;
+      }
+      if (ready == kWorld) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    kill(getpid(), SIGTERM);
+  });
+  JobResult job = RunJob(kWorld, [&](int r) {
+    return absl::StrCat("trap 'echo got-term; exit 7' TERM; touch ", dir, "/ready$RANK; ",
+                        "sleep 30 & wait");
+  });
+  killer.join();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  EXPECT_EQ(job.report->outcome, ExitReport::Outcome::kInterrupted);
+  EXPECT_EQ(job.report->signal, SIGTERM);
+  EXPECT_EQ(job.report->ExitCode(), 128 + SIGTERM);
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_THAT(job.out, HasSubstr(absl::StrCat("[rank ", r, "] got-term")));
+    EXPECT_EQ(job.report->exits[r], ExitStatus::Exited(7));
+  }
+  EXPECT_LT(job.elapsed, absl::Seconds(25));
+  for (int r = 0; r < kWorld; ++r) unlink(absl::StrCat(dir, "/ready", r).c_str());
+  rmdir(dir.c_str());
+}
+
+}  // namespace
+}  // namespace tpudist::tpu_runtime::launcher
