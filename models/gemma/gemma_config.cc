@@ -1,0 +1,388 @@
+#include "models/gemma/gemma_config.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace tpudist::models::gemma {
+namespace {
+
+using nlohmann::json;
+
+absl::Status FieldError(absl::string_view source, absl::string_view field,
+                        absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ": field '", field, "': ", what));
+}
+
+// Reads an integer field; required fields fail when absent.
+absl::Status ReadInt(const json& j, absl::string_view source, const char* field,
+                     bool required, int64_t* out) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) {
+    return required ? FieldError(source, field, "missing") : absl::OkStatus();
+  }
+  if (!it->is_number_integer()) return FieldError(source, field, "not an integer");
+  *out = it->get<int64_t>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadDouble(const json& j, absl::string_view source, const char* field,
+                        double* out) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number()) return FieldError(source, field, "not a number");
+  *out = it->get<double>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadBool(const json& j, absl::string_view source, const char* field,
+                      bool* out) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_boolean()) return FieldError(source, field, "not a boolean");
+  *out = it->get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadRope(const json& j, absl::string_view source, absl::string_view field,
+                      RopeParameters* out) {
+  if (!j.is_object()) return FieldError(source, field, "not an object");
+  if (auto it = j.find("rope_type"); it != j.end()) {
+    if (!it->is_string()) return FieldError(source, field, "rope_type not a string");
+    out->rope_type = it->get<std::string>();
+  }
+  if (out->rope_type != "default" && out->rope_type != "proportional") {
+    return FieldError(source, field, absl::StrCat("unsupported rope_type '", out->rope_type, "'"));
+  }
+  const std::string f(field);
+  if (auto st = ReadDouble(j, source, "rope_theta", &out->rope_theta); !st.ok()) return st;
+  return ReadDouble(j, source, "partial_rotary_factor", &out->partial_rotary_factor);
+}
+
+#define TPU_RETURN_IF_ERROR(expr)          \
+  do {                                     \
+    absl::Status _st = (expr);             \
+    if (!_st.ok()) return _st;             \
+  } while (0)
+
+absl::StatusOr<GemmaConfig> ParseText(const json& t, absl::string_view source) {
+  GemmaConfig c;
+  // Defaults that depend on nothing else (HF Gemma4TextConfig class defaults).
+  c.global_head_dim = 512;
+  c.hidden_size_per_layer_input = 256;
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "vocab_size", true, &c.vocab_size));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "hidden_size", true, &c.hidden_size));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "intermediate_size", true, &c.intermediate_size));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "num_hidden_layers", true, &c.num_hidden_layers));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "num_attention_heads", true, &c.num_attention_heads));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "num_key_value_heads", true, &c.num_key_value_heads));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "head_dim", true, &c.head_dim));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "global_head_dim", false, &c.global_head_dim));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "hidden_size_per_layer_input", false,
+                              &c.hidden_size_per_layer_input));
+  c.vocab_size_per_layer_input = c.vocab_size;
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "vocab_size_per_layer_input", false,
+                              &c.vocab_size_per_layer_input));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "sliding_window", false, &c.sliding_window));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "num_kv_shared_layers", false, &c.num_kv_shared_layers));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "max_position_embeddings", false,
+                              &c.max_position_embeddings));
+  TPU_RETURN_IF_ERROR(ReadBool(t, source, "use_double_wide_mlp", &c.use_double_wide_mlp));
+  TPU_RETURN_IF_ERROR(ReadBool(t, source, "tie_word_embeddings", &c.tie_word_embeddings));
+  TPU_RETURN_IF_ERROR(ReadDouble(t, source, "rms_norm_eps", &c.rms_norm_eps));
+  TPU_RETURN_IF_ERROR(ReadDouble(t, source, "initializer_range", &c.initializer_range));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "pad_token_id", false, &c.pad_token_id));
+  TPU_RETURN_IF_ERROR(ReadInt(t, source, "bos_token_id", false, &c.bos_token_id));
+  if (auto it = t.find("final_logit_softcapping"); it != t.end() && !it->is_null()) {
+    if (!it->is_number()) return FieldError(source, "final_logit_softcapping", "not a number");
+    c.final_logit_softcapping = it->get<double>();
+  }
+  if (auto it = t.find("eos_token_id"); it != t.end() && !it->is_null()) {
+    c.eos_token_ids.clear();
+    if (it->is_number_integer()) {
+      c.eos_token_ids.push_back(it->get<int64_t>());
+    } else if (it->is_array()) {
+      for (const auto& e : *it) {
+        if (!e.is_number_integer()) return FieldError(source, "eos_token_id", "not an integer");
+        c.eos_token_ids.push_back(e.get<int64_t>());
+      }
+    } else {
+      return FieldError(source, "eos_token_id", "not an integer or list");
+    }
+  }
+  if (auto it = t.find("hidden_activation"); it != t.end() && !it->is_null()) {
+    c.hidden_activation = it->get<std::string>();
+    if (c.hidden_activation != "gelu_pytorch_tanh") {
+      return FieldError(source, "hidden_activation", "only gelu_pytorch_tanh is supported");
+    }
+  }
+  if (auto it = t.find("enable_moe_block"); it != t.end() && it->is_boolean() && it->get<bool>()) {
+    return FieldError(source, "enable_moe_block", "MoE blocks are not supported");
+  }
+  if (auto it = t.find("attention_k_eq_v"); it != t.end() && it->is_boolean() && it->get<bool>()) {
+    return FieldError(source, "attention_k_eq_v", "k_eq_v attention is not supported");
+  }
+  if (auto it = t.find("layer_types"); it != t.end() && !it->is_null()) {
+    if (!it->is_array()) return FieldError(source, "layer_types", "not a list");
+    for (const auto& e : *it) {
+      const std::string s = e.is_string() ? e.get<std::string>() : "";
+      if (s == "sliding_attention") {
+        c.layer_types.push_back(LayerType::kSliding);
+      } else if (s == "full_attention") {
+        c.layer_types.push_back(LayerType::kFull);
+      } else {
+        return FieldError(source, "layer_types", absl::StrCat("unknown layer type '", s, "'"));
+      }
+    }
+  } else {
+    // HF derivation: every `sliding_window_pattern`-th layer is full, and the
+    // last layer is always full.
+    int64_t pattern = 5;
+    TPU_RETURN_IF_ERROR(ReadInt(t, source, "sliding_window_pattern", false, &pattern));
+    if (pattern <= 0) return FieldError(source, "sliding_window_pattern", "must be positive");
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      c.layer_types.push_back((i + 1) % pattern == 0 ? LayerType::kFull : LayerType::kSliding);
+    }
+    if (!c.layer_types.empty()) c.layer_types.back() = LayerType::kFull;
+  }
+  c.full_rope = RopeParameters{"proportional", 1e6, 0.25};
+  if (auto it = t.find("rope_parameters"); it != t.end() && !it->is_null()) {
+    if (!it->is_object()) return FieldError(source, "rope_parameters", "not an object");
+    if (auto s = it->find("sliding_attention"); s != it->end()) {
+      c.sliding_rope = RopeParameters{};
+      TPU_RETURN_IF_ERROR(ReadRope(*s, source, "rope_parameters.sliding_attention", &c.sliding_rope));
+    }
+    if (auto f = it->find("full_attention"); f != it->end()) {
+      c.full_rope = RopeParameters{};
+      TPU_RETURN_IF_ERROR(ReadRope(*f, source, "rope_parameters.full_attention", &c.full_rope));
+    }
+  }
+  TPU_RETURN_IF_ERROR(c.Validate(source));
+  return c;
+}
+
+json RopeJson(const RopeParameters& r) {
+  json j = {{"rope_type", r.rope_type}, {"rope_theta", r.rope_theta}};
+  if (r.rope_type == "proportional") j["partial_rotary_factor"] = r.partial_rotary_factor;
+  return j;
+}
+
+}  // namespace
+
+absl::string_view LayerTypeName(LayerType type) {
+  return type == LayerType::kSliding ? "sliding_attention" : "full_attention";
+}
+
+int64_t GemmaConfig::HeadDim(int64_t layer) const {
+  return layer_types[layer] == LayerType::kFull && global_head_dim > 0 ? global_head_dim : head_dim;
+}
+
+int64_t GemmaConfig::IntermediateSize(int64_t layer) const {
+  return use_double_wide_mlp && IsKvShared(layer) ? 2 * intermediate_size : intermediate_size;
+}
+
+const RopeParameters& GemmaConfig::Rope(LayerType type) const {
+  return type == LayerType::kSliding ? sliding_rope : full_rope;
+}
+
+int64_t GemmaConfig::KvSourceLayer(int64_t layer) const {
+  if (!IsKvShared(layer)) return layer;
+  for (int64_t i = FirstKvSharedLayer() - 1; i >= 0; --i) {
+    if (layer_types[i] == layer_types[layer]) return i;
+  }
+  return -1;
+}
+
+bool GemmaConfig::StoresSharedKv(int64_t layer) const {
+  if (IsKvShared(layer) || num_kv_shared_layers == 0) return false;
+  for (int64_t i = FirstKvSharedLayer() - 1; i > layer; --i) {
+    if (layer_types[i] == layer_types[layer]) return false;
+  }
+  return true;
+}
+
+absl::Status GemmaConfig::Validate(absl::string_view source) const {
+  struct {
+    const char* name;
+    int64_t value;
+  } positive[] = {{"vocab_size", vocab_size},
+                  {"hidden_size", hidden_size},
+                  {"intermediate_size", intermediate_size},
+                  {"num_hidden_layers", num_hidden_layers},
+                  {"num_attention_heads", num_attention_heads},
+                  {"num_key_value_heads", num_key_value_heads},
+                  {"head_dim", head_dim},
+                  {"sliding_window", sliding_window}};
+  for (const auto& p : positive) {
+    if (p.value <= 0) return FieldError(source, p.name, absl::StrCat("must be positive, got ", p.value));
+  }
+  if (num_attention_heads % num_key_value_heads != 0) {
+    return FieldError(source, "num_key_value_heads", "must divide num_attention_heads");
+  }
+  if (static_cast<int64_t>(layer_types.size()) != num_hidden_layers) {
+    return FieldError(source, "layer_types",
+                      absl::StrCat("has ", layer_types.size(), " entries, num_hidden_layers is ",
+                                   num_hidden_layers));
+  }
+  if (num_kv_shared_layers < 0 || num_kv_shared_layers >= num_hidden_layers) {
+    return FieldError(source, "num_kv_shared_layers", "must be in [0, num_hidden_layers)");
+  }
+  for (int64_t i = 0; i < num_hidden_layers; ++i) {
+    if (HeadDim(i) % 2 != 0) return FieldError(source, "head_dim", "must be even");
+    if (KvSourceLayer(i) < 0) {
+      return FieldError(source, "num_kv_shared_layers",
+                        absl::StrCat("shared layer ", i, " has no earlier ", LayerTypeName(layer_types[i]),
+                                     " layer to share K/V with"));
+    }
+  }
+  if (hidden_size_per_layer_input < 0 || vocab_size_per_layer_input <= 0) {
+    return FieldError(source, "hidden_size_per_layer_input", "invalid per-layer input sizes");
+  }
+  if (!tie_word_embeddings) {
+    return FieldError(source, "tie_word_embeddings", "only tied embeddings are supported");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GemmaConfig> GemmaConfigFromJson(const json& j, absl::string_view source) {
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
+  auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string()) return FieldError(source, "model_type", "missing");
+  const std::string model_type = mt->get<std::string>();
+  if (auto arch = j.find("architectures"); arch != j.end() && arch->is_array()) {
+    for (const auto& a : *arch) {
+      const std::string s = a.is_string() ? a.get<std::string>() : "";
+      if (s.rfind("Gemma4", 0) != 0) {
+        return FieldError(source, "architectures", absl::StrCat("unsupported architecture '", s, "'"));
+      }
+    }
+  }
+  if (model_type == "gemma4") {
+    auto tc = j.find("text_config");
+    if (tc == j.end() || !tc->is_object()) return FieldError(source, "text_config", "missing");
+    json text = *tc;
+    // Token ids and tying may sit on the wrapper only.
+    for (const char* k : {"pad_token_id", "bos_token_id", "eos_token_id", "tie_word_embeddings"}) {
+      if (!text.contains(k) && j.contains(k)) text[k] = j[k];
+    }
+    return ParseText(text, absl::StrCat(source, ": text_config"));
+  }
+  if (model_type == "gemma4_text") return ParseText(j, source);
+  return FieldError(source, "model_type",
+                    absl::StrCat("unsupported model_type '", model_type, "' (want gemma4 or gemma4_text)"));
+}
+
+absl::StatusOr<GemmaConfig> LoadGemmaConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open config"));
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": invalid JSON"));
+  return GemmaConfigFromJson(j, path);
+}
+
+json GemmaConfigToHfJson(const GemmaConfig& c, bool multimodal_wrapper) {
+  json types = json::array();
+  for (LayerType t : c.layer_types) types.push_back(std::string(LayerTypeName(t)));
+  json eos = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+  json text = {
+      {"model_type", "gemma4_text"},
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"head_dim", c.head_dim},
+      {"global_head_dim", c.global_head_dim},
+      {"hidden_size_per_layer_input", c.hidden_size_per_layer_input},
+      {"vocab_size_per_layer_input", c.vocab_size_per_layer_input},
+      {"sliding_window", c.sliding_window},
+      {"num_kv_shared_layers", c.num_kv_shared_layers},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"use_double_wide_mlp", c.use_double_wide_mlp},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"final_logit_softcapping",
+       c.final_logit_softcapping ? json(*c.final_logit_softcapping) : json(nullptr)},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"initializer_range", c.initializer_range},
+      {"hidden_activation", c.hidden_activation},
+      {"layer_types", types},
+      {"rope_parameters",
+       {{"sliding_attention", RopeJson(c.sliding_rope)}, {"full_attention", RopeJson(c.full_rope)}}},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"attention_k_eq_v", false},
+      {"enable_moe_block", false},
+      {"pad_token_id", c.pad_token_id},
+      {"bos_token_id", c.bos_token_id},
+      {"eos_token_id", eos},
+      {"dtype", "float32"},
+  };
+  if (!multimodal_wrapper) {
+    text["architectures"] = {"Gemma4ForCausalLM"};
+    return text;
+  }
+  return json{{"model_type", "gemma4"},
+              {"architectures", {"Gemma4ForConditionalGeneration"}},
+              {"text_config", text},
+              {"vision_config", nullptr},
+              {"audio_config", nullptr},
+              {"tie_word_embeddings", c.tie_word_embeddings},
+              {"pad_token_id", c.pad_token_id},
+              {"bos_token_id", c.bos_token_id},
+              {"eos_token_id", eos},
+              {"dtype", "float32"}};
+}
+
+GemmaConfig GemmaE2BConfig() {
+  GemmaConfig c;
+  c.vocab_size = 262144;
+  c.hidden_size = 1536;
+  c.intermediate_size = 6144;
+  c.num_hidden_layers = 35;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 1;
+  c.head_dim = 256;
+  c.global_head_dim = 512;
+  c.hidden_size_per_layer_input = 256;
+  c.vocab_size_per_layer_input = 262144;
+  c.sliding_window = 512;
+  c.num_kv_shared_layers = 20;
+  c.use_double_wide_mlp = true;
+  c.final_logit_softcapping = 30.0;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    c.layer_types.push_back((i % 5) == 4 ? LayerType::kFull : LayerType::kSliding);
+  }
+  c.sliding_rope = RopeParameters{"default", 1e4, 1.0};
+  c.full_rope = RopeParameters{"proportional", 1e6, 0.25};
+  return c;
+}
+
+GemmaConfig GemmaTinyConfig() {
+  GemmaConfig c;
+  c.vocab_size = 512;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_hidden_layers = 6;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 1;
+  c.head_dim = 16;
+  c.global_head_dim = 32;
+  c.hidden_size_per_layer_input = 16;
+  c.vocab_size_per_layer_input = 512;
+  c.sliding_window = 8;
+  c.num_kv_shared_layers = 2;
+  c.use_double_wide_mlp = true;
+  c.final_logit_softcapping = 30.0;
+  c.max_position_embeddings = 2048;
+  c.layer_types = {LayerType::kSliding, LayerType::kSliding, LayerType::kFull,
+                   LayerType::kSliding, LayerType::kSliding, LayerType::kFull};
+  c.sliding_rope = RopeParameters{"default", 1e4, 1.0};
+  c.full_rope = RopeParameters{"proportional", 1e6, 0.25};
+  return c;
+}
+
+}  // namespace tpudist::models::gemma

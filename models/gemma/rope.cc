@@ -1,0 +1,45 @@
+#include "models/gemma/rope.h"
+
+#include <cmath>
+
+#include <c10/util/Exception.h>
+
+namespace tpudist::models::gemma {
+
+at::Tensor RopeInvFreq(const RopeParameters& params, int64_t head_dim) {
+  TORCH_CHECK(head_dim > 0 && head_dim % 2 == 0, "RopeInvFreq: head_dim must be even, got ", head_dim);
+  const int64_t half = head_dim / 2;
+  int64_t rotated = half;
+  if (params.rope_type == "proportional") {
+    rotated = static_cast<int64_t>(std::floor(params.partial_rotary_factor * head_dim / 2.0));
+  } else {
+    TORCH_CHECK(params.rope_type == "default", "RopeInvFreq: unknown rope_type ", params.rope_type);
+  }
+  at::Tensor inv = at::zeros({half}, at::kFloat);
+  // Same op order as HF: exponent = arange(0, D, 2) / D computed in fp32.
+  at::Tensor exponent = at::arange(0, 2 * rotated, 2, at::kLong).to(at::kFloat) / static_cast<double>(head_dim);
+  inv.narrow(0, 0, rotated).copy_(1.0 / at::pow(params.rope_theta, exponent));
+  return inv;
+}
+
+std::pair<at::Tensor, at::Tensor> RopeCosSin(const at::Tensor& inv_freq, const at::Tensor& positions,
+                                             at::ScalarType dtype) {
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq.to(at::kFloat);  // [B, S, D/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);                                           // [B, S, D]
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+at::Tensor RotateHalf(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half);
+  at::Tensor x2 = x.narrow(-1, half, half);
+  return at::cat({-x2, x1}, -1);
+}
+
+at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  at::Tensor c = cos.unsqueeze(2);  // [B, S, 1, D]
+  at::Tensor s = sin.unsqueeze(2);
+  return x * c + RotateHalf(x) * s;
+}
+
+}  // namespace tpudist::models::gemma

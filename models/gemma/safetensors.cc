@@ -1,0 +1,202 @@
+#include "models/gemma/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace tpudist::models::gemma {
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+struct DtypeRow {
+  const char* name;
+  at::ScalarType type;
+};
+constexpr DtypeRow kDtypes[] = {
+    {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16},
+    {"I64", at::kLong},   {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},
+    {"U8", at::kByte},    {"BOOL", at::kBool},
+};
+
+absl::Status Corrupt(const std::string& path, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat(path, ": corrupt safetensors file: ", what));
+}
+
+}  // namespace
+
+struct SafetensorsFile::Mapping {
+  void* addr = nullptr;
+  size_t size = 0;
+  ~Mapping() {
+    if (addr != nullptr) munmap(addr, size);
+  }
+};
+
+absl::StatusOr<at::ScalarType> SafetensorsDtype(absl::string_view name) {
+  for (const auto& row : kDtypes) {
+    if (name == row.name) return row.type;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unsupported safetensors dtype '", name, "'"));
+}
+
+absl::StatusOr<std::string> SafetensorsDtypeName(at::ScalarType type) {
+  for (const auto& row : kDtypes) {
+    if (type == row.type) return std::string(row.name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("dtype ", c10::toString(type), " has no safetensors name"));
+}
+
+SafetensorsFile::~SafetensorsFile() = default;
+
+absl::StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    return absl::InternalError(absl::StrCat(path, ": fstat failed"));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    return Corrupt(path, absl::StrCat("file is ", size, " bytes, shorter than the 8-byte header length"));
+  }
+  auto mapping = std::make_shared<Mapping>();
+  // Copy-on-write private mapping: tensors handed out may be written to.
+  void* addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (addr == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed: ", std::strerror(errno)));
+  mapping->addr = addr;
+  mapping->size = size;
+  const auto* bytes = static_cast<const uint8_t*>(addr);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
+  if (header_len > kMaxHeaderBytes || header_len > size - 8) {
+    return Corrupt(path, absl::StrCat("header length ", header_len, " exceeds file size ", size));
+  }
+  nlohmann::json header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len, nullptr, false);
+  if (header.is_discarded() || !header.is_object()) return Corrupt(path, "header is not a JSON object");
+
+  std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
+  file->path_ = path;
+  file->mapping_ = mapping;
+  file->data_ = bytes + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) return Corrupt(path, "__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (m.value().is_string()) file->metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](absl::string_view what) { return Corrupt(path, absl::StrCat("tensor '", name, "': ", what)); };
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets")) {
+      return bad("entry needs dtype, shape and data_offsets");
+    }
+    SafetensorsEntry e;
+    if (!v["dtype"].is_string()) return bad("dtype is not a string");
+    e.dtype = v["dtype"].get<std::string>();
+    auto type = SafetensorsDtype(e.dtype);
+    if (!type.ok()) return bad(type.status().message());
+    if (!v["shape"].is_array()) return bad("shape is not a list");
+    uint64_t numel = 1;
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) return bad("shape has a non-integer or negative dim");
+      e.shape.push_back(d.get<int64_t>());
+      numel *= static_cast<uint64_t>(e.shape.back());
+    }
+    const auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+      return bad("data_offsets must be two non-negative integers");
+    }
+    e.begin = off[0].get<uint64_t>();
+    e.end = off[1].get<uint64_t>();
+    if (e.begin > e.end || e.end > data_size) {
+      return bad(absl::StrCat("data_offsets [", e.begin, ", ", e.end, "] outside data block of ", data_size,
+                              " bytes"));
+    }
+    const uint64_t want = numel * c10::elementSize(*type);
+    if (e.end - e.begin != want) {
+      return bad(absl::StrCat("holds ", e.end - e.begin, " bytes, shape and dtype need ", want));
+    }
+    ranges.emplace_back(e.begin, e.end);
+    file->entries_.emplace(name, std::move(e));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first < ranges[i - 1].second) return Corrupt(path, "tensor data ranges overlap");
+  }
+  return std::shared_ptr<const SafetensorsFile>(std::move(file));
+}
+
+absl::StatusOr<at::Tensor> SafetensorsFile::Get(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return absl::NotFoundError(absl::StrCat(path_, ": no tensor '", name, "'"));
+  const SafetensorsEntry& e = it->second;
+  const at::ScalarType type = *SafetensorsDtype(e.dtype);
+  const uint8_t* ptr = data_ + e.begin;
+  const auto options = at::TensorOptions().dtype(type);
+  if (reinterpret_cast<uintptr_t>(ptr) % c10::elementSize(type) == 0) {
+    std::shared_ptr<Mapping> keep = mapping_;
+    return at::from_blob(const_cast<uint8_t*>(ptr), e.shape, [keep](void*) mutable { keep.reset(); }, options);
+  }
+  at::Tensor out = at::empty(e.shape, options);
+  std::memcpy(out.data_ptr(), ptr, e.end - e.begin);
+  return out;
+}
+
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<at::Tensor> data;
+  std::set<std::string> seen;
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    if (!seen.insert(name).second) return absl::InvalidArgumentError(absl::StrCat(path, ": duplicate tensor '", name, "'"));
+    auto dtype = SafetensorsDtypeName(tensor.scalar_type());
+    if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "': ", dtype.status().message()));
+    at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
+    const uint64_t bytes = t.numel() * t.element_size();
+    header[name] = {{"dtype", *dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    data.push_back(std::move(t));
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string h = header.dump();
+  while (h.size() % 8 != 0) h.push_back(' ');
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>((static_cast<uint64_t>(h.size()) >> (8 * i)) & 0xff);
+  bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(h.data(), 1, h.size(), f) == h.size();
+  for (const auto& t : data) {
+    const size_t bytes = t.numel() * t.element_size();
+    if (bytes > 0) ok = ok && std::fwrite(t.data_ptr(), 1, bytes, f) == bytes;
+  }
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat(path, ": write failed"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tpudist::models::gemma

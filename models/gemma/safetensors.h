@@ -1,0 +1,83 @@
+// Safetensors reading and writing (the format of HF model.safetensors).
+//
+// Layout: u64 little-endian N, then an N-byte JSON header
+//   {"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+//    "__metadata__": {"k": "v"}}
+// then the data block; offsets are relative to the data block start.
+//
+// SafetensorsFile maps the file (MAP_PRIVATE, copy-on-write, so writing into
+// a returned tensor never touches the file) and validates the whole header on
+// Open: dtypes, shapes, byte sizes, bounds and non-overlap. Get returns a
+// zero-copy view that keeps the mapping alive when the data is suitably
+// aligned, otherwise an owned copy.
+//
+// Thread-safety: a SafetensorsFile is immutable after Open; Get may be called
+// concurrently.
+#ifndef TPU_DIST_MODELS_GEMMA_SAFETENSORS_H_
+#define TPU_DIST_MODELS_GEMMA_SAFETENSORS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace tpudist::models::gemma {
+
+// "F32" <-> at::kFloat etc. Supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL.
+absl::StatusOr<at::ScalarType> SafetensorsDtype(absl::string_view name);
+absl::StatusOr<std::string> SafetensorsDtypeName(at::ScalarType type);
+
+struct SafetensorsEntry {
+  std::string dtype;           // e.g. "BF16"
+  std::vector<int64_t> shape;  // may be empty (scalar)
+  uint64_t begin = 0;          // byte offsets into the data block
+  uint64_t end = 0;
+};
+
+class SafetensorsFile {
+ public:
+  // Maps and validates `path`. Errors name the file and, where one is at
+  // fault, the tensor.
+  static absl::StatusOr<std::shared_ptr<const SafetensorsFile>> Open(const std::string& path);
+
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  bool Contains(const std::string& name) const { return entries_.count(name) != 0; }
+
+  // The tensor `name` as stored (dtype and shape from the header). NotFound
+  // names the file and tensor.
+  absl::StatusOr<at::Tensor> Get(const std::string& name) const;
+
+ private:
+  SafetensorsFile() = default;
+  struct Mapping;
+
+  std::string path_;
+  std::shared_ptr<Mapping> mapping_;
+  const uint8_t* data_ = nullptr;  // start of the data block inside the mapping
+  std::map<std::string, SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes `tensors` (any device/layout; copied to contiguous CPU) to `path`
+// atomically (temp file + rename). Names must be unique.
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace tpudist::models::gemma
+
+#endif  // TPU_DIST_MODELS_GEMMA_SAFETENSORS_H_
