@@ -1,0 +1,141 @@
+// TcpMesh: a full mesh of TCP connections among `size` ranks, rendezvoused
+// through a c10d::Store, implementing Transport for the ring algorithms.
+//
+// Rendezvous (Connect):
+//   1. Every rank listens on options.bind_address, port 0 (ephemeral), and
+//      publishes "address:port" under "<group_key>/tcp_mesh/addr/<rank>".
+//   2. Rank r connects to every lower rank p < r (waiting for p's key in the
+//      store, retrying refused connects) and accepts one connection from each
+//      higher rank. Connect edges only point downwards, so there is no cycle
+//      and no rank waits for a rank that waits for it.
+//   3. On each new connection both sides send a hello {magic, version, rank,
+//      size, group_key} and check the other's: a different magic, version,
+//      group key or world size, an unexpected or duplicate rank, is rejected
+//      with FailedPrecondition naming both sides.
+//   Everything is bounded by options.connect_timeout; a rank that never shows
+//   up makes the others fail with DeadlineExceeded naming it.
+//
+// Data path: every socket is non-blocking with TCP_NODELAY. Each Send is one
+// frame: a 16-byte header {magic, per-pair sequence number, byte count} and
+// the payload, written with sendmsg(MSG_NOSIGNAL). Recv checks the header
+// against the expected byte count and sequence, so a size mismatch between
+// ranks is reported instead of corrupting later messages. SendRecv drives the
+// outgoing and incoming frame together from one poll() loop, so a ring where
+// everyone sends multi-MiB buffers at once cannot deadlock on full socket
+// buffers. Byte order is native: all ranks must share endianness (a mismatch
+// shows up as a bad magic at the handshake).
+//
+// Errors: messages name this rank, the peer(s), the op, bytes done/total and
+// the time elapsed vs the deadline. A peer that closes or resets its socket
+// (EOF, ECONNRESET, EPIPE: e.g. its process died) yields Unavailable naming
+// it; running past the deadline yields DeadlineExceeded. After the first
+// error the mesh is poisoned: later calls return FailedPrecondition carrying
+// the first error, and all connections are shut down so that peers blocked on
+// this rank fail promptly instead of at their own deadline.
+//
+// Ownership: the mesh owns its sockets; the store is only used inside Connect
+// and is not retained.
+// Thread-safety: thread-compatible. One operation at a time; callers (a
+// process group's worker thread) must serialise Send/Recv/SendRecv.
+
+#ifndef TPU_DIST_COLLECTIVES_TCP_TCP_MESH_H_
+#define TPU_DIST_COLLECTIVES_TCP_TCP_MESH_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "collectives/tcp/tcp_socket.h"
+#include "collectives/tcp/transport.h"
+
+namespace c10d {
+class Store;
+}  // namespace c10d
+
+namespace tpudist::collectives::tcp {
+
+struct TcpMeshOptions {
+  // Prefix of the store keys, and part of the handshake: meshes with
+  // different keys never talk to each other. Must be unique per mesh
+  // instance within a store (keys are not deleted afterwards).
+  std::string group_key = "tcp_mesh";
+  // Numeric address to listen on (IPv4 or IPv6).
+  std::string bind_address = "127.0.0.1";
+  // Address peers should dial; empty means bind_address. Required when
+  // bind_address is a wildcard ("0.0.0.0", "::").
+  std::string advertise_address;
+  // Bound on the whole of Connect: store waits, connects and handshakes.
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // SO_SNDBUF/SO_RCVBUF per connection; 0 keeps the kernel's autotuning.
+  int socket_buffer_bytes = 0;
+};
+
+class TcpMesh final : public Transport {
+ public:
+  // Builds the full mesh for `rank` of `size` (see the file comment).
+  // REQUIRES: 0 <= rank < size; every rank calls it with the same size and
+  // options.group_key.
+  static absl::StatusOr<std::unique_ptr<TcpMesh>> Connect(c10d::Store& store, int rank, int size,
+                                                          const TcpMeshOptions& options);
+  ~TcpMesh() override;
+  TcpMesh(const TcpMesh&) = delete;
+  TcpMesh& operator=(const TcpMesh&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::Status Send(int peer, absl::Span<const uint8_t> data, absl::Time deadline) override;
+  absl::Status Recv(int peer, absl::Span<uint8_t> data, absl::Time deadline) override;
+  absl::Status SendRecv(int send_peer, absl::Span<const uint8_t> send, int recv_peer,
+                        absl::Span<uint8_t> recv, absl::Time deadline) override;
+
+  // Poisons the mesh with `reason` and shuts every connection down. Peers
+  // see this rank as gone. Idempotent; the first reason wins.
+  void Abort(absl::string_view reason);
+
+  // OK until the mesh is poisoned; then the first error.
+  const absl::Status& poison_status() const { return poisoned_; }
+
+ private:
+  struct Peer {
+    ScopedFd fd;
+    uint32_t send_seq = 0;  // Sequence number of the next frame sent.
+    uint32_t recv_seq = 0;  // Sequence number expected on the next frame.
+  };
+  struct OutFrame;
+  struct InFrame;
+
+  TcpMesh(int rank, int size, std::string group_key);
+
+  // Connect's two halves.
+  absl::Status ConnectLower(c10d::Store& store, const TcpMeshOptions& options,
+                            absl::Time deadline);
+  absl::Status AcceptHigher(int listen_fd, absl::Time deadline);
+  absl::Status Handshake(int fd, int expected_peer, absl::string_view where, absl::Time deadline,
+                         int* peer_rank);
+
+  // Validates a peer argument and the poison state.
+  absl::Status CheckOp(absl::string_view op, int peer) const;
+  // Moves `out` and/or `in` (either may be null) to completion.
+  absl::Status Transfer(absl::string_view op, OutFrame* out, InFrame* in, absl::Time deadline);
+  // Builds the error for a failed Transfer, then poisons the mesh.
+  absl::Status Fail(absl::StatusCode code, absl::string_view op, absl::string_view what,
+                    const OutFrame* out, const InFrame* in, absl::Time start, absl::Time deadline);
+  // Comma-separated ranks whose connection shows a hang-up right now.
+  std::string ClosedPeers() const;
+
+  const int rank_;
+  const int size_;
+  const std::string group_key_;
+  std::vector<Peer> peers_;  // [size]; peers_[rank_] unused.
+  absl::Status poisoned_;
+};
+
+}  // namespace tpudist::collectives::tcp
+
+#endif  // TPU_DIST_COLLECTIVES_TCP_TCP_MESH_H_
