@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "tpu_runtime/launcher/exit_status.h"
-#include "tpu_runtime/slice_env.h"
+#include "tpu_runtime/env_map.h"
 
 namespace tpudist::tpu_runtime::launcher {
 

@@ -1,0 +1,145 @@
+#include "tpu_runtime/launcher/launch_plan.h"
+
+#include <unistd.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "tpu_runtime/launcher/line_prefixer.h"
+#include "tpu_runtime/slice_env.h"
+
+namespace tpudist::tpu_runtime::launcher {
+namespace {
+
+// Number of ranks this tpurun starts, and the global rank of the first.
+struct LocalRange {
+  int first = 0;
+  int count = 0;
+};
+
+LocalRange LocalRanks(const LaunchConfig& config) {
+  if (config.mode == LaunchConfig::Mode::kPlain) return {0, config.nproc};
+  if (config.hosts_emulated) return {0, config.slice.num_devices()};
+  return {config.host_index * config.slice.devices_per_host, config.slice.devices_per_host};
+}
+
+// torchrun's variables that SliceEnvironment does not set.
+void AddElasticVariables(const LaunchConfig& config, int rank, int world, EnvMap* env) {
+  (*env)["ROLE_RANK"] = absl::StrCat(rank);
+  (*env)["ROLE_NAME"] = "default";
+  (*env)["ROLE_WORLD_SIZE"] = absl::StrCat(world);
+  (*env)["TORCHELASTIC_RUN_ID"] = config.job_id;
+  (*env)["TORCHELASTIC_USE_AGENT_STORE"] = "False";  // rank 0 hosts the store
+  (*env)["TPU_DIST_JOB_ID"] = config.job_id;
+  if (config.set_omp_num_threads) (*env)["OMP_NUM_THREADS"] = "1";
+}
+
+}  // namespace
+
+absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
+  if (config.command.empty() || config.command[0].empty()) {
+    return absl::InvalidArgumentError("no command given: expected `tpurun [flags] -- binary args`");
+  }
+  if (config.job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  if (config.mode == LaunchConfig::Mode::kPlain) {
+    if (config.nproc < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("nproc=", config.nproc, "; expected >= 1"));
+    }
+    return absl::OkStatus();
+  }
+  const SliceSpec& s = config.slice;
+  if (s.num_hosts < 1 || s.devices_per_host < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("slice with num_hosts=", s.num_hosts,
+                                                   " devices_per_host=", s.devices_per_host,
+                                                   "; expected a spec from SliceSpecFromFlags"));
+  }
+  if (!config.hosts_emulated && (config.host_index < 0 || config.host_index >= s.num_hosts)) {
+    return absl::InvalidArgumentError(absl::StrCat("host_index=", config.host_index,
+                                                   "; expected 0 <= host_index < ", s.num_hosts,
+                                                   " (the slice's hosts)"));
+  }
+  if (!config.hostnames.empty() && static_cast<int>(config.hostnames.size()) != s.num_hosts) {
+    return absl::InvalidArgumentError(absl::StrCat(config.hostnames.size(),
+                                                   " hostnames given (",
+                                                   absl::StrJoin(config.hostnames, ","),
+                                                   "); expected one per host, ", s.num_hosts));
+  }
+  return absl::OkStatus();
+}
+
+bool MayPickMasterPort(const LaunchConfig& config) {
+  return config.mode == LaunchConfig::Mode::kPlain || config.hosts_emulated ||
+         config.slice.num_hosts == 1;
+}
+
+absl::StatusOr<std::vector<ProcessSpec>> PlanRanks(const LaunchConfig& config,
+                                                   int restart_count, int master_port) {
+  if (absl::Status s = ValidateLaunchConfig(config); !s.ok()) return s;
+  const LocalRange range = LocalRanks(config);
+  std::vector<ProcessSpec> specs;
+  specs.reserve(range.count);
+  for (int rank = range.first; rank < range.first + range.count; ++rank) {
+    ProcessSpec spec;
+    spec.rank = rank;
+    spec.argv = config.command;
+    int world, host, local;
+    if (config.mode == LaunchConfig::Mode::kSlice) {
+      SliceEnvOptions options;
+      options.hostnames = config.hostnames;
+      options.master_addr = config.master_addr;
+      options.master_port = master_port;
+      options.job_id = config.job_id;
+      options.restart_count = restart_count;
+      if (!config.slice.slice_name.empty()) options.slice_name = config.slice.slice_name;
+      absl::StatusOr<EnvMap> env = SliceEnvironment(config.slice, rank, options);
+      if (!env.ok()) return env.status();
+      spec.env = *std::move(env);
+      world = config.slice.num_devices();
+      host = rank / config.slice.devices_per_host;
+      local = rank % config.slice.devices_per_host;
+    } else {
+      world = config.nproc;
+      host = 0;
+      local = rank;
+      EnvMap& env = spec.env;
+      env["RANK"] = absl::StrCat(rank);
+      env["LOCAL_RANK"] = absl::StrCat(rank);
+      env["WORLD_SIZE"] = absl::StrCat(world);
+      env["LOCAL_WORLD_SIZE"] = absl::StrCat(world);
+      env["GROUP_RANK"] = "0";
+      env["GROUP_WORLD_SIZE"] = "1";
+      env["MASTER_ADDR"] = config.master_addr.empty() ? "127.0.0.1" : config.master_addr;
+      env["MASTER_PORT"] = absl::StrCat(master_port);
+      env["TORCHELASTIC_RESTART_COUNT"] = absl::StrCat(restart_count);
+    }
+    AddElasticVariables(config, rank, world, &spec.env);
+    spec.description = absl::StrCat("rank ", rank, " (host ", host, ", local ", local, ")");
+    spec.output_prefix = RankLabel(rank, world);
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+std::string StartBanner(const LaunchConfig& config) {
+  if (config.mode == LaunchConfig::Mode::kPlain) {
+    return absl::StrCat(config.nproc, config.nproc == 1 ? " process" : " processes",
+                        " (plain), job ", config.job_id);
+  }
+  const SliceSpec& s = config.slice;
+  std::string where = config.hosts_emulated
+                          ? "emulated"
+                          : absl::StrCat("host ", config.host_index, " of ", s.num_hosts);
+  return absl::StrCat(s.accelerator_type, " ", absl::StrJoin(s.chip_topology, "x"), ", ",
+                      s.num_devices(), " devices on ", s.num_hosts,
+                      s.num_hosts == 1 ? " host x " : " hosts x ", s.devices_per_host, " (",
+                      where, "), job ", config.job_id);
+}
+
+std::string GenerateJobId() {
+  uint64_t now = static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()));
+  return absl::StrCat("tpurun-", getpid(), "-", absl::Hex(now & 0xffffffffffULL));
+}
+
+}  // namespace tpudist::tpu_runtime::launcher

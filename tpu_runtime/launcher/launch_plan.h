@@ -1,0 +1,66 @@
+// LaunchConfig -> the ranks tpurun starts: argv, environment and labels of
+// every process of one attempt. Pure functions (no I/O), thread-safe.
+//
+// Two modes:
+//   * slice (--accelerator-type/--topology): each rank gets the environment
+//     it would see on its TPU host (SliceEnvironment: KubeRay, GKE, TorchTPU
+//     and torchrun variables). With hosts_emulated, all hosts of the slice
+//     run here, host h as address 127.0.1.<h+1>. Without it, only the ranks
+//     of host `host_index` are planned: one tpurun per real host, all with the
+//     same flags, hostnames and master port.
+//   * plain (--nproc N): N ranks with torchrun's variables (RANK, LOCAL_RANK,
+//     WORLD_SIZE, GROUP_RANK, ROLE_*, MASTER_*, TORCHELASTIC_RUN_ID), no TPU
+//     variables: what `torchrun --nproc-per-node N` gives a single node.
+#ifndef TPU_RUNTIME_LAUNCHER_LAUNCH_PLAN_H_
+#define TPU_RUNTIME_LAUNCHER_LAUNCH_PLAN_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tpu_runtime/launcher/process_group_supervisor.h"
+#include "tpu_runtime/rank_info.h"
+
+namespace tpudist::tpu_runtime::launcher {
+
+struct LaunchConfig {
+  enum class Mode { kPlain, kSlice };
+  Mode mode = Mode::kPlain;
+  int nproc = 1;                // kPlain: number of ranks
+  SliceSpec slice;              // kSlice: from SliceSpecFromFlags
+  bool hosts_emulated = false;  // kSlice: run every host's ranks here
+  int host_index = 0;           // kSlice, not emulated: which host this is
+  // kSlice: one address per host; empty means 127.0.1.<h+1>.
+  std::vector<std::string> hostnames;
+  // Empty: 127.0.0.1 (plain) or the first host (slice).
+  std::string master_addr;
+  std::vector<std::string> command;  // the rank binary and its arguments
+  std::string job_id;                // TPU_DIST_JOB_ID / TORCHELASTIC_RUN_ID
+  bool set_omp_num_threads = false;  // OMP_NUM_THREADS=1 (torchrun's default)
+};
+
+// Checks a config before anything starts; errors name the field and value.
+absl::Status ValidateLaunchConfig(const LaunchConfig& config);
+
+// The ranks this tpurun starts for attempt `restart_count`, in rank order.
+// REQUIRES: ValidateLaunchConfig(config).ok(); 1 <= master_port <= 65535.
+absl::StatusOr<std::vector<ProcessSpec>> PlanRanks(const LaunchConfig& config,
+                                                   int restart_count, int master_port);
+
+// Whether tpurun may pick MASTER_PORT itself (a free local port per attempt):
+// true unless the job spans real hosts, which must agree on one port.
+bool MayPickMasterPort(const LaunchConfig& config);
+
+// The start line (without "tpurun: "):
+//   "v6e 4x4, 16 devices on 4 hosts x 4 (emulated), job <id>"
+//   "tpu7x 2x2x2, 16 devices on 2 hosts x 8 (host 1 of 2), job <id>"
+//   "4 processes (plain), job <id>"
+std::string StartBanner(const LaunchConfig& config);
+
+// A job id unique on this machine: "tpurun-<pid>-<hex time>". Not pure.
+std::string GenerateJobId();
+
+}  // namespace tpudist::tpu_runtime::launcher
+
+#endif  // TPU_RUNTIME_LAUNCHER_LAUNCH_PLAN_H_

@@ -1,0 +1,156 @@
+#include "tpu_runtime/launcher/launch_plan.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tpu_runtime/launcher/free_port.h"
+#include "tpu_runtime/slice_env.h"
+
+namespace tpudist::tpu_runtime::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+
+LaunchConfig SliceConfig(const char* accel, const char* topo, bool emulated) {
+  LaunchConfig c;
+  c.mode = LaunchConfig::Mode::kSlice;
+  absl::StatusOr<SliceSpec> spec = SliceSpecFromFlags(accel, topo);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (spec.ok()) c.slice = *spec;
+  c.hosts_emulated = emulated;
+  c.command = {"./bin", "--flag"};
+  c.job_id = "job42";
+  return c;
+}
+
+TEST(LaunchPlanTest, PlainModeGivesTorchrunVariablesOnly) {
+  LaunchConfig c;
+  c.nproc = 4;
+  c.command = {"./bin"};
+  c.job_id = "j";
+  absl::StatusOr<std::vector<ProcessSpec>> specs = PlanRanks(c, /*restart_count=*/2, 12345);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 4u);
+  const ProcessSpec& r3 = (*specs)[3];
+  EXPECT_EQ(r3.rank, 3);
+  EXPECT_EQ(r3.argv, std::vector<std::string>{"./bin"});
+  EXPECT_EQ(r3.output_prefix, "[rank 3] ");
+  EXPECT_EQ(r3.description, "rank 3 (host 0, local 3)");
+  EXPECT_EQ(r3.env.at("RANK"), "3");
+  EXPECT_EQ(r3.env.at("LOCAL_RANK"), "3");
+  EXPECT_EQ(r3.env.at("WORLD_SIZE"), "4");
+  EXPECT_EQ(r3.env.at("LOCAL_WORLD_SIZE"), "4");
+  EXPECT_EQ(r3.env.at("GROUP_RANK"), "0");
+  EXPECT_EQ(r3.env.at("MASTER_ADDR"), "127.0.0.1");
+  EXPECT_EQ(r3.env.at("MASTER_PORT"), "12345");
+  EXPECT_EQ(r3.env.at("TORCHELASTIC_RESTART_COUNT"), "2");
+  EXPECT_EQ(r3.env.at("TORCHELASTIC_RUN_ID"), "j");
+  EXPECT_EQ(r3.env.at("TPU_DIST_JOB_ID"), "j");
+  EXPECT_EQ(r3.env.count("TPU_WORKER_ID"), 0u);
+  EXPECT_EQ(r3.env.count("OMP_NUM_THREADS"), 0u);
+}
+
+TEST(LaunchPlanTest, EmulatedV6eGivesEveryRankItsHostsEnvironment) {
+  LaunchConfig c = SliceConfig("TPU-V6E", "4x4", /*emulated=*/true);
+  absl::StatusOr<std::vector<ProcessSpec>> specs = PlanRanks(c, 0, 20000);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 16u);
+  for (int r = 0; r < 16; ++r) {
+    const ProcessSpec& s = (*specs)[r];
+    EXPECT_EQ(s.rank, r);
+    EXPECT_EQ(s.env.at("RANK"), absl::StrCat(r));
+    EXPECT_EQ(s.env.at("TPU_WORKER_ID"), absl::StrCat(r / 4));
+    EXPECT_EQ(s.env.at("LOCAL_RANK"), absl::StrCat(r % 4));
+    EXPECT_EQ(s.env.at("TPU_DIST_HOST_ID"), absl::StrCat("127.0.1.", r / 4 + 1));
+    EXPECT_EQ(s.env.at("MASTER_ADDR"), "127.0.1.1");
+    EXPECT_EQ(s.env.at("MASTER_PORT"), "20000");
+    EXPECT_EQ(s.env.at("TPU_DIST_JOB_ID"), "job42");
+    EXPECT_EQ(s.env.at("ROLE_WORLD_SIZE"), "16");
+  }
+  EXPECT_EQ((*specs)[5].description, "rank 5 (host 1, local 1)");
+  EXPECT_EQ((*specs)[5].output_prefix, "[rank  5] ");
+  EXPECT_EQ((*specs)[5].argv, (std::vector<std::string>{"./bin", "--flag"}));
+}
+
+TEST(LaunchPlanTest, OneRealHostPlansOnlyItsRanks) {
+  LaunchConfig c = SliceConfig("TPU-V6E", "4x4", /*emulated=*/false);
+  c.host_index = 2;
+  absl::StatusOr<std::vector<ProcessSpec>> specs = PlanRanks(c, 0, 29500);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 4u);
+  for (int l = 0; l < 4; ++l) {
+    EXPECT_EQ((*specs)[l].rank, 8 + l);
+    EXPECT_EQ((*specs)[l].env.at("TPU_WORKER_ID"), "2");
+    EXPECT_EQ((*specs)[l].env.at("LOCAL_RANK"), absl::StrCat(l));
+    EXPECT_EQ((*specs)[l].env.at("WORLD_SIZE"), "16");
+  }
+  EXPECT_FALSE(MayPickMasterPort(c));
+  EXPECT_TRUE(MayPickMasterPort(SliceConfig("TPU-V6E", "4x4", true)));
+}
+
+TEST(LaunchPlanTest, Tpu7xIsTwoHostsOfEight) {
+  LaunchConfig c = SliceConfig("tpu7x", "2x2x2", /*emulated=*/true);
+  absl::StatusOr<std::vector<ProcessSpec>> specs = PlanRanks(c, 0, 20000);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 16u);
+  EXPECT_EQ((*specs)[9].env.at("TPU_WORKER_ID"), "1");
+  EXPECT_EQ((*specs)[9].env.at("LOCAL_RANK"), "1");
+  EXPECT_EQ((*specs)[9].env.at("LOCAL_WORLD_SIZE"), "8");
+  EXPECT_EQ((*specs)[9].description, "rank 9 (host 1, local 1)");
+  EXPECT_EQ(StartBanner(c), "tpu7x 2x2x2, 16 devices on 2 hosts x 8 (emulated), job job42");
+}
+
+TEST(LaunchPlanTest, Banners) {
+  EXPECT_EQ(StartBanner(SliceConfig("TPU-V6E", "4x4", true)),
+            "v6e 4x4, 16 devices on 4 hosts x 4 (emulated), job job42");
+  LaunchConfig one_host = SliceConfig("TPU-V6E", "4x4", false);
+  one_host.host_index = 1;
+  EXPECT_EQ(StartBanner(one_host), "v6e 4x4, 16 devices on 4 hosts x 4 (host 1 of 4), job job42");
+  LaunchConfig plain;
+  plain.nproc = 3;
+  plain.job_id = "p";
+  EXPECT_EQ(StartBanner(plain), "3 processes (plain), job p");
+}
+
+TEST(LaunchPlanTest, ValidationNamesTheProblem) {
+  LaunchConfig no_command = SliceConfig("TPU-V6E", "4x4", true);
+  no_command.command.clear();
+  EXPECT_THAT(std::string(ValidateLaunchConfig(no_command).message()), HasSubstr("no command"));
+  LaunchConfig bad_host = SliceConfig("TPU-V6E", "4x4", false);
+  bad_host.host_index = 4;
+  EXPECT_THAT(std::string(ValidateLaunchConfig(bad_host).message()), HasSubstr("host_index=4"));
+  LaunchConfig bad_hosts = SliceConfig("TPU-V6E", "4x4", true);
+  bad_hosts.hostnames = {"a", "b"};
+  EXPECT_THAT(std::string(ValidateLaunchConfig(bad_hosts).message()),
+              HasSubstr("expected one per host, 4"));
+  EXPECT_FALSE(PlanRanks(bad_hosts, 0, 1).ok());
+  LaunchConfig plain;
+  plain.nproc = 0;
+  plain.command = {"x"};
+  plain.job_id = "j";
+  EXPECT_THAT(std::string(ValidateLaunchConfig(plain).message()), HasSubstr("nproc=0"));
+}
+
+TEST(FreePortTest, PortIsBindable) {
+  absl::StatusOr<int> port = PickFreePort("127.0.0.1");
+  ASSERT_TRUE(port.ok()) << port.status();
+  EXPECT_GT(*port, 0);
+  EXPECT_LE(*port, 65535);
+  // Oracle: the kernel lets us bind it right away.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(*port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  close(fd);
+  EXPECT_FALSE(PickFreePort("not-an-address").ok());
+}
+
+}  // namespace
+}  // namespace tpudist::tpu_runtime::launcher

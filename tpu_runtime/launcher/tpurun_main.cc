@@ -1,0 +1,161 @@
+// tpurun: starts one process per device of a (possibly emulated) TPU slice,
+// or N plain torchrun-style processes, and supervises them.
+//
+//   tpurun --accelerator-type TPU-V6E --topology 4x4 --hosts-emulated -- ./bin args
+//   tpurun --accelerator-type tpu7x --topology 2x2x2 --host-index 1 -- ./bin
+//   tpurun --nproc 4 -- ./bin
+//
+// Slice mode with --hosts-emulated runs every host's ranks on this machine;
+// each rank sees the environment it would see on its own host (host h is
+// 127.0.1.<h+1>). Without it, tpurun starts only this host's ranks: the host
+// index comes from --host-index, else TPU_WORKER_ID, else 0, and the host
+// list from --hostnames, else TPU_WORKER_HOSTNAMES; run one tpurun per host
+// with the same flags (and the same --master-port, default 29500).
+//
+// Flags may be spelled with '-' or '_'. Exit status: 0 if every rank
+// succeeded; the first failing rank's exit status (128+signal if killed);
+// 124 on --timeout; 128+signal if tpurun itself was interrupted; 2 for bad
+// flags; 1 if the launcher could not do its job.
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "tpu_runtime/launcher/free_port.h"
+#include "tpu_runtime/launcher/launch_plan.h"
+#include "tpu_runtime/launcher/process_group_supervisor.h"
+#include "tpu_runtime/slice_env.h"
+
+ABSL_FLAG(std::string, accelerator_type, "", "TPU type, e.g. TPU-V6E, v5e, tpu7x (slice mode)");
+ABSL_FLAG(std::string, topology, "", "chip topology, e.g. 4x4 or 2x2x2 (slice mode)");
+ABSL_FLAG(bool, hosts_emulated, false, "run all hosts of the slice on this machine");
+ABSL_FLAG(int, host_index, -1, "this host's index (default: TPU_WORKER_ID, else 0)");
+ABSL_FLAG(std::string, hostnames, "",
+          "comma list of host addresses (default: TPU_WORKER_HOSTNAMES when not emulated, "
+          "else 127.0.1.<h+1>)");
+ABSL_FLAG(int, nproc, 0, "plain mode: number of processes (no TPU variables)");
+ABSL_FLAG(int, max_restarts, 0, "restart the whole group up to N times after a failure");
+ABSL_FLAG(int, master_port, 0, "MASTER_PORT (default: a free port per attempt; 29500 multi-host)");
+ABSL_FLAG(std::string, master_addr, "", "MASTER_ADDR (default: 127.0.0.1 / the first host)");
+ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(5), "SIGTERM -> SIGKILL grace period");
+ABSL_FLAG(absl::Duration, timeout, absl::InfiniteDuration(), "stop the job after this long");
+ABSL_FLAG(std::string, job_id, "", "job id (TPU_DIST_JOB_ID); default: generated");
+
+namespace tpudist::tpu_runtime::launcher {
+namespace {
+
+constexpr int kUsageError = 2;
+
+// "--accelerator-type=x" -> "--accelerator_type=x", for flags before "--".
+std::vector<char*> UnderscoreFlagNames(int argc, char** argv, std::vector<std::string>* storage) {
+  storage->assign(argv, argv + argc);
+  for (int i = 1; i < argc; ++i) {
+    std::string& arg = (*storage)[i];
+    if (arg == "--") break;
+    if (arg.rfind("--", 0) != 0) continue;
+    for (size_t c = 2; c < arg.size() && arg[c] != '='; ++c) {
+      if (arg[c] == '-') arg[c] = '_';
+    }
+  }
+  std::vector<char*> out;
+  for (std::string& s : *storage) out.push_back(s.data());
+  return out;
+}
+
+int Fail(int code, const std::string& message) {
+  fprintf(stderr, "tpurun: %s\n", message.c_str());
+  return code;
+}
+
+int Main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);  // a closed output pipe must not kill the launcher
+  absl::SetProgramUsageMessage(
+      "tpurun (--accelerator-type T --topology AxB [--hosts-emulated] | --nproc N) "
+      "[flags] -- binary args");
+  std::vector<std::string> storage;
+  std::vector<char*> args = UnderscoreFlagNames(argc, argv, &storage);
+  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+
+  LaunchConfig config;
+  config.command.assign(positional.begin() + 1, positional.end());
+  config.job_id = absl::GetFlag(FLAGS_job_id);
+  if (config.job_id.empty()) config.job_id = GenerateJobId();
+  config.master_addr = absl::GetFlag(FLAGS_master_addr);
+  config.set_omp_num_threads = getenv("OMP_NUM_THREADS") == nullptr;
+  const bool slice_mode =
+      !absl::GetFlag(FLAGS_accelerator_type).empty() || !absl::GetFlag(FLAGS_topology).empty();
+  if (slice_mode == (absl::GetFlag(FLAGS_nproc) > 0)) {
+    return Fail(kUsageError, "give either --accelerator-type and --topology, or --nproc N");
+  }
+  if (slice_mode) {
+    absl::StatusOr<SliceSpec> spec = SliceSpecFromFlags(absl::GetFlag(FLAGS_accelerator_type),
+                                                        absl::GetFlag(FLAGS_topology));
+    if (!spec.ok()) return Fail(kUsageError, std::string(spec.status().message()));
+    config.mode = LaunchConfig::Mode::kSlice;
+    config.slice = *spec;
+    config.hosts_emulated = absl::GetFlag(FLAGS_hosts_emulated);
+    config.host_index = absl::GetFlag(FLAGS_host_index);
+    const char* worker_id = getenv("TPU_WORKER_ID");
+    if (config.host_index < 0 && worker_id != nullptr &&
+        !absl::SimpleAtoi(worker_id, &config.host_index)) {
+      return Fail(kUsageError, absl::StrCat("TPU_WORKER_ID=\"", worker_id, "\" is not a number"));
+    }
+    if (config.host_index < 0) config.host_index = 0;
+    std::string hostnames = absl::GetFlag(FLAGS_hostnames);
+    const char* env_hosts = getenv("TPU_WORKER_HOSTNAMES");
+    if (hostnames.empty() && !config.hosts_emulated && env_hosts != nullptr) hostnames = env_hosts;
+    if (!hostnames.empty()) {
+      config.hostnames = absl::StrSplit(hostnames, ',', absl::SkipEmpty());
+    }
+  } else {
+    config.mode = LaunchConfig::Mode::kPlain;
+    config.nproc = absl::GetFlag(FLAGS_nproc);
+  }
+  if (absl::Status s = ValidateLaunchConfig(config); !s.ok()) {
+    return Fail(kUsageError, std::string(s.message()));
+  }
+
+  const int fixed_port = absl::GetFlag(FLAGS_master_port);
+  const bool pick_port = fixed_port == 0 && MayPickMasterPort(config);
+  LaunchPlanner planner = [&](int restart) -> absl::StatusOr<std::vector<ProcessSpec>> {
+    int port = fixed_port != 0 ? fixed_port : 29500;
+    if (pick_port) {
+      // Free on the address rank 0 will listen on (a hostname: on 127.0.0.1).
+      std::string master = config.master_addr;
+      if (master.empty() && config.mode == LaunchConfig::Mode::kSlice) {
+        master = config.hostnames.empty() ? "127.0.1.1" : config.hostnames[0];
+      }
+      absl::StatusOr<int> free = PickFreePort(master.empty() ? "127.0.0.1" : master);
+      if (!free.ok()) free = PickFreePort("127.0.0.1");
+      if (!free.ok()) return free.status();
+      port = *free;
+    }
+    return PlanRanks(config, restart, port);
+  };
+  SupervisorOptions options;
+  options.grace_period = absl::GetFlag(FLAGS_grace_period);
+  options.timeout = absl::GetFlag(FLAGS_timeout);
+  options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  if (options.max_restarts < 0) return Fail(kUsageError, "--max-restarts must be >= 0");
+
+  fprintf(stderr, "tpurun: %s\n", StartBanner(config).c_str());
+  fflush(stderr);
+  absl::StatusOr<ExitReport> report = SuperviseProcessGroup(planner, options);
+  if (!report.ok()) return Fail(1, absl::StrCat("error: ", report.status().ToString()));
+  fprintf(stderr, "tpurun: %s\n", report->Summary().c_str());
+  return report->ExitCode();
+}
+
+}  // namespace
+}  // namespace tpudist::tpu_runtime::launcher
+
+int main(int argc, char** argv) { return tpudist::tpu_runtime::launcher::Main(argc, argv); }

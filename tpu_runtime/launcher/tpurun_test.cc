@@ -1,0 +1,237 @@
+// End-to-end tests of the built `tpurun` binary (and of examples/slice_check
+// under it, when that is built). Every run has a deadline: a hung tpurun is
+// SIGKILLed and the test fails.
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tpudist::tpu_runtime::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string BuildDir() {
+  if (const char* dir = getenv("TPU_DIST_BUILD_DIR")) return dir;
+  // Not under ctest: this binary lives in <build>/tpu_runtime/launcher/.
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string path(self, n > 0 ? n : 0);
+  for (int up = 0; up < 3; ++up) path = path.substr(0, path.rfind('/'));
+  return path;
+}
+
+std::string TpurunPath() { return BuildDir() + "/tpu_runtime/launcher/tpurun"; }
+[[maybe_unused]] std::string SliceCheckPath() { return BuildDir() + "/examples/slice_check"; }
+
+std::string ReadAll(int fd) {
+  std::string out;
+  char buf[4096];
+  for (off_t off = 0;;) {
+    ssize_t n = pread(fd, buf, sizeof(buf), off);
+    if (n <= 0) break;
+    out.append(buf, n);
+    off += n;
+  }
+  return out;
+}
+
+struct RunResult {
+  int exit_code = -1;  // shell convention; -1 when it had to be killed
+  std::string out, err;
+  absl::Duration elapsed;
+};
+
+// A started tpurun whose stdout/stderr go to in-memory files.
+class Process {
+ public:
+  Process(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    out_ = memfd_create("tpurun_out", MFD_CLOEXEC);
+    err_ = memfd_create("tpurun_err", MFD_CLOEXEC);
+    std::vector<std::string> argv = {TpurunPath()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> argp;
+    for (std::string& a : argv) argp.push_back(a.data());
+    argp.push_back(nullptr);
+    std::vector<std::string> env_copy = env;
+    start_ = absl::Now();
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out_, STDOUT_FILENO);
+      dup2(err_, STDERR_FILENO);
+      for (std::string& e : env_copy) putenv(e.data());
+      execv(argp[0], argp.data());
+      _exit(126);
+    }
+  }
+  ~Process() {
+    close(out_);
+    close(err_);
+  }
+  pid_t pid() const { return pid_; }
+
+  RunResult Wait(absl::Duration timeout) {
+    RunResult run;
+    absl::Time give_up = start_ + timeout;
+    int status = 0;
+    while (true) {
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (absl::Now() >= give_up) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        ADD_FAILURE() << "tpurun did not finish within " << timeout;
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    run.elapsed = absl::Now() - start_;
+    run.out = ReadAll(out_);
+    run.err = ReadAll(err_);
+    return run;
+  }
+
+ private:
+  int out_, err_;
+  pid_t pid_;
+  absl::Time start_;
+};
+
+RunResult Tpurun(const std::vector<std::string>& args, absl::Duration timeout = absl::Seconds(60),
+           const std::vector<std::string>& env = {}) {
+  Process p(args, env);
+  return p.Wait(timeout);
+}
+
+std::vector<std::string> Lines(const std::string& s) {
+  return absl::StrSplit(s, '\n', absl::SkipEmpty());
+}
+
+TEST(TpurunTest, EmulatedV6e4x4Gives16RanksWithTheirHostsEnvironment) {
+  RunResult run = Tpurun({"--accelerator-type", "TPU-V6E", "--topology", "4x4", "--hosts-emulated",
+                    "--job-id", "e2e", "--", "sh", "-c",
+                    "echo $RANK $TPU_WORKER_ID $LOCAL_RANK $WORLD_SIZE $TPU_DIST_HOST_ID "
+                    "$TPU_DIST_JOB_ID $TORCHELASTIC_RESTART_COUNT"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("tpurun: v6e 4x4, 16 devices on 4 hosts x 4 (emulated), job e2e"));
+  EXPECT_THAT(run.err, HasSubstr("tpurun: all 16 ranks succeeded"));
+  std::vector<std::string> lines = Lines(run.out);
+  EXPECT_EQ(lines.size(), 16u) << run.out;
+  for (int r = 0; r < 16; ++r) {
+    EXPECT_THAT(run.out, HasSubstr(absl::StrFormat("[rank %2d] %d %d %d 16 127.0.1.%d e2e 0\n", r,
+                                                   r, r / 4, r % 4, r / 4 + 1)));
+  }
+}
+
+TEST(TpurunTest, EmulatedTpu7x2x2x2Gives16RanksOnTwoHostsOfEight) {
+  RunResult run = Tpurun({"--accelerator-type=tpu7x", "--topology=2x2x2", "--hosts-emulated", "--",
+                    "sh", "-c", "echo $RANK $TPU_WORKER_ID $LOCAL_RANK $LOCAL_WORLD_SIZE"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("tpu7x 2x2x2, 16 devices on 2 hosts x 8 (emulated)"));
+  EXPECT_EQ(Lines(run.out).size(), 16u) << run.out;
+  for (int r = 0; r < 16; ++r) {
+    EXPECT_THAT(run.out,
+                HasSubstr(absl::StrFormat("[rank %2d] %d %d %d 8\n", r, r, r / 8, r % 8)));
+  }
+}
+
+TEST(TpurunTest, WithoutEmulationStartsOnlyThisHostsRanks) {
+  RunResult by_flag = Tpurun({"--accelerator-type", "v6e", "--topology", "4x4", "--host-index", "1",
+                        "--", "sh", "-c", "echo $RANK $TPU_WORKER_ID"});
+  EXPECT_EQ(by_flag.exit_code, 0) << by_flag.err;
+  EXPECT_THAT(by_flag.err, HasSubstr("(host 1 of 4)"));
+  EXPECT_EQ(Lines(by_flag.out).size(), 4u) << by_flag.out;
+  for (int r = 4; r < 8; ++r) {
+    EXPECT_THAT(by_flag.out, HasSubstr(absl::StrFormat("[rank %2d] %d 1\n", r, r)));
+  }
+  RunResult by_env = Tpurun({"--accelerator-type", "v6e", "--topology", "4x4", "--", "sh", "-c",
+                       "echo $RANK $TPU_WORKER_ID $MASTER_PORT"},
+                      absl::Seconds(60), {"TPU_WORKER_ID=3"});
+  EXPECT_EQ(by_env.exit_code, 0) << by_env.err;
+  EXPECT_THAT(by_env.out, HasSubstr("[rank 15] 15 3 29500\n"));  // multi-host: fixed port
+  EXPECT_EQ(Lines(by_env.out).size(), 4u) << by_env.out;
+}
+
+TEST(TpurunTest, FailingRankIsNamedAndExitStatusPropagates) {
+  RunResult run = Tpurun({"--nproc", "3", "--", "sh", "-c",
+                    "if [ $RANK = 1 ]; then sleep 0.3; exit 3; fi; sleep 30"});
+  EXPECT_EQ(run.exit_code, 3) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("tpurun: rank 1 (host 0, local 1) failed: exit status 3"));
+  EXPECT_LT(run.elapsed, absl::Seconds(5));
+}
+
+TEST(TpurunTest, RankKillingItselfIsNamedBySignal) {
+  RunResult run = Tpurun({"--accelerator-type", "TPU-V6E", "--topology", "4x4", "--hosts-emulated",
+                    "--", "sh", "-c", "if [ $RANK = 5 ]; then kill -KILL $$; fi; sleep 30"});
+  EXPECT_EQ(run.exit_code, 128 + SIGKILL) << run.err;
+  EXPECT_THAT(run.err,
+              HasSubstr("tpurun: rank 5 (host 1, local 1) failed: killed by signal SIGKILL"));
+  EXPECT_LT(run.elapsed, absl::Seconds(8));
+}
+
+TEST(TpurunTest, RestartKeepsJobIdAndCountsRestarts) {
+  const char* kScript =
+      "echo $TPU_DIST_JOB_ID $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS; "
+      "[ $TORCHELASTIC_RESTART_COUNT = 1 ]";
+  RunResult ok = Tpurun({"--nproc", "2", "--max-restarts", "1", "--job-id", "keep", "--", "sh", "-c",
+                   kScript});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("[rank 0] keep 0 1\n"));
+  EXPECT_THAT(ok.out, HasSubstr("[rank 0] keep 1 1\n"));
+  EXPECT_THAT(ok.err, HasSubstr("after 1 restart"));
+  RunResult fails = Tpurun({"--nproc", "2", "--", "sh", "-c", kScript});
+  EXPECT_EQ(fails.exit_code, 1) << fails.err;
+  EXPECT_THAT(fails.err, HasSubstr("failed: exit status 1"));
+}
+
+TEST(TpurunTest, SigtermToTpurunIsForwardedToRanks) {
+  char dir_template[] = "/tmp/tpurun_test_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  Process p({"--nproc", "2", "--", "sh", "-c",
+             absl::StrCat("trap 'echo got-term; exit 7' TERM; touch ", dir,
+                          "/r$RANK; sleep 30 & wait")});
+  absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < give_up && (access((dir + "/r0").c_str(), F_OK) != 0 ||
+                                   access((dir + "/r1").c_str(), F_OK) != 0)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  kill(p.pid(), SIGTERM);
+  RunResult run = p.Wait(absl::Seconds(30));
+  EXPECT_EQ(run.exit_code, 128 + SIGTERM) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("[rank 0] got-term"));
+  EXPECT_THAT(run.out, HasSubstr("[rank 1] got-term"));
+  EXPECT_THAT(run.err, HasSubstr("interrupted by SIGTERM"));
+  unlink((dir + "/r0").c_str());
+  unlink((dir + "/r1").c_str());
+  rmdir(dir.c_str());
+}
+
+TEST(TpurunTest, BadUsageExitsWithTwo) {
+  EXPECT_EQ(Tpurun({"--nproc", "2"}).exit_code, 2);  // no command
+  EXPECT_EQ(Tpurun({"--", "true"}).exit_code, 2);    // no mode
+  RunResult bad_topo = Tpurun({"--accelerator-type", "v6e", "--topology", "4xq", "--", "true"});
+  EXPECT_EQ(bad_topo.exit_code, 2);
+  EXPECT_THAT(bad_topo.err, HasSubstr("4xq"));
+  RunResult missing = Tpurun({"--nproc", "1", "--", "/nonexistent/rank_binary"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("/nonexistent/rank_binary"));
+}
+
+}  // namespace
+}  // namespace tpudist::tpu_runtime::launcher
