@@ -235,6 +235,12 @@ absl::StatusOr<AttemptResult> Attempt::Run(const std::vector<ProcessSpec>& specs
     HandleSignals(now);
     ReapAndCheck(now);
   }
+  if (result_.first_failure.has_value()) {
+    absl::Duration stopped = absl::Now() - start_ - result_.first_failure->after;
+    Log(absl::StrCat("all ranks stopped ",
+                     absl::FormatDuration(absl::Trunc(stopped, absl::Milliseconds(1))),
+                     " after the first failure"));
+  }
   if (result_.signal != 0) {
     result_.outcome = ExitReport::Outcome::kInterrupted;
   } else if (result_.outcome != ExitReport::Outcome::kTimedOut && result_.first_failure) {

@@ -8,12 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,6 +24,7 @@ namespace tpudist::tpu_runtime::launcher {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string BuildDir() {
   if (const char* dir = getenv("TPU_DIST_BUILD_DIR")) return dir;
@@ -34,7 +37,7 @@ std::string BuildDir() {
 }
 
 std::string TpurunPath() { return BuildDir() + "/tpu_runtime/launcher/tpurun"; }
-[[maybe_unused]] std::string SliceCheckPath() { return BuildDir() + "/examples/slice_check"; }
+std::string SliceCheckPath() { return BuildDir() + "/examples/slice_check"; }
 
 std::string ReadAll(int fd) {
   std::string out;
@@ -231,6 +234,68 @@ TEST(TpurunTest, BadUsageExitsWithTwo) {
   RunResult missing = Tpurun({"--nproc", "1", "--", "/nonexistent/rank_binary"});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("/nonexistent/rank_binary"));
+}
+
+// The supervisor's "all ranks stopped <d> after the first failure" line.
+absl::Duration StopLatency(const std::string& err) {
+  const std::string kBefore = "all ranks stopped ", kAfter = " after the first failure";
+  size_t at = err.find(kBefore);
+  if (at == std::string::npos) return absl::InfiniteDuration();
+  at += kBefore.size();
+  size_t end = err.find(kAfter, at);
+  absl::Duration d = absl::InfiniteDuration();
+  if (end == std::string::npos || !absl::ParseDuration(err.substr(at, end - at), &d)) {
+    return absl::InfiniteDuration();
+  }
+  return d;
+}
+
+TEST(TpurunTest, StopLatencyIsReported) {
+  RunResult run = Tpurun({"--nproc", "2", "--", "sh", "-c",
+                          "if [ $RANK = 0 ]; then exit 4; fi; sleep 30"});
+  EXPECT_EQ(run.exit_code, 4) << run.err;
+  EXPECT_LT(StopLatency(run.err), absl::Seconds(3)) << run.err;
+}
+
+// 16 ranks of examples/slice_check (discovery, coordination service, Gloo
+// barrier + all_reduce) on an emulated v6e 4x4.
+TEST(SliceCheckTest, EmulatedV6e4x4AllRanksAgree) {
+  if (access(SliceCheckPath().c_str(), X_OK) != 0) {
+    GTEST_SKIP() << SliceCheckPath() << " not built (configure with the examples folder)";
+  }
+  RunResult run = Tpurun({"--accelerator-type", "TPU-V6E", "--topology", "4x4",
+                          "--hosts-emulated", "--timeout", "150s", "--", SliceCheckPath(),
+                          "--timeout", "120s"},
+                         absl::Seconds(170));
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  std::vector<std::string> lines = Lines(run.out);
+  int ok_lines = 0;
+  for (const std::string& line : lines) ok_lines += line.find("allreduce 136 (expected 136) OK") != std::string::npos;
+  EXPECT_EQ(ok_lines, 16) << run.out;
+  for (int r = 0; r < 16; ++r) {
+    EXPECT_THAT(run.out, HasSubstr(absl::StrFormat("[rank %2d] slice_check: rank %d/16 local %d/4 host %d/4",
+                                                   r, r, r % 4, r / 4)));
+  }
+  EXPECT_THAT(run.out, HasSubstr("gloo@127.0.1.4"));  // host 3 binds its emulated address
+  std::cerr << "slice_check v6e 4x4 (16 ranks) under tpurun: " << run.elapsed << "\n";
+}
+
+TEST(SliceCheckTest, RankKillingItselfStopsTheJobQuickly) {
+  if (access(SliceCheckPath().c_str(), X_OK) != 0) {
+    GTEST_SKIP() << SliceCheckPath() << " not built (configure with the examples folder)";
+  }
+  RunResult run = Tpurun({"--accelerator-type", "TPU-V6E", "--topology", "4x4",
+                          "--hosts-emulated", "--grace-period", "3s", "--timeout", "150s", "--",
+                          SliceCheckPath(), "--die-rank", "5", "--timeout", "120s"},
+                         absl::Seconds(170));
+  EXPECT_EQ(run.exit_code, 128 + SIGKILL) << run.out << run.err;
+  EXPECT_THAT(run.err,
+              HasSubstr("tpurun: rank 5 (host 1, local 1) failed: killed by signal SIGKILL"));
+  EXPECT_THAT(run.out, Not(HasSubstr("OK\n")));  // nobody got past the barrier
+  const absl::Duration latency = StopLatency(run.err);
+  EXPECT_LT(latency, absl::Seconds(5)) << run.err;
+  std::cerr << "die-rank 5: all ranks stopped " << latency << " after the failure (job "
+            << run.elapsed << ")\n";
 }
 
 }  // namespace
