@@ -253,7 +253,7 @@ std::string TcpMesh::ClosedPeers() const {
     if (p == rank_ || !peers_[p].fd.valid()) continue;
     pollfd fd{peers_[p].fd.get(), POLLRDHUP, 0};
     if (poll(&fd, 1, 0) == 1 && (fd.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-      absl::StrAppend(&closed, closed.empty() ? "" : ",", p);
+      absl::StrAppend(&closed, closed.empty() ? "" : ", ", "rank ", p);
     }
   }
   return closed;
@@ -272,8 +272,10 @@ absl::Status TcpMesh::Fail(absl::StatusCode code, absl::string_view op, absl::st
   if (in != nullptr) {
     absl::StrAppend(&msg, " received ", in->payload_done, "/", in->payload.size(), " bytes;");
   }
-  absl::StrAppend(&msg, " elapsed ", absl::FormatDuration(absl::Now() - start), " of ",
-                  absl::FormatDuration(deadline - start), " until the deadline");
+  absl::StrAppend(&msg, " elapsed ",
+                  absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Microseconds(1))),
+                  " of ", absl::FormatDuration(absl::Trunc(deadline - start, absl::Milliseconds(1))),
+                  " until the deadline");
   const std::string closed = ClosedPeers();
   if (!closed.empty()) absl::StrAppend(&msg, "; peers with closed connections: ", closed);
   absl::Status status(code, msg);
