@@ -1,0 +1,43 @@
+#include "collectives/op_worker.h"
+
+#include <chrono>
+
+namespace tpudist::collectives {
+
+OpWorker::OpWorker() : thread_([this] { Loop(); }) {}
+
+OpWorker::~OpWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void OpWorker::Enqueue(std::function<void()> op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(op));
+  }
+  cv_.notify_one();
+}
+
+void OpWorker::Loop() {
+  while (true) {
+    std::function<void()> op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Idle wait, re-checked every 100 ms so no wait is unbounded.
+      while (!cv_.wait_for(lock, std::chrono::milliseconds(100),
+                           [&] { return stop_ || !queue_.empty(); })) {
+      }
+      if (queue_.empty()) return;
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    op();
+  }
+}
+
+}  // namespace tpudist::collectives

@@ -1,0 +1,271 @@
+// Process-group plumbing: construction (host-id exchange, shm setup),
+// subgroups, the op queue, and the in-place ops (allreduce, broadcast,
+// reduce), barrier and send/recv. The gather / scatter family lives in
+// process_group_gather_ops.cc.
+#include "collectives/process_group_tpu_dist.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "collectives/shm/algorithms.h"
+#include "collectives/tensor_bridge.h"
+#include "collectives/work.h"
+#include "torch/csrc/distributed/c10d/PrefixStore.hpp"
+
+namespace tpudist::collectives {
+namespace {
+
+std::vector<uint8_t> ToBytes(const std::string& s) {
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
+
+template <typename T>
+T ValueOrThrow(absl::StatusOr<T> v) {
+  ThrowIfError(v.status());
+  return *std::move(v);
+}
+
+}  // namespace
+
+ProcessGroupTpuDist::ProcessGroupTpuDist(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    Options options)
+    : c10d::ProcessGroup(rank, size),
+      options_(std::move(options)),
+      store_(c10::make_intrusive<c10d::PrefixStore>(
+          "tpu_dist/" + options_.group_name, store)) {
+  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "tpu_dist: bad rank ",
+              rank, " for world size ", size);
+  // Host identity: every rank publishes its id; the layout decides the path.
+  const std::string host_id = DefaultHostId(options_.host_id);
+  store_->set(absl::StrCat("host/", rank), ToBytes(host_id));
+  std::vector<std::string> ids(size);
+  for (int r = 0; r < size; ++r) {
+    const std::string key = absl::StrCat("host/", r);
+    store_->wait({key}, options_.timeout);
+    const std::vector<uint8_t> v = store_->get(key);
+    ids[r].assign(v.begin(), v.end());
+  }
+  layout_ = ComputeHostLayout(ids);
+  if (!layout_.single_host()) {
+    std::vector<std::string> hosts;
+    for (const auto& h : layout_.hosts) hosts.push_back(absl::StrCat(h.size()));
+    setup_status_ = absl::UnimplementedError(absl::StrCat(
+        "group '", options_.group_name, "' spans ", layout_.num_hosts(),
+        " hosts (ranks per host: ", absl::StrJoin(hosts, ","),
+        "); the inter-host (TCP) path is not integrated yet"));
+  } else {
+    shm::CommOptions comm_options;
+    const char* env_job = std::getenv("TPU_DIST_JOB_ID");
+    comm_options.job_id = !options_.job_id.empty() ? options_.job_id
+                          : env_job                ? env_job
+                                                   : "";
+    comm_options.group_name = options_.group_name;
+    comm_options.slot_bytes = options_.shm_slot_bytes;
+    comm_options.num_slots = options_.shm_num_slots;
+    comm_options.setup_timeout = absl::FromChrono(options_.timeout);
+    comm_ = ValueOrThrow(shm::Communicator::Create(*store_, rank, size, comm_options));
+  }
+  worker_ = std::make_unique<OpWorker>();
+}
+
+ProcessGroupTpuDist::~ProcessGroupTpuDist() { worker_.reset(); }
+
+c10::intrusive_ptr<ProcessGroupTpuDist> ProcessGroupTpuDist::NewSubgroup(
+    const c10::intrusive_ptr<c10d::Store>& parent_store, int global_rank,
+    const std::vector<int>& global_ranks, Options options) {
+  int group_rank = -1;
+  for (size_t i = 0; i < global_ranks.size(); ++i) {
+    if (global_ranks[i] == global_rank) group_rank = static_cast<int>(i);
+  }
+  TORCH_CHECK(group_rank >= 0, "tpu_dist: NewSubgroup: global rank ",
+              global_rank, " is not in [", absl::StrJoin(global_ranks, ","), "]");
+  if (options.group_name.empty() || options.group_name == "default") {
+    options.group_name = absl::StrCat("sub_", absl::StrJoin(global_ranks, "_"));
+  }
+  return c10::make_intrusive<ProcessGroupTpuDist>(
+      parent_store, group_rank, static_cast<int>(global_ranks.size()),
+      std::move(options));
+}
+
+absl::Status ProcessGroupTpuDist::status() const {
+  if (!setup_status_.ok()) return setup_status_;
+  return comm_ ? comm_->poison() : absl::OkStatus();
+}
+
+std::chrono::milliseconds ProcessGroupTpuDist::OpTimeout(
+    std::chrono::milliseconds requested) const {
+  return requested == c10d::kUnsetTimeout ? options_.timeout : requested;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
+    const char* name, c10d::OpType type, std::chrono::milliseconds timeout,
+    int64_t bytes, std::vector<at::Tensor> outputs, OpBody body) {
+  auto work = c10::make_intrusive<TpuDistWork>(rank_, type, std::move(outputs), timeout);
+  worker_->Enqueue([this, work, name, timeout, bytes, body = std::move(body)] {
+    if (!setup_status_.ok()) return work->Finish(setup_status_);
+    shm::OpContext ctx;
+    ctx.name = name;
+    ctx.bytes = bytes;
+    ctx.start = absl::Now();
+    ctx.timeout = absl::FromChrono(timeout);
+    absl::Status s;
+    try {
+      s = body(*comm_, ctx);
+    } catch (const std::exception& e) {  // torch copy_ / store errors
+      s = comm_->Poison(absl::InternalError(absl::StrCat(name, ": ", e.what())));
+    }
+    work->Finish(s);
+  });
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allreduce(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "tpu_dist: allreduce takes exactly one tensor");
+  at::Tensor t = tensors[0];
+  const shm::DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "allreduce"));
+  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp));
+  ThrowIfError(shm::CheckReducible(dtype, kind));
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  const uint32_t seq = NextSeq();
+  return Enqueue("allreduce", c10d::OpType::ALLREDUCE, OpTimeout(opts.timeout),
+                 t.nbytes(), tensors,
+                 [this, t, dtype, kind, seq](shm::Communicator& comm,
+                                             const shm::OpContext& ctx) mutable {
+                   at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
+                   shm::OpSpec spec{ctx, seq, dtype, ShapeOf(t), t.numel()};
+                   absl::Status s = shm::AllReduce(comm, spec, kind, buf.data_ptr(),
+                                                   options_.small_allreduce_bytes);
+                   if (s.ok()) CopyBackIfNeeded(t, buf);
+                   return s;
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::broadcast(
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "tpu_dist: broadcast takes exactly one tensor");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_,
+              "tpu_dist: broadcast root ", opts.rootRank, " out of range");
+  at::Tensor t = tensors[0];
+  const shm::DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "broadcast"));
+  const int root = static_cast<int>(opts.rootRank);
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  const uint32_t seq = NextSeq();
+  return Enqueue("broadcast", c10d::OpType::BROADCAST, OpTimeout(opts.timeout),
+                 t.nbytes(), tensors,
+                 [t, dtype, root, seq](shm::Communicator& comm,
+                                       const shm::OpContext& ctx) mutable {
+                   at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
+                   shm::OpSpec spec{ctx, seq, dtype, ShapeOf(t), t.numel()};
+                   absl::Status s = shm::Broadcast(comm, spec, root, buf.data_ptr(),
+                                                   t.nbytes());
+                   if (s.ok()) CopyBackIfNeeded(t, buf);
+                   return s;
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce(
+    std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "tpu_dist: reduce takes exactly one tensor");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_,
+              "tpu_dist: reduce root ", opts.rootRank, " out of range");
+  at::Tensor t = tensors[0];
+  const shm::DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "reduce"));
+  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp));
+  ThrowIfError(shm::CheckReducible(dtype, kind));
+  const int root = static_cast<int>(opts.rootRank);
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  const uint32_t seq = NextSeq();
+  return Enqueue("reduce", c10d::OpType::REDUCE, OpTimeout(opts.timeout),
+                 t.nbytes(), tensors,
+                 [t, dtype, kind, root, seq](shm::Communicator& comm,
+                                             const shm::OpContext& ctx) mutable {
+                   at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
+                   shm::OpSpec spec{ctx, seq, dtype, ShapeOf(t), t.numel()};
+                   absl::Status s = shm::Reduce(comm, spec, kind, root, buf.data_ptr());
+                   if (s.ok()) CopyBackIfNeeded(t, buf);
+                   return s;
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::barrier(
+    const c10d::BarrierOptions& opts) {
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  const uint32_t seq = NextSeq();
+  return Enqueue("barrier", c10d::OpType::BARRIER, OpTimeout(opts.timeout), 0, {},
+                 [seq](shm::Communicator& comm, const shm::OpContext& ctx) {
+                   shm::OpSpec spec{ctx, seq, shm::DataType::kUInt8, {}, 0};
+                   return shm::Barrier(comm, spec);
+                 });
+}
+
+int64_t ProcessGroupTpuDist::NextP2pIndex(const std::string& channel) {
+  return p2p_counters_[channel]++;
+}
+
+// Point-to-point goes through the group's store: the sender sets a key named
+// after (src, dst, tag, message index); the receiver waits for it, reads it
+// and deletes it. Message indices count per (src, dst, tag) channel on both
+// sides, so the n-th send matches the n-th recv. Buffered: send completes
+// once the bytes are in the store.
+c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
+    std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
+  TORCH_CHECK(tensors.size() == 1, "tpu_dist: send takes exactly one tensor");
+  TORCH_CHECK(dst_rank >= 0 && dst_rank < size_ && dst_rank != rank_,
+              "tpu_dist: send to invalid rank ", dst_rank);
+  at::Tensor t = tensors[0];
+  ValueOrThrow(ToDataType(t.scalar_type(), "send"));
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  const std::string channel = absl::StrCat("p2p/", rank_, "/", dst_rank, "/", tag);
+  const std::string key = absl::StrCat(channel, "/", NextP2pIndex(channel));
+  return Enqueue("send", c10d::OpType::SEND, options_.timeout, t.nbytes(), tensors,
+                 [this, t, key](shm::Communicator&, const shm::OpContext&) {
+                   at::Tensor buf = ContiguousBuffer(t);
+                   const uint8_t* p = static_cast<const uint8_t*>(buf.data_ptr());
+                   store_->set(key, std::vector<uint8_t>(p, p + buf.nbytes()));
+                   return absl::OkStatus();
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
+    std::vector<at::Tensor>& tensors, int src_rank, int tag) {
+  TORCH_CHECK(tensors.size() == 1, "tpu_dist: recv takes exactly one tensor");
+  TORCH_CHECK(src_rank >= 0 && src_rank < size_ && src_rank != rank_,
+              "tpu_dist: recv from invalid rank ", src_rank);
+  at::Tensor t = tensors[0];
+  ValueOrThrow(ToDataType(t.scalar_type(), "recv"));
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  const std::string channel = absl::StrCat("p2p/", src_rank, "/", rank_, "/", tag);
+  const std::string key = absl::StrCat(channel, "/", NextP2pIndex(channel));
+  const int me = rank_;
+  return Enqueue(
+      "recv", c10d::OpType::RECV, options_.timeout, t.nbytes(), tensors,
+      [this, t, key, src_rank, me](shm::Communicator&, const shm::OpContext& ctx) mutable {
+        try {
+          store_->wait({key}, absl::ToChronoMilliseconds(ctx.timeout));
+        } catch (const std::exception& e) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "recv on rank ", me, " from rank ", src_rank, " (", ctx.bytes,
+              " bytes) timed out after ", absl::FormatDuration(ctx.timeout), ": ",
+              e.what()));
+        }
+        const std::vector<uint8_t> bytes = store_->get(key);
+        store_->deleteKey(key);
+        if (static_cast<int64_t>(bytes.size()) != static_cast<int64_t>(t.nbytes())) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "recv on rank ", me, " from rank ", src_rank, ": expected ",
+              t.nbytes(), " bytes, the sender sent ", bytes.size()));
+        }
+        at::Tensor buf = ContiguousBuffer(t);
+        if (!bytes.empty()) std::memcpy(buf.data_ptr(), bytes.data(), bytes.size());
+        CopyBackIfNeeded(t, buf);
+        return absl::OkStatus();
+      });
+}
+
+}  // namespace tpudist::collectives

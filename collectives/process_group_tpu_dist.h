@@ -1,0 +1,170 @@
+// ProcessGroupTpuDist: the "tpu_dist" c10d process group.
+//
+// Usable wherever a libtorch C++ trainer uses ProcessGroupGloo:
+//
+//   auto store = c10::make_intrusive<c10d::FileStore>(path, world);
+//   ProcessGroupTpuDist::Options opts;            // timeout, group name, ...
+//   auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world, opts);
+//   pg->allreduce(tensors)->wait();
+//
+// Construction is collective: all `size` ranks construct the group over the
+// same store (keys are namespaced by Options::group_name, which must be unique
+// per store). The constructor exchanges host ids; when all ranks share a host
+// it sets up the shared-memory communicator (collectives/shm). A group that
+// spans hosts constructs, but every op fails with Unimplemented until the
+// inter-host path (collectives/tcp) is integrated (see docs/collectives.md).
+//
+// Ops: allreduce (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR), reduce,
+// allgather, _allgather_base, reduce_scatter, _reduce_scatter_base,
+// broadcast, gather, scatter, alltoall, alltoall_base (even and uneven
+// splits), barrier, send, recv. dtypes: float32, float64, bfloat16, float16,
+// int32, int64, uint8. Inputs may be non-contiguous. Each op call takes a
+// list of exactly one tensor (for list-of-lists args, one inner list).
+//
+// Execution: every op call validates its local arguments (throwing
+// c10::Error on misuse, like Gloo), then is queued on the group's single
+// worker thread and returns an async Work. Ops run in issue order. Errors
+// (cross-rank mismatch, peer death, timeout) fail the Work on every rank and
+// poison the group: later ops fail fast with the same cause.
+//
+// send/recv go through the store (correct, not fast); collectives use shm.
+//
+// Thread-safety: op methods may be called from any thread; the group orders
+// them by call order.
+#ifndef TPU_DIST_COLLECTIVES_PROCESS_GROUP_TPU_DIST_H_
+#define TPU_DIST_COLLECTIVES_PROCESS_GROUP_TPU_DIST_H_
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/host_layout.h"
+#include "collectives/op_worker.h"
+#include "collectives/shm/communicator.h"
+#include "torch/csrc/distributed/c10d/ProcessGroup.hpp"
+#include "torch/csrc/distributed/c10d/Store.hpp"
+
+namespace tpudist::collectives {
+
+class TpuDistWork;
+
+class ProcessGroupTpuDist : public c10d::ProcessGroup {
+ public:
+  struct Options {
+    std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per op
+    std::string group_name = "default";
+    std::string host_id;  // "" -> DefaultHostId()
+    std::string job_id;   // part of shm segment names; "" -> env TPU_DIST_JOB_ID
+    int64_t shm_slot_bytes = 1 << 20;       // per rank per slot
+    int shm_num_slots = 4;
+    int64_t small_allreduce_bytes = 64 << 10;  // one-shot allreduce limit
+  };
+
+  // Collective over `store`; see the file comment. Throws c10::Error when the
+  // store rendezvous or shm setup fails.
+  ProcessGroupTpuDist(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                      int size, Options options);
+  ~ProcessGroupTpuDist() override;
+
+  // A group over `global_ranks` (in that order: group rank i is
+  // global_ranks[i]) of a parent group whose store is `parent_store`. Only
+  // members call it, all with the same list. The group's keys live under a
+  // PrefixStore named after options.group_name (default "sub_<r0>_<r1>..."),
+  // so use distinct names for distinct subgroups over the same ranks.
+  // Throws c10::Error if `global_rank` is not in the list.
+  static c10::intrusive_ptr<ProcessGroupTpuDist> NewSubgroup(
+      const c10::intrusive_ptr<c10d::Store>& parent_store, int global_rank,
+      const std::vector<int>& global_ranks, Options options);
+
+  const std::string getBackendName() const override { return "tpu_dist"; }
+  const HostLayout& host_layout() const { return layout_; }
+  // OK, or the error that poisoned the group.
+  absl::Status status() const;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& output, at::Tensor& input,
+      std::vector<int64_t>& output_split_sizes,
+      std::vector<int64_t>& input_split_sizes,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
+                                      int dst_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
+                                      int src_rank, int tag) override;
+
+ private:
+  // The body of an op, run on the worker thread against the communicator.
+  using OpBody = std::function<absl::Status(shm::Communicator&, const shm::OpContext&)>;
+
+  // Queues `body` and returns its Work; `outputs` are what the future
+  // resolves to.
+  c10::intrusive_ptr<c10d::Work> Enqueue(const char* name, c10d::OpType type,
+                                         std::chrono::milliseconds timeout,
+                                         int64_t bytes,
+                                         std::vector<at::Tensor> outputs,
+                                         OpBody body);
+  std::chrono::milliseconds OpTimeout(std::chrono::milliseconds requested) const;
+  uint32_t NextSeq() { return ++op_seq_; }
+  // Per-(peer, tag) message counter for send/recv keys.
+  int64_t NextP2pIndex(const std::string& channel);
+
+  Options options_;
+  c10::intrusive_ptr<c10d::Store> store_;  // namespaced by group name
+  HostLayout layout_;
+  absl::Status setup_status_;                 // Unimplemented if multi-host
+  std::unique_ptr<shm::Communicator> comm_;   // null unless single host
+  uint32_t op_seq_ = 0;                       // issuing thread(s) under issue_mu_
+  std::mutex issue_mu_;
+  std::map<std::string, int64_t> p2p_counters_;  // GUARDED_BY(issue_mu_)
+  std::unique_ptr<OpWorker> worker_;          // last: joined first
+};
+
+}  // namespace tpudist::collectives
+
+#endif  // TPU_DIST_COLLECTIVES_PROCESS_GROUP_TPU_DIST_H_

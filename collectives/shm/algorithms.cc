@@ -1,0 +1,343 @@
+#include "collectives/shm/algorithms.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/shm/chunking.h"
+
+namespace tpudist::collectives::shm {
+namespace {
+
+char* At(void* p, int64_t off) { return static_cast<char*>(p) + off; }
+const char* At(const void* p, int64_t off) {
+  return static_cast<const char*>(p) + off;
+}
+
+OpHeader MakeHeader(const OpSpec& spec, OpKind kind, ReduceKind op, int root,
+                    bool check_count) {
+  OpHeader h;
+  h.op = static_cast<uint32_t>(kind);
+  h.op_seq = spec.seq;
+  h.dtype = static_cast<uint8_t>(spec.dtype);
+  h.reduce = static_cast<uint8_t>(op);
+  h.check_count = check_count ? 1 : 0;
+  h.root = root;
+  h.count = spec.count;
+  h.ndim = static_cast<uint8_t>(
+      std::min<size_t>(spec.shape.size(), OpHeader::kMaxDims));
+  for (int i = 0; i < h.ndim; ++i) h.dims[i] = spec.shape[i];
+  return h;
+}
+
+// Drives `phases` (>= 1) lock-step phases. write(i, my_slot) fills this
+// rank's slot for phase i; read(i) consumes peers' slots of phase i. The
+// header goes out with phase 0 and is checked before read(0).
+template <typename Write, typename Read>
+absl::Status RunPhases(Communicator& comm, const OpSpec& spec,
+                       const OpHeader& header, int64_t phases, Write write,
+                       Read read) {
+  phases = std::max<int64_t>(phases, 1);
+  for (int64_t i = 0; i < phases; ++i) {
+    if (absl::Status s = comm.BeginPhase(spec.ctx); !s.ok()) return s;
+    if (i == 0) *comm.my_header() = header;
+    write(i, comm.my_data());
+    if (absl::Status s = comm.PublishAndWait(spec.ctx); !s.ok()) return s;
+    if (i == 0) {
+      if (absl::Status s = comm.CheckHeaders(spec.ctx); !s.ok()) return s;
+    }
+    if (absl::Status s = read(i); !s.ok()) return comm.Poison(s);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<const void*> PeerSlots(const Communicator& comm, int64_t off) {
+  std::vector<const void*> v(comm.size());
+  for (int r = 0; r < comm.size(); ++r) v[r] = At(comm.peer_data(r), off);
+  return v;
+}
+
+}  // namespace
+
+absl::Status AllReduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
+                       void* data, int64_t small_bytes) {
+  const size_t es = ElementSize(spec.dtype);
+  const int64_t bytes = spec.count * static_cast<int64_t>(es);
+  const OpHeader header = MakeHeader(spec, OpKind::kAllreduce, op, -1, true);
+  const int64_t world = comm.size();
+  const int64_t slot_elems = comm.slot_bytes() / static_cast<int64_t>(es);
+  if (bytes <= std::min(small_bytes, comm.slot_bytes())) {
+    // One-shot: every rank copies its whole buffer into its slot, publishes,
+    // and then reduces all W slots (in rank order, so results are identical
+    // on every rank) straight into its own buffer. One sync per op; the
+    // rotating slots replace a trailing barrier.
+    return RunPhases(
+        comm, spec, header, 1,
+        [&](int64_t, void* slot) { std::memcpy(slot, data, bytes); },
+        [&](int64_t) {
+          ReduceInto(spec.dtype, op, data, PeerSlots(comm, 0), spec.count);
+          return absl::OkStatus();
+        });
+  }
+  // Chunked reduce-scatter + all-gather. The buffer is cut into chunks of
+  // slot_elems; each chunk takes two phases:
+  //   A (even phase): copy the chunk into the slot. After the sync rank r
+  //     reduces its EvenSlice(chunk, W, r) from all W slots into its own
+  //     buffer (safe: the chunk is already in the slot).
+  //   B (odd phase): copy that reduced slice into the slot at the same
+  //     offset. After the sync every rank copies every peer's slice out.
+  // With K >= 4 slots, copy-in of chunk i+1 proceeds while slower peers are
+  // still reading chunk i's slots.
+  const int64_t chunks = NumChunks(spec.count, slot_elems);
+  return RunPhases(
+      comm, spec, header, 2 * chunks,
+      [&](int64_t i, void* slot) {
+        const Range c = ChunkRange(spec.count, slot_elems, i / 2);
+        if (i % 2 == 0) {
+          std::memcpy(slot, At(data, c.begin * es), c.size * es);
+        } else {
+          const Range s = EvenSlice(c.size, world, comm.rank());
+          std::memcpy(At(slot, s.begin * es),
+                      At(data, (c.begin + s.begin) * es), s.size * es);
+        }
+      },
+      [&](int64_t i) {
+        const Range c = ChunkRange(spec.count, slot_elems, i / 2);
+        if (i % 2 == 0) {
+          const Range s = EvenSlice(c.size, world, comm.rank());
+          ReduceInto(spec.dtype, op, At(data, (c.begin + s.begin) * es),
+                     PeerSlots(comm, s.begin * es), s.size);
+        } else {
+          for (int r = 0; r < world; ++r) {
+            if (r == comm.rank()) continue;
+            const Range s = EvenSlice(c.size, world, r);
+            std::memcpy(At(data, (c.begin + s.begin) * es),
+                        At(comm.peer_data(r), s.begin * es), s.size * es);
+          }
+        }
+        return absl::OkStatus();
+      });
+}
+
+absl::Status Reduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
+                    int root, void* data) {
+  // Chunked copy-in; after each sync only the root reduces all W slots into
+  // its buffer. Non-roots just keep their slots valid until the next phase.
+  const size_t es = ElementSize(spec.dtype);
+  const int64_t slot_elems = comm.slot_bytes() / static_cast<int64_t>(es);
+  return RunPhases(
+      comm, spec, MakeHeader(spec, OpKind::kReduce, op, root, true),
+      NumChunks(spec.count, slot_elems),
+      [&](int64_t i, void* slot) {
+        if (spec.count == 0) return;
+        const Range c = ChunkRange(spec.count, slot_elems, i);
+        std::memcpy(slot, At(data, c.begin * es), c.size * es);
+      },
+      [&](int64_t i) {
+        if (comm.rank() != root || spec.count == 0) return absl::OkStatus();
+        const Range c = ChunkRange(spec.count, slot_elems, i);
+        ReduceInto(spec.dtype, op, At(data, c.begin * es), PeerSlots(comm, 0),
+                   c.size);
+        return absl::OkStatus();
+      });
+}
+
+absl::Status ReduceScatter(Communicator& comm, const OpSpec& spec,
+                           ReduceKind op, absl::Span<const void* const> inputs,
+                           void* out) {
+  // The slot is split into W sub-slots of `sub` elements, one per
+  // destination. Each phase a rank copies the next `sub` elements of
+  // inputs[j] into sub-slot j; after the sync rank r reduces sub-slot r of
+  // all W peers into its output. No all-gather step is needed.
+  const size_t es = ElementSize(spec.dtype);
+  const int world = comm.size();
+  const int64_t sub = comm.slot_bytes() / world / static_cast<int64_t>(es);
+  return RunPhases(
+      comm, spec, MakeHeader(spec, OpKind::kReduceScatter, op, -1, true),
+      NumChunks(spec.count, sub),
+      [&](int64_t i, void* slot) {
+        if (spec.count == 0) return;
+        const Range c = ChunkRange(spec.count, sub, i);
+        for (int j = 0; j < world; ++j) {
+          std::memcpy(At(slot, j * sub * es), At(inputs[j], c.begin * es),
+                      c.size * es);
+        }
+      },
+      [&](int64_t i) {
+        if (spec.count == 0) return absl::OkStatus();
+        const Range c = ChunkRange(spec.count, sub, i);
+        ReduceInto(spec.dtype, op, At(out, c.begin * es),
+                   PeerSlots(comm, comm.rank() * sub * es), c.size);
+        return absl::OkStatus();
+      });
+}
+
+absl::Status AllGather(Communicator& comm, const OpSpec& spec, const void* in,
+                       int64_t bytes, absl::Span<void* const> outs) {
+  // Chunked copy-in of the own piece; after each sync every rank copies
+  // every slot (its own included, which makes in == outs[rank] safe) out.
+  const int64_t chunk = comm.slot_bytes();
+  return RunPhases(
+      comm, spec, MakeHeader(spec, OpKind::kAllgather, ReduceKind{}, -1, true),
+      NumChunks(bytes, chunk),
+      [&](int64_t i, void* slot) {
+        if (bytes == 0) return;
+        const Range c = ChunkRange(bytes, chunk, i);
+        std::memcpy(slot, At(in, c.begin), c.size);
+      },
+      [&](int64_t i) {
+        if (bytes == 0) return absl::OkStatus();
+        const Range c = ChunkRange(bytes, chunk, i);
+        for (int r = 0; r < comm.size(); ++r) {
+          if (outs[r] == At(in, 0) && r == comm.rank()) continue;
+          std::memcpy(At(outs[r], c.begin), comm.peer_data(r), c.size);
+        }
+        return absl::OkStatus();
+      });
+}
+
+absl::Status Broadcast(Communicator& comm, const OpSpec& spec, int root,
+                       void* data, int64_t bytes) {
+  // Root copies chunk i into its slot; after the sync the others copy it
+  // out. Non-roots publish empty slots to keep the phase count in lock-step.
+  const int64_t chunk = comm.slot_bytes();
+  const bool is_root = comm.rank() == root;
+  return RunPhases(
+      comm, spec, MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, root, true),
+      NumChunks(bytes, chunk),
+      [&](int64_t i, void* slot) {
+        if (!is_root || bytes == 0) return;
+        const Range c = ChunkRange(bytes, chunk, i);
+        std::memcpy(slot, At(data, c.begin), c.size);
+      },
+      [&](int64_t i) {
+        if (is_root || bytes == 0) return absl::OkStatus();
+        const Range c = ChunkRange(bytes, chunk, i);
+        std::memcpy(At(data, c.begin), comm.peer_data(root), c.size);
+        return absl::OkStatus();
+      });
+}
+
+absl::Status Gather(Communicator& comm, const OpSpec& spec, int root,
+                    const void* in, int64_t bytes,
+                    absl::Span<void* const> outs) {
+  // Like AllGather, but only the root copies the slots out.
+  const int64_t chunk = comm.slot_bytes();
+  return RunPhases(
+      comm, spec, MakeHeader(spec, OpKind::kGather, ReduceKind{}, root, true),
+      NumChunks(bytes, chunk),
+      [&](int64_t i, void* slot) {
+        if (bytes == 0) return;
+        const Range c = ChunkRange(bytes, chunk, i);
+        std::memcpy(slot, At(in, c.begin), c.size);
+      },
+      [&](int64_t i) {
+        if (comm.rank() != root || bytes == 0) return absl::OkStatus();
+        const Range c = ChunkRange(bytes, chunk, i);
+        for (int r = 0; r < comm.size(); ++r) {
+          std::memcpy(At(outs[r], c.begin), comm.peer_data(r), c.size);
+        }
+        return absl::OkStatus();
+      });
+}
+
+absl::Status Scatter(Communicator& comm, const OpSpec& spec, int root,
+                     absl::Span<const void* const> ins, void* out,
+                     int64_t bytes) {
+  // The root's slot holds W sub-slots of `sub` bytes; phase i carries bytes
+  // [i*sub, (i+1)*sub) of every destination's piece. Rank r copies sub-slot
+  // r of the root's slot.
+  const int world = comm.size();
+  const int64_t sub = comm.slot_bytes() / world;
+  const bool is_root = comm.rank() == root;
+  return RunPhases(
+      comm, spec, MakeHeader(spec, OpKind::kScatter, ReduceKind{}, root, true),
+      NumChunks(bytes, sub),
+      [&](int64_t i, void* slot) {
+        if (!is_root || bytes == 0) return;
+        const Range c = ChunkRange(bytes, sub, i);
+        for (int j = 0; j < world; ++j) {
+          std::memcpy(At(slot, j * sub), At(ins[j], c.begin), c.size);
+        }
+      },
+      [&](int64_t i) {
+        if (bytes == 0) return absl::OkStatus();
+        const Range c = ChunkRange(bytes, sub, i);
+        std::memcpy(At(out, c.begin), At(comm.peer_data(root), comm.rank() * sub),
+                    c.size);
+        return absl::OkStatus();
+      });
+}
+
+absl::Status AllToAll(Communicator& comm, const OpSpec& spec,
+                      absl::Span<const void* const> ins,
+                      absl::Span<const int64_t> in_bytes,
+                      absl::Span<void* const> outs,
+                      absl::Span<const int64_t> out_bytes) {
+  // Phase 0 exchanges every rank's send and receive byte counts (2W int64),
+  // giving every rank the full W x W matrix; a pair whose counts disagree
+  // fails on every rank. Data phases 1..P then move up to `sub` bytes per
+  // (src, dst) pair: src copies its next piece for dst into sub-slot dst,
+  // and dst copies sub-slot dst of every src out. P is the same everywhere
+  // because it is computed from the shared matrix (AlltoallPhases).
+  const int world = comm.size();
+  const int me = comm.rank();
+  int64_t sub = (comm.slot_bytes() / world) & ~int64_t{63};
+  if (sub == 0) sub = comm.slot_bytes() / world;
+  std::vector<int64_t> matrix(world * world);  // [src][dst] bytes
+  const OpHeader header = MakeHeader(spec, OpKind::kAlltoall, ReduceKind{}, -1, false);
+  absl::Status exchanged = RunPhases(
+      comm, spec, header, 1,
+      [&](int64_t, void* slot) {
+        int64_t* v = static_cast<int64_t*>(slot);
+        for (int j = 0; j < world; ++j) {
+          v[j] = in_bytes[j];
+          v[world + j] = out_bytes[j];
+        }
+      },
+      [&](int64_t) {
+        for (int src = 0; src < world; ++src) {
+          const int64_t* v = static_cast<const int64_t*>(comm.peer_data(src));
+          for (int dst = 0; dst < world; ++dst) matrix[src * world + dst] = v[dst];
+        }
+        for (int dst = 0; dst < world; ++dst) {
+          const int64_t* v = static_cast<const int64_t*>(comm.peer_data(dst));
+          for (int src = 0; src < world; ++src) {
+            if (v[world + src] != matrix[src * world + dst]) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  spec.ctx.name, " on rank ", me, ": rank ", src, " sends ",
+                  matrix[src * world + dst], " bytes to rank ", dst,
+                  " which expects ", v[world + src], " bytes"));
+            }
+          }
+        }
+        return absl::OkStatus();
+      });
+  if (!exchanged.ok()) return exchanged;
+  const int64_t phases = AlltoallPhases(matrix, world, sub);
+  for (int64_t k = 0; k < phases; ++k) {
+    const int64_t off = k * sub;
+    if (absl::Status s = comm.BeginPhase(spec.ctx); !s.ok()) return s;
+    void* slot = comm.my_data();
+    for (int j = 0; j < world; ++j) {
+      const int64_t n = std::clamp<int64_t>(matrix[me * world + j] - off, 0, sub);
+      if (n > 0) std::memcpy(At(slot, j * sub), At(ins[j], off), n);
+    }
+    if (absl::Status s = comm.PublishAndWait(spec.ctx); !s.ok()) return s;
+    for (int r = 0; r < world; ++r) {
+      const int64_t n = std::clamp<int64_t>(matrix[r * world + me] - off, 0, sub);
+      if (n > 0) std::memcpy(At(outs[r], off), At(comm.peer_data(r), me * sub), n);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Barrier(Communicator& comm, const OpSpec& spec) {
+  // One header-only phase: returning from PublishAndWait means every rank
+  // has published it, i.e. has entered the barrier.
+  return RunPhases(
+      comm, spec, MakeHeader(spec, OpKind::kBarrier, ReduceKind{}, -1, true), 1,
+      [](int64_t, void*) {}, [](int64_t) { return absl::OkStatus(); });
+}
+
+}  // namespace tpudist::collectives::shm

@@ -1,0 +1,86 @@
+// Intra-host collective algorithms over a shm::Communicator, on raw bytes.
+//
+// Every algorithm is a sequence of lock-step phases (see communicator.h). Its
+// first phase carries each rank's OpHeader, which every rank checks against
+// all the others before touching peer data, so mismatched calls fail on every
+// rank with the same message. Every op runs at least one phase, even for
+// zero elements. Algorithm-specific prose sits at the top of each function in
+// algorithms.cc.
+//
+// Buffers: all pointers are caller-owned host memory that stays valid for the
+// call. Inputs may alias outputs exactly where noted (in-place ops).
+//
+// Thread-safety: like Communicator, one op at a time.
+#ifndef TPU_DIST_COLLECTIVES_SHM_ALGORITHMS_H_
+#define TPU_DIST_COLLECTIVES_SHM_ALGORITHMS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "collectives/shm/communicator.h"
+#include "collectives/shm/reduce_kernels.h"
+
+namespace tpudist::collectives::shm {
+
+// What every rank publishes about an op. `shape` is this rank's per-rank
+// piece shape (for checks and messages), `count` its element count.
+struct OpSpec {
+  OpContext ctx;
+  uint32_t seq = 0;
+  DataType dtype = DataType::kUInt8;
+  std::vector<int64_t> shape;
+  int64_t count = 0;
+};
+
+// In-place all-reduce of `count` elements at `data` ([count]). Messages of at
+// most `small_bytes` (<= slot_bytes) take the one-shot path; larger ones the
+// chunked reduce-scatter + all-gather path.
+absl::Status AllReduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
+                       void* data, int64_t small_bytes);
+
+// Reduces every rank's `data` ([count]) into root's `data`; non-root buffers
+// are left unchanged.
+absl::Status Reduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
+                    int root, void* data);
+
+// out ([count]) = reduction over ranks of their inputs[rank()] ; `inputs`
+// holds size() buffers of `count` elements each.
+absl::Status ReduceScatter(Communicator& comm, const OpSpec& spec,
+                           ReduceKind op, absl::Span<const void* const> inputs,
+                           void* out);
+
+// outs[r] (bytes each) = rank r's `in` (bytes). `in` may alias outs[rank()].
+absl::Status AllGather(Communicator& comm, const OpSpec& spec, const void* in,
+                       int64_t bytes, absl::Span<void* const> outs);
+
+// Root's `data` (bytes) is copied into every rank's `data`.
+absl::Status Broadcast(Communicator& comm, const OpSpec& spec, int root,
+                       void* data, int64_t bytes);
+
+// On root, outs[r] (bytes) = rank r's `in`; `outs` is ignored elsewhere.
+absl::Status Gather(Communicator& comm, const OpSpec& spec, int root,
+                    const void* in, int64_t bytes,
+                    absl::Span<void* const> outs);
+
+// out (bytes) = root's ins[rank()]; `ins` is ignored on non-root ranks.
+absl::Status Scatter(Communicator& comm, const OpSpec& spec, int root,
+                     absl::Span<const void* const> ins, void* out,
+                     int64_t bytes);
+
+// outs[r] (out_bytes[r]) = rank r's ins[rank()] (its in_bytes[rank()]).
+// Splits may be uneven; every (src, dst) pair must agree on the byte count
+// (checked on every rank from the exchanged split matrix).
+absl::Status AllToAll(Communicator& comm, const OpSpec& spec,
+                      absl::Span<const void* const> ins,
+                      absl::Span<const int64_t> in_bytes,
+                      absl::Span<void* const> outs,
+                      absl::Span<const int64_t> out_bytes);
+
+// Returns once every rank has entered the barrier.
+absl::Status Barrier(Communicator& comm, const OpSpec& spec);
+
+}  // namespace tpudist::collectives::shm
+
+#endif  // TPU_DIST_COLLECTIVES_SHM_ALGORITHMS_H_

@@ -1,0 +1,273 @@
+#include "collectives/shm/communicator.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "collectives/shm/reduce_kernels.h"
+#include "torch/csrc/distributed/c10d/Store.hpp"
+
+namespace tpudist::collectives::shm {
+namespace {
+
+constexpr uint64_t kMagic = 0x7470756473686d31ull;  // "tpudshm1"
+constexpr size_t kControlBytes = 4096;
+constexpr size_t kHeaderBytes = 256;
+static_assert(sizeof(OpHeader) <= kHeaderBytes, "OpHeader too large");
+
+std::vector<uint8_t> Bytes(const std::string& s) {
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
+
+std::chrono::milliseconds ToChrono(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+// True if `pid` no longer runs (gone, or a zombie awaiting its reaper).
+bool ProcessDead(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+  const char state = line[paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
+std::string DescribeHeader(const OpHeader& h) {
+  std::string dims;
+  for (int i = 0; i < h.ndim && i < OpHeader::kMaxDims; ++i) {
+    absl::StrAppend(&dims, i ? "," : "", h.dims[i]);
+  }
+  return absl::StrCat(OpKindName(static_cast<OpKind>(h.op)), " #", h.op_seq,
+                      " dtype=", DataTypeName(static_cast<DataType>(h.dtype)),
+                      " shape=[", dims, "] count=", h.count,
+                      h.reduce ? absl::StrCat(" op=", ReduceKindName(
+                                     static_cast<ReduceKind>(h.reduce)))
+                               : std::string(),
+                      h.root >= 0 ? absl::StrCat(" root=", h.root) : "");
+}
+
+bool HeadersAgree(const OpHeader& a, const OpHeader& b) {
+  if (a.op != b.op || a.op_seq != b.op_seq || a.dtype != b.dtype ||
+      a.reduce != b.reduce || a.root != b.root) {
+    return false;
+  }
+  if (!a.check_count || !b.check_count) return true;
+  if (a.count != b.count || a.ndim != b.ndim) return false;
+  for (int i = 0; i < a.ndim && i < OpHeader::kMaxDims; ++i) {
+    if (a.dims[i] != b.dims[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const char* OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllreduce: return "allreduce";
+    case OpKind::kAllgather: return "allgather";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kReduce: return "reduce";
+    case OpKind::kGather: return "gather";
+    case OpKind::kScatter: return "scatter";
+    case OpKind::kReduceScatter: return "reduce_scatter";
+    case OpKind::kAlltoall: return "alltoall";
+    case OpKind::kBarrier: return "barrier";
+  }
+  return "unknown-op";
+}
+
+struct Communicator::Control {
+  uint64_t magic;
+  int32_t pid;
+  int32_t rank;
+  alignas(64) std::atomic<uint32_t> phase;
+  alignas(64) std::atomic<uint32_t> waiters;
+  alignas(64) std::atomic<uint32_t> abort;
+  char reason[1024];
+};
+static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex needs 32-bit words");
+
+Communicator::Communicator(int rank, int size, CommOptions options)
+    : rank_(rank),
+      size_(size),
+      options_(std::move(options)),
+      slot_stride_(kHeaderBytes + ((options_.slot_bytes + 63) & ~int64_t{63})),
+      segments_(size) {}
+
+Communicator::~Communicator() = default;
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
+    c10d::Store& store, int rank, int size, const CommOptions& options) {
+  static_assert(sizeof(Control) <= kControlBytes, "Control too large");
+  if (options.num_slots < 2 || options.slot_bytes < 64 * size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shm communicator needs num_slots >= 2 and slot_bytes >= 64 * world (",
+        64 * size, "); got ", options.num_slots, " slots of ",
+        options.slot_bytes, " bytes"));
+  }
+  std::unique_ptr<Communicator> comm(new Communicator(rank, size, options));
+  const size_t bytes = kControlBytes + comm->slot_stride_ * options.num_slots;
+  const auto timeout = ToChrono(options.setup_timeout);
+  try {
+    // A random nonce from rank 0 keeps segment names unique per group
+    // instance even when job ids and group names repeat.
+    if (rank == 0) {
+      std::random_device rd;
+      const uint64_t nonce = (uint64_t{rd()} << 32) ^ rd() ^ getpid();
+      store.set("shm/nonce", Bytes(absl::StrFormat("%016x", nonce)));
+    }
+    store.wait({"shm/nonce"}, timeout);
+    const std::vector<uint8_t> n = store.get("shm/nonce");
+    const std::string nonce(n.begin(), n.end());
+    const std::string job =
+        options.job_id.empty() ? nonce : absl::StrCat(options.job_id, ".", nonce);
+    auto name = [&](int r) { return SegmentName(job, options.group_name, r); };
+
+    absl::StatusOr<std::unique_ptr<Segment>> own = Segment::Create(name(rank), bytes);
+    if (!own.ok()) return own.status();
+    Control* me = static_cast<Control*>((*own)->data());
+    me->pid = getpid();
+    me->rank = rank;
+    me->magic = kMagic;
+    comm->segments_[rank] = std::move(*own);
+    store.set(absl::StrCat("shm/ready/", rank), Bytes("1"));
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      store.wait({absl::StrCat("shm/ready/", r)}, timeout);
+      absl::StatusOr<std::unique_ptr<Segment>> peer = Segment::Open(name(r), bytes);
+      if (!peer.ok()) return peer.status();
+      if (static_cast<Control*>((*peer)->data())->magic != kMagic) {
+        return absl::InternalError(absl::StrCat("segment ", name(r), " has a bad magic"));
+      }
+      comm->segments_[r] = std::move(*peer);
+    }
+    store.set(absl::StrCat("shm/mapped/", rank), Bytes("1"));
+    for (int r = 0; r < size; ++r) {
+      store.wait({absl::StrCat("shm/mapped/", r)}, timeout);
+    }
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(
+        "shm setup of group '", options.group_name, "' on rank ", rank,
+        " failed in the store: ", e.what()));
+  }
+  if (absl::Status s = comm->segments_[rank]->Unlink(); !s.ok()) return s;
+  return comm;
+}
+
+Communicator::Control* Communicator::control(int r) const {
+  return static_cast<Control*>(segments_[r]->data());
+}
+
+char* Communicator::slot(int r, uint64_t phase) const {
+  return static_cast<char*>(segments_[r]->data()) + kControlBytes +
+         slot_stride_ * (phase % options_.num_slots);
+}
+
+void* Communicator::my_data() const { return slot(rank_, phase_ + 1) + kHeaderBytes; }
+OpHeader* Communicator::my_header() const {
+  return reinterpret_cast<OpHeader*>(slot(rank_, phase_ + 1));
+}
+const void* Communicator::peer_data(int r) const { return slot(r, phase_) + kHeaderBytes; }
+const OpHeader* Communicator::peer_header(int r) const {
+  return reinterpret_cast<const OpHeader*>(slot(r, phase_));
+}
+
+absl::Status Communicator::PeerHealth(int r) const {
+  const Control* c = control(r);
+  if (c->abort.load(std::memory_order_acquire) != 0) {
+    return absl::AbortedError(absl::StrCat("peer rank ", r, " aborted: ",
+                                           std::string(c->reason, strnlen(c->reason, sizeof(c->reason)))));
+  }
+  if (c->pid != getpid() && ProcessDead(c->pid)) {
+    return absl::UnavailableError(
+        absl::StrCat("peer rank ", r, " (pid ", c->pid, ") died"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::WaitPeer(int r, uint32_t target, const OpContext& ctx,
+                                    const char* what) {
+  Control* c = control(r);
+  absl::Status s = WaitForSeq(&c->phase, &c->waiters, target, ctx.deadline(),
+                              options_.wait, [&] { return PeerHealth(r); });
+  if (s.ok()) return s;
+  const absl::Duration elapsed = absl::Now() - ctx.start;
+  std::string detail = absl::StrCat(
+      ctx.name, " on rank ", rank_, " of group '", options_.group_name, "': ",
+      s.message(), " while waiting for peer rank ", r, " ", what, " (phase ",
+      target, ", peer at ", c->phase.load(), "); bytes ", ctx.bytes,
+      ", elapsed ", absl::FormatDuration(elapsed), " vs timeout ",
+      absl::FormatDuration(ctx.timeout));
+  if (absl::IsDeadlineExceeded(s)) {
+    return Poison(absl::DeadlineExceededError(absl::StrCat("timed out: ", detail)));
+  }
+  return Poison(absl::Status(s.code(), detail));
+}
+
+absl::Status Communicator::BeginPhase(const OpContext& ctx) {
+  if (!poison_.ok()) return poison_;
+  const uint64_t next = phase_ + 1;
+  if (next < static_cast<uint64_t>(options_.num_slots)) return absl::OkStatus();
+  const uint32_t target = static_cast<uint32_t>(next - options_.num_slots + 1);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    if (absl::Status s = WaitPeer(r, target, ctx, "to free a slot"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::PublishAndWait(const OpContext& ctx) {
+  if (!poison_.ok()) return poison_;
+  ++phase_;
+  Control* me = control(rank_);
+  PublishSeq(&me->phase, &me->waiters, static_cast<uint32_t>(phase_));
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    if (absl::Status s = WaitPeer(r, static_cast<uint32_t>(phase_), ctx, "to publish");
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::CheckHeaders(const OpContext& ctx) {
+  const OpHeader& mine = *peer_header(rank_);
+  bool agree = true;
+  for (int r = 0; r < size_ && agree; ++r) agree = HeadersAgree(mine, *peer_header(r));
+  if (agree) return absl::OkStatus();
+  std::vector<std::string> lines;
+  for (int r = 0; r < size_; ++r) {
+    lines.push_back(absl::StrCat("rank ", r, ": ", DescribeHeader(*peer_header(r))));
+  }
+  return Poison(absl::InvalidArgumentError(absl::StrCat(
+      ctx.name, " on rank ", rank_, " of group '", options_.group_name,
+      "': ranks called mismatched collectives: ", absl::StrJoin(lines, "; "))));
+}
+
+absl::Status Communicator::Poison(absl::Status status) {
+  if (poison_.ok()) {
+    poison_ = std::move(status);
+    Control* me = control(rank_);
+    const std::string reason(poison_.message());
+    const size_t n = std::min(reason.size(), sizeof(me->reason) - 1);
+    std::memcpy(me->reason, reason.data(), n);
+    me->reason[n] = '\0';
+    me->abort.store(1, std::memory_order_release);
+    WakeAll(&me->phase);
+  }
+  return poison_;
+}
+
+}  // namespace tpudist::collectives::shm

@@ -1,0 +1,153 @@
+// Communicator: W ranks on one host, each owning one shared-memory segment
+// mapped by all the others, synchronized by a lock-step phase protocol.
+//
+// Segment layout (per rank):
+//   Control   {magic, pid, rank, phase word, sleeper count, abort word,
+//              abort reason}                       -- one 4 KiB page
+//   Slot[K]   {OpHeader (256 B), data (slot_bytes)} -- K = options.num_slots
+//
+// Phase protocol. Every collective is a sequence of phases; every rank runs
+// every phase of every op (ranks with nothing to send still publish), so all
+// ranks agree on the phase number p. In phase p a rank
+//   1. BeginPhase(): waits until every peer has published phase p-K+1, i.e.
+//      has finished reading phase p-K, whose slot (p mod K) we now reuse;
+//   2. writes its header/data into slot p mod K;
+//   3. PublishAndWait(): stores p into its phase word (waking sleepers) and
+//      waits until every peer's phase word reaches p;
+//   4. reads peers' slot p mod K (peer_data) until it next publishes.
+// Reading phase p always happens before publishing p+1, which is what makes
+// step 1 safe. With K >= 2 slots there is no trailing barrier: a fast rank
+// runs ahead by up to K-1 phases while slow ranks still read.
+//
+// Faults. Waits use WaitForSeq (spin, yield, futex) bounded by the op
+// deadline. The slow path checks each awaited peer's abort word and whether
+// its pid is alive (kill(pid, 0) and /proc/<pid>/stat for zombies). Any error
+// poisons the communicator: it records the status, sets its own abort word
+// with the reason (so peers fail fast instead of timing out) and every later
+// op fails with the same status.
+//
+// Setup (Create) rendezvous through a c10d::Store: publish host segment
+// readiness, map every peer, publish "mapped", wait for all "mapped", then
+// unlink the own segment name -- so /dev/shm holds nothing once setup ends.
+//
+// Thread-safety: one op at a time (the process group's worker thread).
+#ifndef TPU_DIST_COLLECTIVES_SHM_COMMUNICATOR_H_
+#define TPU_DIST_COLLECTIVES_SHM_COMMUNICATOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collectives/shm/segment.h"
+#include "collectives/shm/wait.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace tpudist::collectives::shm {
+
+struct CommOptions {
+  std::string job_id;      // part of segment names; "" -> random per group
+  std::string group_name = "default";
+  int64_t slot_bytes = 1 << 20;  // data bytes per slot; >= 64 * world
+  int num_slots = 4;             // >= 2
+  absl::Duration setup_timeout = absl::Minutes(5);
+  WaitPolicy wait;
+};
+
+// Per-op header each rank publishes in the first phase of an op. Fields a
+// given op does not use stay 0. Trivially copyable; lives in shared memory.
+struct OpHeader {
+  static constexpr int kMaxDims = 8;
+  uint32_t op = 0;        // OpKind
+  uint32_t op_seq = 0;    // per-group op counter
+  uint8_t dtype = 0;      // DataType
+  uint8_t reduce = 0;     // ReduceKind
+  uint8_t check_count = 1;  // 0: counts may legitimately differ (alltoall)
+  uint8_t ndim = 0;
+  int32_t root = -1;
+  int64_t count = 0;      // elements (or bytes for untyped ops)
+  int64_t dims[kMaxDims] = {};
+};
+
+enum class OpKind : uint32_t {
+  kAllreduce = 1,
+  kAllgather,
+  kBroadcast,
+  kReduce,
+  kGather,
+  kScatter,
+  kReduceScatter,
+  kAlltoall,
+  kBarrier,
+};
+const char* OpKindName(OpKind kind);
+
+// What an op is, for error messages and deadlines.
+struct OpContext {
+  std::string name;  // e.g. "allreduce"
+  int64_t bytes = 0;
+  absl::Time start;
+  absl::Duration timeout;
+  absl::Time deadline() const { return start + timeout; }
+};
+
+class Communicator {
+ public:
+  // Collective over `store`: every one of `size` ranks calls it.
+  static absl::StatusOr<std::unique_ptr<Communicator>> Create(
+      c10d::Store& store, int rank, int size, const CommOptions& options);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int64_t slot_bytes() const { return options_.slot_bytes; }
+
+  // OK, or the status that poisoned this communicator.
+  const absl::Status& poison() const { return poison_; }
+
+  // Step 1 of a phase. Returns the poison status if poisoned.
+  absl::Status BeginPhase(const OpContext& ctx);
+  void* my_data() const;
+  OpHeader* my_header() const;
+  // Steps 3 of a phase.
+  absl::Status PublishAndWait(const OpContext& ctx);
+  // Step 4: peer r's slot of the current (last published) phase.
+  const void* peer_data(int r) const;
+  const OpHeader* peer_header(int r) const;
+
+  // Compares every rank's header of the current phase with ours; on mismatch
+  // poisons and returns InvalidArgument listing each rank's header. Every rank
+  // sees the same headers, so every rank fails with the same message.
+  absl::Status CheckHeaders(const OpContext& ctx);
+
+  // Poisons with `status` (if not already) and tells peers.
+  absl::Status Poison(absl::Status status);
+
+ private:
+  struct Control;
+  Communicator(int rank, int size, CommOptions options);
+  Control* control(int r) const;
+  char* slot(int r, uint64_t phase) const;
+  absl::Status WaitPeer(int r, uint32_t target, const OpContext& ctx,
+                        const char* what);
+  absl::Status PeerHealth(int r) const;
+
+  int rank_;
+  int size_;
+  CommOptions options_;
+  size_t slot_stride_;
+  std::vector<std::unique_ptr<Segment>> segments_;  // [size]; own at rank_
+  uint64_t phase_ = 0;  // last published phase; phases start at 1
+  absl::Status poison_;
+};
+
+}  // namespace tpudist::collectives::shm
+
+#endif  // TPU_DIST_COLLECTIVES_SHM_COMMUNICATOR_H_

@@ -1,0 +1,73 @@
+#include "collectives/shm/wait.h"
+
+#include <immintrin.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <ctime>
+
+namespace tpudist::collectives::shm {
+namespace {
+
+// Word-sized futex on a (possibly cross-process) atomic.
+long Futex(const std::atomic<uint32_t>* word, int op, uint32_t val,
+           const struct timespec* ts) {
+  return syscall(SYS_futex, const_cast<std::atomic<uint32_t>*>(word), op, val,
+                 ts, nullptr, 0);
+}
+
+}  // namespace
+
+absl::Status WaitForSeq(const std::atomic<uint32_t>* word,
+                        std::atomic<uint32_t>* waiters, uint32_t target,
+                        absl::Time deadline, const WaitPolicy& policy,
+                        absl::FunctionRef<absl::Status()> check) {
+  for (int i = 0; i < policy.spin_iters; ++i) {
+    if (SeqReached(word->load(std::memory_order_acquire), target)) {
+      return absl::OkStatus();
+    }
+    _mm_pause();
+  }
+  for (int i = 0; i < policy.yield_iters; ++i) {
+    if (SeqReached(word->load(std::memory_order_acquire), target)) {
+      return absl::OkStatus();
+    }
+    sched_yield();
+  }
+  while (true) {
+    const uint32_t seen = word->load(std::memory_order_acquire);
+    if (SeqReached(seen, target)) return absl::OkStatus();
+    if (absl::Status s = check(); !s.ok()) return s;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return absl::DeadlineExceededError("deadline passed");
+    const absl::Duration slice = std::min(policy.futex_slice, deadline - now);
+    const struct timespec ts = absl::ToTimespec(slice);
+    waiters->fetch_add(1, std::memory_order_seq_cst);
+    // FUTEX_WAIT re-checks *word == seen atomically, so a publish between
+    // our load and this call makes it return immediately (EAGAIN).
+    if (SeqReached(word->load(std::memory_order_seq_cst), target)) {
+      waiters->fetch_sub(1, std::memory_order_seq_cst);
+      return absl::OkStatus();
+    }
+    Futex(word, FUTEX_WAIT, seen, &ts);
+    waiters->fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+void PublishSeq(std::atomic<uint32_t>* word, std::atomic<uint32_t>* waiters,
+                uint32_t value) {
+  word->store(value, std::memory_order_seq_cst);
+  if (waiters->load(std::memory_order_seq_cst) != 0) {
+    Futex(word, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+}
+
+void WakeAll(std::atomic<uint32_t>* word) {
+  Futex(word, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+}  // namespace tpudist::collectives::shm

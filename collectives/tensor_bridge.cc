@@ -1,0 +1,58 @@
+#include "collectives/tensor_bridge.h"
+
+#include <c10/util/Exception.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace tpudist::collectives {
+
+absl::StatusOr<shm::DataType> ToDataType(at::ScalarType type, const char* op) {
+  switch (type) {
+    case at::kFloat: return shm::DataType::kFloat32;
+    case at::kDouble: return shm::DataType::kFloat64;
+    case at::kBFloat16: return shm::DataType::kBFloat16;
+    case at::kHalf: return shm::DataType::kFloat16;
+    case at::kInt: return shm::DataType::kInt32;
+    case at::kLong: return shm::DataType::kInt64;
+    case at::kByte: return shm::DataType::kUInt8;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": unsupported dtype ", c10::toString(type),
+          " (tpu_dist supports float32, float64, bfloat16, float16, int32, "
+          "int64, uint8)"));
+  }
+}
+
+absl::StatusOr<shm::ReduceKind> ToReduceKind(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return shm::ReduceKind::kSum;
+    case c10d::ReduceOp::AVG: return shm::ReduceKind::kAvg;
+    case c10d::ReduceOp::PRODUCT: return shm::ReduceKind::kProduct;
+    case c10d::ReduceOp::MIN: return shm::ReduceKind::kMin;
+    case c10d::ReduceOp::MAX: return shm::ReduceKind::kMax;
+    case c10d::ReduceOp::BAND: return shm::ReduceKind::kBand;
+    case c10d::ReduceOp::BOR: return shm::ReduceKind::kBor;
+    case c10d::ReduceOp::BXOR: return shm::ReduceKind::kBxor;
+    default:
+      return absl::UnimplementedError(
+          "tpu_dist does not support PREMUL_SUM reductions");
+  }
+}
+
+void ThrowIfError(const absl::Status& status) {
+  TORCH_CHECK(status.ok(), "tpu_dist: ", status.ToString());
+}
+
+at::Tensor ContiguousBuffer(const at::Tensor& t) {
+  return t.is_contiguous() ? t : t.contiguous();
+}
+
+void CopyBackIfNeeded(at::Tensor& t, const at::Tensor& buffer) {
+  if (!t.is_same(buffer)) t.copy_(buffer);
+}
+
+std::vector<int64_t> ShapeOf(const at::Tensor& t) {
+  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
+}
+
+}  // namespace tpudist::collectives

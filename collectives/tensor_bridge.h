@@ -1,0 +1,42 @@
+// Conversions between torch / c10d types and the raw-byte shm layer, and the
+// one place where absl::Status becomes a c10::Error exception.
+//
+// Thread-safety: pure functions.
+#ifndef TPU_DIST_COLLECTIVES_TENSOR_BRIDGE_H_
+#define TPU_DIST_COLLECTIVES_TENSOR_BRIDGE_H_
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/shm/reduce_kernels.h"
+#include "torch/csrc/distributed/c10d/Types.hpp"
+
+namespace tpudist::collectives {
+
+// dtype of a supported tensor; InvalidArgument naming `op` otherwise.
+absl::StatusOr<shm::DataType> ToDataType(at::ScalarType type, const char* op);
+
+// c10d reduce op -> kernel op; PREMUL_SUM is Unimplemented.
+absl::StatusOr<shm::ReduceKind> ToReduceKind(const c10d::ReduceOp& op);
+
+// Throws c10::Error carrying `status` if it is not OK. The only status ->
+// exception bridge of the process group.
+void ThrowIfError(const absl::Status& status);
+
+// A contiguous tensor with the contents of `t` ([any]); `t` itself when it is
+// already contiguous.
+at::Tensor ContiguousBuffer(const at::Tensor& t);
+
+// After an op wrote into `buffer` (from ContiguousBuffer(t)), copies it back
+// into `t` if they differ. Both [same shape].
+void CopyBackIfNeeded(at::Tensor& t, const at::Tensor& buffer);
+
+// Shape as a vector, for op headers.
+std::vector<int64_t> ShapeOf(const at::Tensor& t);
+
+}  // namespace tpudist::collectives
+
+#endif  // TPU_DIST_COLLECTIVES_TENSOR_BRIDGE_H_
