@@ -23,7 +23,9 @@ namespace tpudist::tpu_runtime {
 //               process_topology {2,2,2,2}, 16 devices, 2 hosts x 8.
 struct SliceSpec {
   // Normalized generation name: "v4", "v5e", "v5p", "v6e", "tpu7x", or "cpu"
-  // when nothing TPU-like was found (plain torchrun / mpirun jobs).
+  // when nothing TPU-like was found (plain torchrun / mpirun jobs), or "tpu"
+  // when only TORCH_TPU_TOPOLOGY describes the slice (generation unknown;
+  // chip_topology is then the first 3 process dims).
   std::string accelerator_type;
   // Chips per axis, as in GKE's TPU_TOPOLOGY "4x4" / "2x2x2". Empty for cpu.
   std::vector<int> chip_topology;

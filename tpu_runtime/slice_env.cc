@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tpu_runtime/topology.h"
+#include "tpu_runtime/tpu_env.h"
 
 namespace tpudist::tpu_runtime {
 namespace {
@@ -117,13 +118,8 @@ absl::StatusOr<EnvMap> SliceEnvironment(const SliceSpec& spec, int rank,
   const int per_host = spec.devices_per_host;
   const int host = rank / per_host;
   const int local = rank % per_host;
-  std::vector<std::string> slicebuilder;
-  slicebuilder.reserve(spec.num_devices());
-  for (const std::string& h : hosts) {
-    for (int d = 0; d < per_host; ++d) {
-      slicebuilder.push_back(absl::StrCat(h, ":", options.slicebuilder_base_port + d));
-    }
-  }
+  const std::vector<std::string> slicebuilder =
+      DefaultSlicebuilderAddresses(hosts, per_host, options.slicebuilder_base_port);
   const std::string master = options.master_addr.empty() ? hosts[0] : options.master_addr;
 
   EnvMap env;
