@@ -1,0 +1,330 @@
+#include "tpu_runtime/coordination/coordination_client.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "grpcpp/grpcpp.h"
+#include "tpu_runtime/coordination/coordination.grpc.pb.h"
+#include "tpu_runtime/coordination/grpc_status.h"
+
+namespace tpudist::tpu_runtime::coordination {
+namespace {
+
+namespace pb = ::tpudist::coordination;
+using Stub = pb::CoordinationService::Stub;
+
+// Extra RPC deadline on top of a blocking call's own timeout, so that the
+// service's reply (which names the key / missing tasks) arrives first.
+constexpr absl::Duration kBlockingSlack = absl::Seconds(2);
+
+uint64_t RandomIncarnation() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ 1;  // never 0
+}
+
+}  // namespace
+
+struct CoordinationClient::Rpc {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<Stub> stub;
+  pb::TaskRef source;
+
+  // Runs one unary RPC with a deadline `timeout` from now.
+  template <typename Req, typename Resp>
+  absl::Status Call(grpc::Status (Stub::*method)(grpc::ClientContext*,
+                                                 const Req&, Resp*),
+                    Req& req, Resp* resp, absl::Duration timeout,
+                    const std::string& where) {
+    *req.mutable_source() = source;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    return FromGrpcStatus(((*stub).*method)(&context, req, resp), where);
+  }
+};
+
+CoordinationClient::CoordinationClient(std::string address, std::string job_id,
+                                       int task_id, ClientOptions options)
+    : address_(std::move(address)),
+      job_id_(std::move(job_id)),
+      task_id_(task_id),
+      options_(std::move(options)),
+      incarnation_(options_.incarnation != 0 ? options_.incarnation
+                                             : RandomIncarnation()),
+      rpc_(std::make_unique<Rpc>()) {}
+
+absl::StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(
+    absl::string_view address, absl::string_view job_id, int task_id,
+    ClientOptions options) {
+  if (job_id.empty() || task_id < 0 || address.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CoordinationClient::Connect: bad arguments (address '%s', job '%s', "
+        "task %d)", address, job_id, task_id));
+  }
+  std::unique_ptr<CoordinationClient> client(new CoordinationClient(
+      std::string(address), std::string(job_id), task_id, std::move(options)));
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);  // loopback must not go via a proxy
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  Rpc& rpc = *client->rpc_;
+  rpc.channel = grpc::CreateCustomChannel(
+      client->address_, grpc::InsecureChannelCredentials(), args);
+  rpc.stub = pb::CoordinationService::NewStub(rpc.channel);
+  rpc.source.set_job_id(client->job_id_);
+  rpc.source.set_task_id(task_id);
+  rpc.source.set_incarnation(client->incarnation_);
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + client->options_.connect_timeout;
+  if (!rpc.channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+    return absl::DeadlineExceededError(absl::StrFormat(
+        "task %d of job '%s': coordination service at %s unreachable after "
+        "%s", task_id, job_id, address,
+        absl::FormatDuration(absl::Now() - start)));
+  }
+  return client;
+}
+
+CoordinationClient::~CoordinationClient() {
+  ShutdownWithTimeout(absl::Seconds(1)).IgnoreError();
+}
+
+std::string CoordinationClient::Where(absl::string_view op) const {
+  return absl::StrFormat("%s by task %d of job '%s' at %s", op, task_id_,
+                         job_id_, address_);
+}
+
+absl::Status CoordinationClient::Register() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) {
+      return absl::FailedPreconditionError(Where("Register after Shutdown"));
+    }
+    if (registered_) return absl::OkStatus();
+  }
+  pb::RegisterTaskRequest req;
+  pb::RegisterTaskResponse resp;
+  absl::Status s = rpc_->Call(&Stub::RegisterTask, req, &resp,
+                              options_.rpc_timeout, Where("RegisterTask"));
+  if (!s.ok()) return s;
+  const absl::Duration timeout =
+      absl::Milliseconds(std::max<int64_t>(1, resp.heartbeat_timeout_ms()));
+  const absl::Duration interval =
+      options_.heartbeat_interval > absl::ZeroDuration()
+          ? options_.heartbeat_interval
+          : std::max(absl::Milliseconds(10), timeout / 3);
+  absl::MutexLock lock(&mu_);
+  if (registered_ || shut_down_) return absl::OkStatus();
+  registered_ = true;
+  heartbeat_thread_ =
+      std::thread([this, interval, timeout] { HeartbeatLoop(interval, timeout); });
+  return absl::OkStatus();
+}
+
+void CoordinationClient::HeartbeatLoop(absl::Duration interval,
+                                       absl::Duration timeout) {
+  absl::Time last_contact = absl::Now();
+  absl::MutexLock lock(&mu_);
+  while (!stop_heartbeat_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stop_heartbeat_), interval);
+    if (stop_heartbeat_) break;
+    mu_.Unlock();
+    pb::HeartbeatRequest req;
+    pb::HeartbeatResponse resp;
+    const absl::Status s = rpc_->Call(&Stub::Heartbeat, req, &resp,
+                                      std::max(interval, timeout / 2),
+                                      Where("Heartbeat"));
+    const absl::Time now = absl::Now();
+    if (s.ok()) {
+      last_contact = now;
+      if (resp.error().code() != 0) {
+        RecordError(absl::Status(
+            static_cast<absl::StatusCode>(resp.error().code()),
+            resp.error().message()));
+      }
+    } else if (now - last_contact > timeout) {
+      RecordError(absl::UnavailableError(absl::StrFormat(
+          "%s: no contact with the coordination service for %s (heartbeat "
+          "timeout %s); last error: %s", Where("Heartbeat"),
+          absl::FormatDuration(now - last_contact),
+          absl::FormatDuration(timeout), s.message())));
+    }
+    mu_.Lock();
+  }
+}
+
+void CoordinationClient::RecordError(const absl::Status& error) {
+  bool call = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!health_.ok()) return;
+    health_ = error;
+    if (options_.error_callback && !callback_called_) {
+      callback_called_ = true;
+      call = true;
+    }
+  }
+  if (call) options_.error_callback(error);
+}
+
+absl::Status CoordinationClient::health() const {
+  absl::MutexLock lock(&mu_);
+  return health_;
+}
+
+absl::Status CoordinationClient::Shutdown() {
+  return ShutdownWithTimeout(options_.rpc_timeout);
+}
+
+absl::Status CoordinationClient::ShutdownWithTimeout(absl::Duration timeout) {
+  bool was_registered = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return absl::OkStatus();
+    if (heartbeat_thread_.joinable() &&
+        heartbeat_thread_.get_id() == std::this_thread::get_id()) {
+      return absl::FailedPreconditionError(
+          Where("Shutdown from the error callback"));
+    }
+    shut_down_ = true;
+    stop_heartbeat_ = true;
+    was_registered = registered_;
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (!was_registered) return absl::OkStatus();
+  pb::ShutdownTaskRequest req;
+  pb::ShutdownTaskResponse resp;
+  return rpc_->Call(&Stub::ShutdownTask, req, &resp, timeout,
+                    Where("ShutdownTask"));
+}
+
+// ---- key-value store, barrier, errors --------------------------------------
+
+absl::Status CoordinationClient::Set(absl::string_view key,
+                                     absl::string_view value,
+                                     bool allow_overwrite) {
+  pb::SetRequest req;
+  pb::SetResponse resp;
+  req.set_key(std::string(key));
+  req.set_value(std::string(value));
+  req.set_allow_overwrite(allow_overwrite);
+  return rpc_->Call(&Stub::Set, req, &resp, options_.rpc_timeout,
+                    Where(absl::StrCat("Set('", key, "')")));
+}
+
+absl::StatusOr<std::string> CoordinationClient::Get(absl::string_view key,
+                                                    absl::Duration timeout) {
+  pb::GetRequest req;
+  pb::GetResponse resp;
+  req.set_key(std::string(key));
+  req.set_timeout_ms(std::max<int64_t>(1, ToMillis(timeout)));
+  absl::Status s = rpc_->Call(&Stub::Get, req, &resp, timeout + kBlockingSlack,
+                              Where(absl::StrCat("Get('", key, "')")));
+  if (!s.ok()) return s;
+  return std::move(*resp.mutable_value());
+}
+
+absl::StatusOr<std::string> CoordinationClient::TryGet(absl::string_view key) {
+  pb::TryGetRequest req;
+  pb::TryGetResponse resp;
+  req.set_key(std::string(key));
+  absl::Status s = rpc_->Call(&Stub::TryGet, req, &resp, options_.rpc_timeout,
+                              Where(absl::StrCat("TryGet('", key, "')")));
+  if (!s.ok()) return s;
+  return std::move(*resp.mutable_value());
+}
+
+absl::StatusOr<int64_t> CoordinationClient::Add(absl::string_view key,
+                                                int64_t delta) {
+  pb::AddRequest req;
+  pb::AddResponse resp;
+  req.set_key(std::string(key));
+  req.set_delta(delta);
+  absl::Status s = rpc_->Call(&Stub::Add, req, &resp, options_.rpc_timeout,
+                              Where(absl::StrCat("Add('", key, "')")));
+  if (!s.ok()) return s;
+  return resp.value();
+}
+
+absl::StatusOr<bool> CoordinationClient::Delete(absl::string_view key) {
+  pb::DeleteRequest req;
+  pb::DeleteResponse resp;
+  req.set_key(std::string(key));
+  absl::Status s = rpc_->Call(&Stub::Delete, req, &resp, options_.rpc_timeout,
+                              Where(absl::StrCat("Delete('", key, "')")));
+  if (!s.ok()) return s;
+  return resp.deleted();
+}
+
+absl::StatusOr<std::string> CoordinationClient::CompareSet(
+    absl::string_view key, absl::string_view expected,
+    absl::string_view desired) {
+  pb::CompareSetRequest req;
+  pb::CompareSetResponse resp;
+  req.set_key(std::string(key));
+  req.set_expected(std::string(expected));
+  req.set_desired(std::string(desired));
+  absl::Status s =
+      rpc_->Call(&Stub::CompareSet, req, &resp, options_.rpc_timeout,
+                 Where(absl::StrCat("CompareSet('", key, "')")));
+  if (!s.ok()) return s;
+  return std::move(*resp.mutable_value());
+}
+
+absl::StatusOr<int64_t> CoordinationClient::NumKeys(absl::string_view prefix) {
+  pb::NumKeysRequest req;
+  pb::NumKeysResponse resp;
+  req.set_prefix(std::string(prefix));
+  absl::Status s = rpc_->Call(&Stub::NumKeys, req, &resp, options_.rpc_timeout,
+                              Where("NumKeys"));
+  if (!s.ok()) return s;
+  return resp.num_keys();
+}
+
+absl::StatusOr<bool> CoordinationClient::Check(
+    absl::Span<const std::string> keys) {
+  pb::CheckRequest req;
+  pb::CheckResponse resp;
+  for (const std::string& key : keys) req.add_keys(key);
+  absl::Status s = rpc_->Call(&Stub::Check, req, &resp, options_.rpc_timeout,
+                              Where("Check"));
+  if (!s.ok()) return s;
+  return resp.all_present();
+}
+
+absl::Status CoordinationClient::Barrier(absl::string_view barrier_id,
+                                         absl::Duration timeout,
+                                         absl::Span<const int> tasks) {
+  pb::BarrierRequest req;
+  pb::BarrierResponse resp;
+  req.set_barrier_id(std::string(barrier_id));
+  req.set_timeout_ms(ToMillis(timeout));
+  for (int t : tasks) req.add_tasks(t);
+  return rpc_->Call(&Stub::Barrier, req, &resp, timeout + kBlockingSlack,
+                    Where(absl::StrCat("Barrier('", barrier_id, "')")));
+}
+
+absl::Status CoordinationClient::ReportError(const absl::Status& error) {
+  pb::ReportErrorRequest req;
+  pb::ReportErrorResponse resp;
+  req.set_code(static_cast<int>(error.code()));
+  req.set_message(std::string(error.message()));
+  return rpc_->Call(&Stub::ReportError, req, &resp, options_.rpc_timeout,
+                    Where("ReportError"));
+}
+
+absl::Status CoordinationClient::PollForError(absl::Duration timeout) {
+  pb::PollForErrorRequest req;
+  pb::PollForErrorResponse resp;
+  req.set_timeout_ms(std::max<int64_t>(1, ToMillis(timeout)));
+  absl::Status s = rpc_->Call(&Stub::PollForError, req, &resp,
+                              timeout + kBlockingSlack, Where("PollForError"));
+  if (!s.ok()) return s;
+  return absl::Status(static_cast<absl::StatusCode>(resp.error().code()),
+                      resp.error().message());
+}
+
+}  // namespace tpudist::tpu_runtime::coordination

@@ -1,0 +1,85 @@
+#include "tpu_runtime/coordination/coordination_runtime.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace tpudist::tpu_runtime::coordination {
+
+bool IsLoopbackAddress(absl::string_view host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" ||
+         absl::StartsWith(host, "127.");
+}
+
+std::string ServiceBindAddress(absl::string_view master_addr) {
+  if (master_addr.empty() || IsLoopbackAddress(master_addr)) return "127.0.0.1";
+  return std::string(master_addr);
+}
+
+std::string JoinHostPort(absl::string_view host, int port) {
+  if (absl::StrContains(host, ':') && !absl::StartsWith(host, "[")) {
+    return absl::StrCat("[", host, "]:", port);
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+std::string EffectiveJobId(const RankInfo& info) {
+  if (!info.job_id.empty()) return info.job_id;
+  return absl::StrCat("tpudist-", info.master_addr, ":", info.master_port);
+}
+
+absl::StatusOr<std::unique_ptr<CoordinationRuntime>> StartOrConnect(
+    const RankInfo& info, const RuntimeOptions& options) {
+  if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "StartOrConnect: rank %d not in [0, %d)", info.rank, info.world_size));
+  }
+  const std::string job_id = EffectiveJobId(info);
+  std::unique_ptr<CoordinationRuntime> runtime(new CoordinationRuntime());
+  if (info.rank == 0) {
+    ServiceOptions service = options.service;
+    service.bind_address = ServiceBindAddress(info.master_addr);
+    service.port = info.master_port;
+    service.job_id = job_id;
+    service.num_tasks = info.world_size;
+    auto started = CoordinationService::Start(service);
+    if (!started.ok()) return started.status();
+    runtime->service_ = *std::move(started);
+  }
+  // Loopback masters are reached through 127.0.0.1, whatever name was given.
+  const std::string host = IsLoopbackAddress(info.master_addr) ||
+                                   info.master_addr.empty()
+                               ? "127.0.0.1"
+                               : info.master_addr;
+  const int port = runtime->service_ != nullptr ? runtime->service_->port()
+                                                : info.master_port;
+  auto client = CoordinationClient::Connect(JoinHostPort(host, port), job_id,
+                                            info.rank, options.client);
+  if (!client.ok()) return client.status();
+  runtime->client_ = *std::move(client);
+  if (absl::Status s = runtime->client_->Register(); !s.ok()) return s;
+  if (options.startup_barrier_timeout > absl::ZeroDuration()) {
+    absl::Status s = runtime->client_->Barrier("tpudist/startup",
+                                               options.startup_barrier_timeout);
+    if (!s.ok()) return s;
+  }
+  runtime->store_ = c10::make_intrusive<CoordinationStore>(
+      runtime->client_, options.store_timeout);
+  return runtime;
+}
+
+CoordinationRuntime::~CoordinationRuntime() { Shutdown(); }
+
+void CoordinationRuntime::Shutdown(absl::Duration drain) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (client_ != nullptr) client_->Shutdown().IgnoreError();
+  if (service_ != nullptr) {
+    service_->state().AwaitNoTaskConnected(absl::Now() + drain);
+    service_->Shutdown();
+  }
+}
+
+}  // namespace tpudist::tpu_runtime::coordination

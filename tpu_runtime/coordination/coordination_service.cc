@@ -1,0 +1,296 @@
+#include "tpu_runtime/coordination/coordination_service.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "grpcpp/grpcpp.h"
+#include "tpu_runtime/coordination/coordination.grpc.pb.h"
+#include "tpu_runtime/coordination/grpc_status.h"
+
+namespace tpudist::tpu_runtime::coordination {
+namespace {
+
+namespace pb = ::tpudist::coordination;
+
+// Replies this much before the client's RPC deadline so that a blocking call
+// returns our message (naming key / missing tasks) instead of a bare
+// transport DEADLINE_EXCEEDED.
+constexpr absl::Duration kReplyMargin = absl::Milliseconds(50);
+
+absl::Time WaitDeadline(const grpc::ServerContext* context,
+                        int64_t timeout_ms) {
+  const absl::Time rpc = FromGrpcDeadline(context->deadline()) - kReplyMargin;
+  return std::min(absl::Now() + absl::Milliseconds(timeout_ms), rpc);
+}
+
+void FillError(const absl::Status& error, int source_task,
+               pb::ErrorInfo* info) {
+  info->set_code(static_cast<int>(error.code()));
+  info->set_message(std::string(error.message()));
+  info->set_source_task(error.ok() ? -1 : source_task);
+}
+
+}  // namespace
+
+class CoordinationService::Impl final : public pb::CoordinationService::Service {
+ public:
+  Impl(CoordinationState* state, uint64_t incarnation)
+      : state_(state), incarnation_(incarnation) {}
+
+  grpc::Status RegisterTask(grpc::ServerContext*,
+                            const pb::RegisterTaskRequest* req,
+                            pb::RegisterTaskResponse* resp) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    const auto& src = req->source();
+    if (auto s = state_->RegisterTask(src.task_id(), src.incarnation(),
+                                      absl::Now());
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    resp->set_service_incarnation(incarnation_);
+    resp->set_heartbeat_timeout_ms(ToMillis(state_->heartbeat_timeout()));
+    resp->set_num_tasks(state_->num_tasks());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext*, const pb::HeartbeatRequest* req,
+                         pb::HeartbeatResponse* resp) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    const auto& src = req->source();
+    const absl::Status own =
+        state_->Heartbeat(src.task_id(), src.incarnation(), absl::Now());
+    const absl::Status job = state_->JobError();
+    if (!job.ok()) {
+      FillError(job, state_->JobErrorTask(), resp->mutable_error());
+    } else if (!own.ok()) {
+      FillError(own, src.task_id(), resp->mutable_error());
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Set(grpc::ServerContext*, const pb::SetRequest* req,
+                   pb::SetResponse*) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    return ToGrpcStatus(state_->Set(req->source().task_id(), req->key(),
+                                    req->value(), req->allow_overwrite()));
+  }
+
+  grpc::Status Get(grpc::ServerContext* context, const pb::GetRequest* req,
+                   pb::GetResponse* resp) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (req->timeout_ms() <= 0) {
+      return ToGrpcStatus(absl::InvalidArgumentError("Get: timeout_ms <= 0"));
+    }
+    auto value = state_->Get(req->source().task_id(), req->key(),
+                             WaitDeadline(context, req->timeout_ms()));
+    if (!value.ok()) return ToGrpcStatus(value.status());
+    resp->set_value(*std::move(value));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status TryGet(grpc::ServerContext*, const pb::TryGetRequest* req,
+                      pb::TryGetResponse* resp) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    auto value = state_->TryGet(req->key());
+    if (!value.ok()) return ToGrpcStatus(value.status());
+    resp->set_value(*std::move(value));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Add(grpc::ServerContext*, const pb::AddRequest* req,
+                   pb::AddResponse* resp) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    auto value = state_->Add(req->key(), req->delta());
+    if (!value.ok()) return ToGrpcStatus(value.status());
+    resp->set_value(*value);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Delete(grpc::ServerContext*, const pb::DeleteRequest* req,
+                      pb::DeleteResponse* resp) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    resp->set_deleted(state_->Delete(req->key()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CompareSet(grpc::ServerContext*,
+                          const pb::CompareSetRequest* req,
+                          pb::CompareSetResponse* resp) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    resp->set_value(
+        state_->CompareSet(req->key(), req->expected(), req->desired()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status NumKeys(grpc::ServerContext*, const pb::NumKeysRequest* req,
+                       pb::NumKeysResponse* resp) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    resp->set_num_keys(state_->NumKeys(req->prefix()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Check(grpc::ServerContext*, const pb::CheckRequest* req,
+                     pb::CheckResponse* resp) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+    resp->set_all_present(state_->Check(keys));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Barrier(grpc::ServerContext* context,
+                       const pb::BarrierRequest* req,
+                       pb::BarrierResponse*) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    std::vector<int> tasks(req->tasks().begin(), req->tasks().end());
+    const absl::Time now = absl::Now();
+    return ToGrpcStatus(state_->Barrier(
+        req->source().task_id(), req->barrier_id(), tasks,
+        absl::Milliseconds(req->timeout_ms()), now,
+        FromGrpcDeadline(context->deadline()) - kReplyMargin));
+  }
+
+  grpc::Status ReportError(grpc::ServerContext*,
+                           const pb::ReportErrorRequest* req,
+                           pb::ReportErrorResponse*) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (req->code() == 0) {
+      return ToGrpcStatus(absl::InvalidArgumentError("ReportError: code OK"));
+    }
+    state_->ReportError(req->source().task_id(),
+                        absl::Status(static_cast<absl::StatusCode>(req->code()),
+                                     req->message()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PollForError(grpc::ServerContext* context,
+                            const pb::PollForErrorRequest* req,
+                            pb::PollForErrorResponse* resp) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (req->timeout_ms() <= 0) {
+      return ToGrpcStatus(
+          absl::InvalidArgumentError("PollForError: timeout_ms <= 0"));
+    }
+    const absl::Status error =
+        state_->PollForError(WaitDeadline(context, req->timeout_ms()));
+    if (absl::IsCancelled(error) && state_->JobError().ok()) {
+      return ToGrpcStatus(error);  // service shutting down
+    }
+    FillError(error, state_->JobErrorTask(), resp->mutable_error());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ShutdownTask(grpc::ServerContext*,
+                            const pb::ShutdownTaskRequest* req,
+                            pb::ShutdownTaskResponse*) override {
+    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    return ToGrpcStatus(state_->ShutdownTask(req->source().task_id()));
+  }
+
+ private:
+  absl::Status Validate(const pb::TaskRef& source) const {
+    return state_->ValidateSender(source.job_id(), source.task_id());
+  }
+
+  CoordinationState* const state_;
+  const uint64_t incarnation_;
+};
+
+CoordinationService::CoordinationService(const ServiceOptions& options)
+    : options_(options) {}
+
+absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(
+    const ServiceOptions& options) {
+  if (options.job_id.empty()) {
+    return absl::InvalidArgumentError("CoordinationService: empty job_id");
+  }
+  if (options.num_tasks < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CoordinationService: num_tasks %d < 1", options.num_tasks));
+  }
+  if (options.heartbeat_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "CoordinationService: heartbeat_timeout must be positive");
+  }
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CoordinationService: bad port %d", options.port));
+  }
+  std::unique_ptr<CoordinationService> service(
+      new CoordinationService(options));
+  service->state_ = std::make_unique<CoordinationState>(
+      options.job_id, options.num_tasks, options.heartbeat_timeout);
+  std::random_device rd;
+  const uint64_t incarnation = static_cast<uint64_t>(rd()) << 32 | rd();
+  service->impl_ = std::make_unique<Impl>(service->state_.get(), incarnation);
+
+  const bool v6 = options.bind_address.find(':') != std::string::npos;
+  const std::string listen =
+      v6 ? absl::StrCat("[", options.bind_address, "]:", options.port)
+         : absl::StrCat(options.bind_address, ":", options.port);
+  grpc::ServerBuilder builder;
+  // Without this, gRPC sets SO_REUSEPORT and a second job could silently
+  // share a fixed port with us.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
+                           &service->port_);
+  builder.RegisterService(service->impl_.get());
+  service->server_ = builder.BuildAndStart();
+  if (service->server_ == nullptr || service->port_ == 0) {
+    return absl::UnavailableError(absl::StrFormat(
+        "CoordinationService for job '%s': cannot listen on %s",
+        options.job_id, listen));
+  }
+  service->staleness_thread_ =
+      std::thread([raw = service.get()] { raw->StalenessLoop(); });
+  return service;
+}
+
+CoordinationService::~CoordinationService() { Shutdown(); }
+
+std::string CoordinationService::address() const {
+  if (options_.bind_address.find(':') != std::string::npos) {
+    return absl::StrCat("[", options_.bind_address, "]:", port_);
+  }
+  return absl::StrCat(options_.bind_address, ":", port_);
+}
+
+void CoordinationService::StalenessLoop() {
+  const absl::Duration interval = std::max(
+      absl::Milliseconds(1), std::min(options_.staleness_check_interval,
+                                      options_.heartbeat_timeout / 4));
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval);
+    if (stopping_) break;
+    mu_.Unlock();
+    for (int task : state_->CheckHeartbeats(absl::Now())) {
+      std::fprintf(stderr, "[coordination] job '%s': task %d failed: %s\n",
+                   options_.job_id.c_str(), task,
+                   std::string(state_->JobError().message()).c_str());
+    }
+    mu_.Lock();
+  }
+}
+
+void CoordinationService::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    stopping_ = true;
+  }
+  if (state_ != nullptr) state_->Shutdown();  // wakes blocked handlers
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      absl::ToChronoMilliseconds(options_.shutdown_grace));
+    server_->Wait();
+  }
+  if (staleness_thread_.joinable()) staleness_thread_.join();
+}
+
+}  // namespace tpudist::tpu_runtime::coordination

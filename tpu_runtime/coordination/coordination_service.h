@@ -1,0 +1,92 @@
+// CoordinationService: the gRPC server that hosts one job's
+// CoordinationState (KV store, barriers, heartbeats, job error), in the
+// manner of XLA's coordination service. Rank 0 starts it; every task talks
+// to it through a CoordinationClient.
+//
+// A staleness checker thread wakes every `staleness_check_interval` (at most
+// a quarter of the heartbeat timeout) and marks a connected task whose last
+// heartbeat is older than `heartbeat_timeout` as failed; that becomes the job
+// error, which every blocking call of every task then returns and which
+// PollForError and heartbeat responses carry.
+//
+// Blocking RPCs (Get, Barrier, PollForError) wait with a deadline: the
+// smaller of the request's timeout and the RPC deadline, so no handler thread
+// is pinned forever. Shutdown() (and the destructor) wakes every waiter with
+// Cancelled, then stops the server.
+//
+// Thread-safety: all methods are thread-safe.
+#ifndef TPU_RUNTIME_COORDINATION_COORDINATION_SERVICE_H_
+#define TPU_RUNTIME_COORDINATION_COORDINATION_SERVICE_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "tpu_runtime/coordination/coordination_state.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace tpudist::tpu_runtime::coordination {
+
+struct ServiceOptions {
+  // Address to listen on. Loopback unless a multi-host job needs more.
+  std::string bind_address = "127.0.0.1";
+  int port = 0;  // 0: the OS picks a free port; see CoordinationService::port()
+  std::string job_id;  // REQUIRED: non-empty
+  int num_tasks = 1;   // REQUIRED: >= 1
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // How often the staleness checker runs; clamped to heartbeat_timeout / 4.
+  absl::Duration staleness_check_interval = absl::Seconds(1);
+  // How long Shutdown() lets in-flight RPCs finish before cancelling them.
+  absl::Duration shutdown_grace = absl::Seconds(1);
+};
+
+class CoordinationService {
+ public:
+  // Binds, starts serving and starts the staleness checker.
+  // InvalidArgument for bad options; Unavailable when the address cannot be
+  // bound (e.g. port in use).
+  static absl::StatusOr<std::unique_ptr<CoordinationService>> Start(
+      const ServiceOptions& options);
+
+  ~CoordinationService();  // calls Shutdown()
+  CoordinationService(const CoordinationService&) = delete;
+  CoordinationService& operator=(const CoordinationService&) = delete;
+
+  // The bound port (the chosen one when options.port was 0).
+  int port() const { return port_; }
+  // "bind_address:port", usable by a client on the same host.
+  std::string address() const;
+  const ServiceOptions& options() const { return options_; }
+  // The job's state; tests and rank 0's diagnostics read it directly.
+  CoordinationState& state() { return *state_; }
+
+  // Idempotent. Unblocks waiters (Cancelled), stops the server within
+  // shutdown_grace, joins the staleness checker.
+  void Shutdown();
+
+ private:
+  class Impl;  // the gRPC service implementation
+  CoordinationService(const ServiceOptions& options);
+  void StalenessLoop();
+
+  const ServiceOptions options_;
+  std::unique_ptr<CoordinationState> state_;
+  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::thread staleness_thread_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace tpudist::tpu_runtime::coordination
+
+#endif  // TPU_RUNTIME_COORDINATION_COORDINATION_SERVICE_H_

@@ -1,0 +1,240 @@
+// CoordinationStore as a c10d::Store: semantics, timeouts, and a Gloo
+// rendezvous through it, with ranks as threads and as forked processes.
+// Also hosts the child-process roles used by the multi-process tests.
+#include "tpu_runtime/coordination/coordination_store.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tpu_runtime/coordination/coordination_client.h"
+#include "tpu_runtime/coordination/coordination_service.h"
+#include "tpu_runtime/coordination/coordination_test_util.h"
+
+namespace tpudist::tpu_runtime::coordination {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::EnvOr;
+using testing::SpawnChild;
+using testing::WaitChild;
+
+constexpr char kJob[] = "store-test";
+
+std::vector<uint8_t> Bytes(const std::string& s) {
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
+
+std::shared_ptr<CoordinationClient> ConnectRegistered(
+    const std::string& address, const std::string& job, int task) {
+  ClientOptions options;
+  options.connect_timeout = absl::Seconds(30);
+  auto client = CoordinationClient::Connect(address, job, task, options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
+    return nullptr;
+  }
+  if (absl::Status s = (*client)->Register(); !s.ok()) {
+    std::fprintf(stderr, "register: %s\n", s.ToString().c_str());
+    return nullptr;
+  }
+  return std::shared_ptr<CoordinationClient>(std::move(*client));
+}
+
+// One rank of the Gloo check: rendezvous through the store, allreduce
+// [rank+1]*n floats (oracle: world*(world+1)/2), barrier. Returns "" or the
+// failure.
+std::string RunGlooRank(const std::shared_ptr<CoordinationClient>& client,
+                        int rank, int world) {
+  try {
+    auto store = c10::make_intrusive<CoordinationStore>(
+        client, std::chrono::seconds(30));
+    auto options = c10d::ProcessGroupGloo::Options::create();
+    options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    options->timeout = std::chrono::seconds(30);
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world,
+                                                          options);
+    std::vector<at::Tensor> tensors = {
+        at::full({7}, static_cast<float>(rank + 1), at::kFloat)};  // [7]
+    pg->allreduce(tensors)->wait(std::chrono::seconds(30));
+    const float expected = world * (world + 1) / 2.0f;
+    if (!at::equal(tensors[0], at::full({7}, expected, at::kFloat))) {
+      return absl::StrCat("rank ", rank, ": allreduce gave ",
+                          tensors[0][0].item<float>(), ", want ", expected);
+    }
+    pg->barrier()->wait(std::chrono::seconds(30));
+  } catch (const std::exception& e) {
+    return absl::StrCat("rank ", rank, ": ", e.what());
+  }
+  return "";
+}
+
+// ---- child roles (run only when re-executed by SpawnChild) -----------------
+
+int RunChildRole(const std::string& role) {
+  const std::string address = EnvOr("TPUDIST_COORD_ADDRESS", "");
+  const std::string job = EnvOr("TPUDIST_COORD_JOB", "");
+  int task = -1, world = 0;
+  if (!absl::SimpleAtoi(EnvOr("TPUDIST_COORD_TASK", ""), &task)) return 2;
+  auto client = ConnectRegistered(address, job, task);
+  if (client == nullptr) return 3;
+  if (role == "register_and_sleep") {
+    absl::SleepFor(absl::Seconds(60));  // the parent SIGKILLs us first
+    return 4;
+  }
+  if (role == "gloo") {
+    if (!absl::SimpleAtoi(EnvOr("TPUDIST_COORD_WORLD", ""), &world)) return 2;
+    const std::string failure = RunGlooRank(client, task, world);
+    if (!failure.empty()) {
+      std::fprintf(stderr, "%s\n", failure.c_str());
+      return 1;
+    }
+    return client->Shutdown().ok() ? 0 : 5;
+  }
+  return 6;
+}
+
+TEST(CoordinationChild, Main) {
+  const char* role = std::getenv(testing::kRoleEnv);
+  if (role == nullptr) GTEST_SKIP() << "runs only as a child process";
+  const int rc = RunChildRole(role);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(rc);  // skip gtest / gRPC / Gloo teardown in the child
+}
+
+// ---- store semantics -------------------------------------------------------
+
+class CoordinationStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServiceOptions options;
+    options.job_id = kJob;
+    options.num_tasks = 2;
+    auto service = CoordinationService::Start(options);
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = *std::move(service);
+    client_ = ConnectRegistered(service_->address(), kJob, 0);
+    ASSERT_NE(client_, nullptr);
+    store_ = c10::make_intrusive<CoordinationStore>(
+        client_, std::chrono::milliseconds(300));
+  }
+
+  std::unique_ptr<CoordinationService> service_;
+  std::shared_ptr<CoordinationClient> client_;
+  c10::intrusive_ptr<CoordinationStore> store_;
+};
+
+TEST_F(CoordinationStoreTest, SetGetAddCompareSetDeleteCheckNumKeys) {
+  store_->set("k", Bytes("v1"));
+  store_->set("k", Bytes("v2"));  // c10d set overwrites
+  EXPECT_EQ(store_->get("k"), Bytes("v2"));
+  EXPECT_EQ(store_->add("n", 2), 2);
+  EXPECT_EQ(store_->add("n", 40), 42);
+  EXPECT_EQ(store_->get("n"), Bytes("42"));
+  EXPECT_EQ(store_->compareSet("c", Bytes(""), Bytes("a")), Bytes("a"));
+  EXPECT_EQ(store_->compareSet("c", Bytes("b"), Bytes("z")), Bytes("a"));
+  EXPECT_EQ(store_->compareSet("c", Bytes("a"), Bytes("z")), Bytes("z"));
+  EXPECT_EQ(store_->getNumKeys(), 3);
+  // Keys live under the prefix; the runtime's own keys are not counted.
+  ASSERT_TRUE(client_->Set("runtime/own", "x").ok());
+  EXPECT_EQ(store_->getNumKeys(), 3);
+  EXPECT_EQ(*client_->TryGet("c10d/k"), "v2");
+  EXPECT_TRUE(store_->check({"k", "n"}));
+  EXPECT_FALSE(store_->check({"k", "absent"}));
+  EXPECT_TRUE(store_->deleteKey("k"));
+  EXPECT_FALSE(store_->deleteKey("k"));
+  EXPECT_EQ(store_->getNumKeys(), 2);
+}
+
+TEST_F(CoordinationStoreTest, GetAndWaitHonourTimeoutAndThrow) {
+  const absl::Time start = absl::Now();
+  try {
+    store_->get("absent");
+    ADD_FAILURE() << "get of an absent key returned";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("absent"));
+  }
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  store_->set("a", Bytes("1"));
+  EXPECT_THROW(store_->wait({"a", "b"}, std::chrono::milliseconds(200)),
+               c10::Error);
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    store_->set("b", Bytes("2"));
+  });
+  store_->setTimeout(std::chrono::seconds(5));
+  EXPECT_NO_THROW(store_->wait({"a", "b"}));
+  setter.join();
+  EXPECT_EQ(store_->getTimeout(), std::chrono::milliseconds(5000));
+}
+
+// ---- Gloo rendezvous -------------------------------------------------------
+
+class GlooOverStoreTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooOverStoreTest, Threads) {
+  const int world = GetParam();
+  ServiceOptions options;
+  options.job_id = kJob;
+  options.num_tasks = world;
+  auto service = CoordinationService::Start(options);
+  ASSERT_TRUE(service.ok()) << service.status();
+  std::vector<std::string> failures(world);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.emplace_back([&, r] {
+      auto client = ConnectRegistered((*service)->address(), kJob, r);
+      failures[r] = client == nullptr ? "connect failed"
+                                      : RunGlooRank(client, r, world);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(failures[r], "") << "rank " << r;
+  EXPECT_TRUE((*service)->state().JobError().ok());
+}
+
+TEST_P(GlooOverStoreTest, Processes) {
+  const int world = GetParam();
+  ServiceOptions options;
+  options.job_id = kJob;
+  options.num_tasks = world;
+  auto service = CoordinationService::Start(options);
+  ASSERT_TRUE(service.ok()) << service.status();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pids.push_back(SpawnChild(
+        "gloo", {{"TPUDIST_COORD_ADDRESS", (*service)->address()},
+                 {"TPUDIST_COORD_JOB", kJob},
+                 {"TPUDIST_COORD_TASK", absl::StrCat(r)},
+                 {"TPUDIST_COORD_WORLD", absl::StrCat(world)}}));
+    ASSERT_GT(pids.back(), 0);
+  }
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(WaitChild(pids[r], absl::Seconds(90)), 0) << "rank " << r;
+  }
+  EXPECT_TRUE((*service)->state().JobError().ok())
+      << (*service)->state().JobError();
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ((*service)->state().task_state(r), TaskState::kDisconnected);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooOverStoreTest,
+                         ::testing::Values(2, 3, 4));
+
+}  // namespace
+}  // namespace tpudist::tpu_runtime::coordination
