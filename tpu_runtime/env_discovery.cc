@@ -81,6 +81,13 @@ absl::StatusOr<Placement> PlaceOnTpu(const TpuEnv& tpu, const std::optional<Laun
     if (l->host_index) {
       if (absl::Status st = Expect(*l->host_index, p.host_index, of_rank); !st.ok()) return st;
     }
+    if (l->num_hosts) {
+      if (absl::Status st = Expect(*l->num_hosts, s.num_hosts,
+                                   absl::StrCat("the hosts of the TPU slice (", tpu.layout, ")"));
+          !st.ok()) {
+        return st;
+      }
+    }
     if (local_rank) {
       if (absl::Status st = Expect(*local_rank, p.local_rank,
                                    absl::StrCat(l->rank.var, "=", p.rank, " % ", per_host));

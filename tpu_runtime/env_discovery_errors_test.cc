@@ -45,6 +45,16 @@ TEST(DiscoverErrorsTest, BaselineIsValid) {
   EXPECT_THAT(ErrorOf(V6eRank6()), StartsWith("OK rank 6/16 local 2/4 host 1/4"));
 }
 
+TEST(DiscoverErrorsTest, Tpu7xDefaultsToTwoChipletsAndRejectsThreeDimsOnV6e) {
+  EnvMap env{{"TPU_WORKER_ID", "1"}, {"TPU_WORKER_HOSTNAMES", "h0,h1"},
+             {"TPU_ACCELERATOR_TYPE", "tpu7x"}, {"TPU_TOPOLOGY", "2x2x2"}, {"LOCAL_RANK", "7"}};
+  EXPECT_THAT(ErrorOf(env), StartsWith("OK rank 15/16 local 7/8 host 1/2 (tpu7x 2x2x2"));
+  EXPECT_EQ(ErrorOf(With(env, "LOCAL_RANK", "8")),
+            "LOCAL_RANK=\"8\": expected 0..7 (8 devices per host)");
+  EXPECT_EQ(ErrorOf(With(V6eRank6(), "TPU_TOPOLOGY", "4x4x1")),
+            "TPU_TOPOLOGY=\"4x4x1\": expected a 2-D topology for v6e");
+}
+
 TEST(DiscoverErrorsTest, LauncherNumbers) {
   EXPECT_EQ(ErrorOf({{"RANK", "16"}, {"WORLD_SIZE", "16"}}),
             "RANK=\"16\": expected 0..15 (WORLD_SIZE=16)");
@@ -163,6 +173,9 @@ TEST(DiscoverErrorsTest, ExplicitRanksCrossCheckedAgainstTpu) {
             "TPU_WORKER_ID=\"1\": expected 2 = RANK=10 / 4 devices per host");
   EXPECT_EQ(ErrorOf(With(With(env, "RANK", "5"), "TPU_WORKER_ID", "1")),
             "LOCAL_RANK=\"2\": expected 1, RANK=5 % 4 devices per host");
+  EXPECT_EQ(ErrorOf(With(env, "GROUP_WORLD_SIZE", "2")),
+            "GROUP_WORLD_SIZE=\"2\": expected 4, the hosts of the TPU slice (16 chips of "
+            "TPU_TOPOLOGY=\"4x4\" on v6e / 4 chips per host)");
   EXPECT_EQ(ErrorOf(With(env, "GROUP_RANK", "3")),
             "GROUP_RANK=\"3\": expected 1, RANK=6 / 4 devices per host");
 }
