@@ -1,0 +1,83 @@
+#include "fsdp/testing/rank_threads.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace tpudist::fsdp::testing {
+
+GroupFactory MakeGroupFactory(const std::string& backend, absl::Duration timeout) {
+  const auto ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
+  if (backend == "gloo") {
+    return [ms](const c10::intrusive_ptr<c10d::Store>& store, int group_rank,
+                const std::vector<int>& ranks)
+               -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
+      auto opts = c10d::ProcessGroupGloo::Options::create(ms);
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      opts->threads = 1;
+      return c10::intrusive_ptr<c10d::ProcessGroup>(c10::make_intrusive<c10d::ProcessGroupGloo>(
+          store, group_rank, static_cast<int>(ranks.size()), opts));
+    };
+  }
+  return [backend](const c10::intrusive_ptr<c10d::Store>&, int, const std::vector<int>&)
+             -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
+    return absl::UnimplementedError(absl::StrCat("test backend '", backend, "' is not linked"));
+  };
+}
+
+bool BackendHasReduceScatter(const std::string& backend) { return backend != "gloo"; }
+
+std::string TestBackend() {
+  const char* env = std::getenv("TPU_DIST_TEST_BACKEND");
+  if (env != nullptr && *env != '\0') return env;
+  return "gloo";
+}
+
+void RunRanks(int world_size, const std::function<void(const RankContext&)>& body,
+              absl::Duration deadline) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string backend = TestBackend();
+  std::vector<std::future<void>> done;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world_size; ++r) {
+    auto task = std::make_shared<std::packaged_task<void()>>([=] {
+      RankContext ctx;
+      ctx.rank = r;
+      ctx.world_size = world_size;
+      ctx.env.rank = r;
+      ctx.env.world_size = world_size;
+      ctx.env.store = store;
+      ctx.env.group_factory = MakeGroupFactory(backend, absl::Seconds(30));
+      ctx.env.mesh_name = "mesh";  // a fresh store per run
+      ctx.env.collective_timeout = absl::Seconds(30);
+      try {
+        body(ctx);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
+      }
+    });
+    done.push_back(task->get_future());
+    threads.emplace_back([task] { (*task)(); });
+  }
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(absl::ToInt64Milliseconds(deadline));
+  for (int r = 0; r < world_size; ++r) {
+    if (done[r].wait_until(until) != std::future_status::ready) {
+      std::fprintf(stderr, "RunRanks: rank %d of %d still running after %s: hang, aborting\n", r,
+                   world_size, absl::FormatDuration(deadline).c_str());
+      std::abort();
+    }
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace tpudist::fsdp::testing
