@@ -1,0 +1,127 @@
+// CheckpointManager: atomic, pruned checkpoints of one training run, laid
+// out as Ray Train lays them out:
+//
+//   <storage_path>/<run_name>/
+//     checkpoint_2026-12-02_13-45-05.123456/   complete: has checkpoint.json
+//       model.pt ...                           whatever the trainer wrote
+//       checkpoint.json                        written last (checkpoint_metadata.h)
+//     .tmp_checkpoint_<time>_<pid>_<n>/        a write in progress
+//     metrics.jsonl                            (metrics_log.h, not ours)
+//
+// Write protocol (one checkpoint):
+//   1. BeginWrite() creates a fresh .tmp_checkpoint_* directory and hands
+//      it out; the trainer (every rank, for a sharded checkpoint: rank 0
+//      shares the path, e.g. through the store) writes its files there.
+//   2. Commit() — after all writers are done (a barrier) — fsyncs every
+//      file and directory, renames the temp dir to checkpoint_<timestamp>,
+//      fsyncs the run dir, and only then writes checkpoint.json (via a temp
+//      name + rename + fsync) with epoch, step, loss, complete=true and the
+//      list of files with their sizes. Then it prunes (checkpoint_retention.h).
+//   A crash at any point leaves either a .tmp_checkpoint_* dir (removed by
+//   the next Open()) or a checkpoint_* dir without checkpoint.json; neither
+//   looks complete. A checkpoint whose files later do not match the sizes in
+//   checkpoint.json (truncated, deleted) is skipped too. Skipped directories
+//   are reported through options.warn and left on disk for inspection.
+//
+// Ordering: "latest" is the highest sequence number in checkpoint.json
+// (commit order), not the directory name, so clock steps do not reorder.
+//
+// Assumes one live manager per run directory (rank 0 of the job); Open()
+// removes every .tmp_checkpoint_* it finds as stale. Not thread-safe:
+// use from one thread. All filesystem errors are Statuses naming the path.
+#ifndef EXAMPLES_FINETUNE_CHECKPOINT_MANAGER_H_
+#define EXAMPLES_FINETUNE_CHECKPOINT_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "examples/finetune/checkpoint_metadata.h"
+
+namespace tpudist::finetune {
+
+struct CheckpointManagerOptions {
+  std::string storage_path;  // Ray's RunConfig(storage_path=...)
+  std::string run_name;      // Ray's RunConfig(name=...), a single path part
+  // Ray's CheckpointConfig(num_to_keep=...): <= 0 keeps all.
+  int num_to_keep = 0;
+  // Clock for directory names and "created"; tests inject one.
+  std::function<absl::Time()> now;  // default absl::Now
+  // Receives one line per skipped or cleaned-up directory; default: stderr.
+  std::function<void(absl::string_view)> warn;
+};
+
+// A write in progress: the directory to write into. Plain value; dropping it
+// without Commit/Abandon leaves the directory for the next Open() to clean.
+struct PendingCheckpoint {
+  std::string path;  // <run_dir>/.tmp_checkpoint_...
+};
+
+// What the trainer reports with a checkpoint (Ray: train.report(metrics)).
+struct CheckpointReport {
+  int64_t epoch = 0;
+  int64_t step = 0;  // batches consumed in `epoch` (resume point)
+  double loss = 0.0;
+};
+
+struct CheckpointInfo {
+  std::string path;  // <run_dir>/checkpoint_<timestamp>
+  CheckpointMetadata metadata;
+};
+
+class CheckpointManager {
+ public:
+  // Creates <storage_path>/<run_name> if needed and removes stale temp dirs.
+  // InvalidArgument for an empty storage_path or a run_name that is empty,
+  // "." / "..", or contains '/'.
+  static absl::StatusOr<std::unique_ptr<CheckpointManager>> Open(
+      CheckpointManagerOptions options);
+
+  const std::string& run_dir() const { return run_dir_; }
+
+  absl::StatusOr<PendingCheckpoint> BeginWrite();
+
+  // Makes `pending` a complete checkpoint (protocol above) and prunes.
+  // FailedPrecondition if `pending` is not a temp dir of this run or holds
+  // a file named checkpoint.json.
+  absl::StatusOr<CheckpointInfo> Commit(const PendingCheckpoint& pending,
+                                        const CheckpointReport& report);
+
+  // Deletes the temp directory of an unwanted write.
+  absl::Status Abandon(const PendingCheckpoint& pending);
+
+  // Complete checkpoints on disk, oldest first (rescans; warns on skips).
+  absl::StatusOr<std::vector<CheckpointInfo>> ListComplete() const;
+
+  // The newest complete checkpoint, for resume after failure; nullopt when
+  // there is none.
+  absl::StatusOr<std::optional<CheckpointInfo>> LatestComplete() const;
+
+  // The lowest-loss complete checkpoint; nullopt when there is none.
+  absl::StatusOr<std::optional<CheckpointInfo>> Best() const;
+
+ private:
+  explicit CheckpointManager(CheckpointManagerOptions options,
+                             std::string run_dir)
+      : options_(std::move(options)), run_dir_(std::move(run_dir)) {}
+
+  absl::Status RemoveStaleTempDirs();
+  absl::Status Prune(int64_t latest_sequence);
+  void Warn(absl::string_view msg) const;
+  std::string UniqueFinalName() const;
+
+  CheckpointManagerOptions options_;
+  std::string run_dir_;
+  int64_t temp_counter_ = 0;
+};
+
+}  // namespace tpudist::finetune
+
+#endif  // EXAMPLES_FINETUNE_CHECKPOINT_MANAGER_H_

@@ -1,0 +1,58 @@
+// checkpoint.json: the small record that makes a checkpoint directory
+// complete. It is the last thing written into a checkpoint (see
+// checkpoint_manager.h), so its presence, "complete": true and matching
+// file sizes are what a reader trusts.
+//
+//   {"format": 1, "sequence": 4, "epoch": 2, "step": 128, "loss": 1.9321,
+//    "complete": true, "created": "2026-12-02T13:45:05.123456+00:00",
+//    "files": [{"path": "model.pt", "bytes": 10485760},
+//              {"path": "shards/rank_1.pt", "bytes": 4096}]}
+//
+// A NaN loss is written as null (JSON has no NaN) and read back as NaN.
+// Plain values; pure functions except VerifyCheckpointFiles (reads sizes).
+#ifndef EXAMPLES_FINETUNE_CHECKPOINT_METADATA_H_
+#define EXAMPLES_FINETUNE_CHECKPOINT_METADATA_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace tpudist::finetune {
+
+inline constexpr char kCheckpointMetadataFile[] = "checkpoint.json";
+
+struct CheckpointFile {
+  std::string path;  // relative to the checkpoint directory, '/'-separated
+  int64_t bytes = 0;
+};
+
+struct CheckpointMetadata {
+  int64_t sequence = 0;  // commit order within the run, from 1
+  int64_t epoch = 0;     // as reported by the trainer
+  int64_t step = 0;      // batches consumed in `epoch` (resume point)
+  double loss = 0.0;
+  bool complete = false;
+  absl::Time created;
+  std::vector<CheckpointFile> files;
+};
+
+// One JSON document (with trailing newline).
+std::string CheckpointMetadataToJson(const CheckpointMetadata& meta);
+
+// Parses a checkpoint.json body; `path` names it in errors (DataLoss).
+absl::StatusOr<CheckpointMetadata> ParseCheckpointMetadata(
+    absl::string_view json, absl::string_view path);
+
+// Checks that every listed file exists under `dir` with its recorded size.
+// DataLoss naming the file and both sizes otherwise.
+absl::Status VerifyCheckpointFiles(const std::string& dir,
+                                   const CheckpointMetadata& meta);
+
+}  // namespace tpudist::finetune
+
+#endif  // EXAMPLES_FINETUNE_CHECKPOINT_METADATA_H_

@@ -1,0 +1,60 @@
+// Reading a Dolly-format instruction set: JSONL, one object per line with
+// the string fields "instruction", "context", "response" and "category"
+// (databricks-dolly-15k's schema; data/instructions/train.jsonl follows it).
+//
+// Error contract: every error names the file; errors about a record name
+// its 1-based line number and, where relevant, the field. Examples:
+//   data.jsonl:17: bad JSON: [json.exception.parse_error.101] ...
+//   data.jsonl:3: missing field "response"
+//   data.jsonl:9: field "context" must be a string, got number
+//   data.jsonl: empty file (no records)
+//   data.jsonl: split 'train[5000:]' selects no rows: ...
+//
+// Lines that are empty or only whitespace are skipped (a trailing newline
+// or blank separator line is not a record); every other line must be one
+// JSON object. Extra fields are ignored. A trailing '\r' is stripped.
+//
+// All functions are free of hidden state and safe to call from any thread.
+#ifndef EXAMPLES_FINETUNE_DOLLY_DATASET_H_
+#define EXAMPLES_FINETUNE_DOLLY_DATASET_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace tpudist::finetune {
+
+struct DollyExample {
+  std::string instruction;
+  std::string context;  // often empty
+  std::string response;
+  std::string category;  // open_qa, closed_qa, classification, ...
+  int64_t line = 0;      // 1-based line in the source file, for messages
+};
+
+// Parses one JSONL line. `file` and `line` are only used in messages.
+absl::StatusOr<DollyExample> ParseDollyLine(absl::string_view text,
+                                            absl::string_view file,
+                                            int64_t line);
+
+// Parses a whole JSONL document held in memory (`file` names it in errors).
+// An input without any record is an error.
+absl::StatusOr<std::vector<DollyExample>> ParseDollyJsonl(
+    absl::string_view contents, absl::string_view file);
+
+// Reads `path` and parses it. NotFound / PermissionDenied etc. name the path.
+absl::StatusOr<std::vector<DollyExample>> ReadDollyJsonl(
+    const std::string& path);
+
+// Reads `path` and returns the rows selected by `split` (split_spec.h
+// syntax). A single JSONL file holds exactly one split, named "train" as in
+// HF datasets' json loader; any other name is an error naming the value.
+absl::StatusOr<std::vector<DollyExample>> LoadDollySplit(
+    const std::string& path, absl::string_view split);
+
+}  // namespace tpudist::finetune
+
+#endif  // EXAMPLES_FINETUNE_DOLLY_DATASET_H_

@@ -1,0 +1,98 @@
+#include "examples/finetune/metrics_log.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "examples/finetune/internal/fs_util.h"
+#include "examples/finetune/internal/test_temp_dir.h"
+
+namespace tpudist::finetune {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(MetricsTest, TokensPerSecond) {
+  // 64 steps x global batch 32 x seq 256 / 28.17 s.
+  EXPECT_NEAR(TokensPerSecond(64, 32, 256, 28.17), 64.0 * 32 * 256 / 28.17,
+              1e-9);
+  EXPECT_DOUBLE_EQ(TokensPerSecond(1, 1, 1, 0.0), 0.0);
+  EXPECT_DOUBLE_EQ(TokensPerSecond(10, 2, 8, 2.0), 80.0);
+}
+
+TEST(MetricsTest, FormatsTheRankZeroLine) {
+  EpochMetrics m;
+  m.epoch = 1;
+  m.loss = 3.14021;
+  m.epoch_time_s = 28.1749;
+  m.tokens_per_s = 18613.54;
+  EXPECT_EQ(FormatEpochLine(m, 3),
+            "Epoch 1/3 | loss=3.1402 | epoch_time=28.17s | tokens/s=18613.5");
+  m.epoch = 12;
+  m.loss = 0.5;
+  m.epoch_time_s = 1;
+  m.tokens_per_s = 0;
+  EXPECT_EQ(FormatEpochLine(m, 12),
+            "Epoch 12/12 | loss=0.5000 | epoch_time=1.00s | tokens/s=0.0");
+}
+
+TEST(MetricsTest, JsonLineHasTheFieldsAndRoundTrips) {
+  EpochMetrics m{2, 1.5, 10.25, 1234.5, 64, absl::FromUnixMillis(1'800'000'000'123)};
+  const std::string line = EpochMetricsToJsonLine(m);
+  ASSERT_EQ(line.back(), '\n');
+  EXPECT_EQ(line.find('\n'), line.size() - 1);
+  auto j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["epoch"], 2);
+  EXPECT_EQ(j["loss"], 1.5);
+  EXPECT_EQ(j["epoch_time_s"], 10.25);
+  EXPECT_EQ(j["tokens_per_s"], 1234.5);
+  EXPECT_EQ(j["steps"], 64);
+  EXPECT_EQ(j["timestamp"], "2027-01-15T08:00:00.123000+00:00");
+  auto back = ParseEpochMetricsLine(line, "x");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->epoch, 2);
+  EXPECT_EQ(back->steps, 64);
+  EXPECT_EQ(back->timestamp, m.timestamp);
+  m.loss = std::nan("");
+  auto nan = ParseEpochMetricsLine(EpochMetricsToJsonLine(m), "x");
+  ASSERT_TRUE(nan.ok());
+  EXPECT_TRUE(std::isnan(nan->loss));
+  EXPECT_THAT(std::string(ParseEpochMetricsLine("{\"epoch\":1}", "f:3")
+                              .status()
+                              .message()),
+              HasSubstr("f:3: field \"steps\""));
+}
+
+TEST(MetricsTest, LogAppendsAcrossReopen) {
+  internal::TestTempDir tmp;
+  const std::string run = tmp.path() + "/run";
+  {
+    auto log = MetricsLog::Open(run);
+    ASSERT_TRUE(log.ok());
+    EXPECT_EQ(log->path(), run + "/metrics.jsonl");
+    ASSERT_TRUE(log->Append({1, 3.0, 5.0, 100.0, 10, absl::FromUnixSeconds(1)}).ok());
+  }
+  auto log = MetricsLog::Open(run);  // a resumed run keeps appending
+  ASSERT_TRUE(log->Append({2, 2.0, 5.0, 110.0, 10, absl::FromUnixSeconds(2)}).ok());
+  auto all = ReadMetricsLog(run + "/metrics.jsonl");
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].epoch, 1);
+  EXPECT_DOUBLE_EQ((*all)[1].loss, 2.0);
+  std::ofstream(run + "/metrics.jsonl", std::ios::app) << "garbage\n";
+  auto bad = ReadMetricsLog(run + "/metrics.jsonl");
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("metrics.jsonl:3: bad JSON"));
+  // Unwritable location: the error names the path.
+  std::ofstream(tmp.path() + "/file") << "x";
+  auto blocked = MetricsLog::Open(tmp.path() + "/file/sub");
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_THAT(std::string(blocked.status().message()), HasSubstr("/file/sub"));
+}
+
+}  // namespace
+}  // namespace tpudist::finetune
