@@ -1,0 +1,131 @@
+#include "models/gemma/gemma_config.h"
+
+#include <gtest/gtest.h>
+
+#include "models/gemma/gemma_test_util.h"
+
+namespace tpudist::models::gemma {
+namespace {
+
+using nlohmann::json;
+
+void ExpectSameConfig(const GemmaConfig& a, const GemmaConfig& b) {
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.intermediate_size, b.intermediate_size);
+  EXPECT_EQ(a.num_hidden_layers, b.num_hidden_layers);
+  EXPECT_EQ(a.num_attention_heads, b.num_attention_heads);
+  EXPECT_EQ(a.num_key_value_heads, b.num_key_value_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.global_head_dim, b.global_head_dim);
+  EXPECT_EQ(a.hidden_size_per_layer_input, b.hidden_size_per_layer_input);
+  EXPECT_EQ(a.vocab_size_per_layer_input, b.vocab_size_per_layer_input);
+  EXPECT_EQ(a.sliding_window, b.sliding_window);
+  EXPECT_EQ(a.num_kv_shared_layers, b.num_kv_shared_layers);
+  EXPECT_EQ(a.use_double_wide_mlp, b.use_double_wide_mlp);
+  EXPECT_EQ(a.final_logit_softcapping, b.final_logit_softcapping);
+  EXPECT_EQ(a.layer_types, b.layer_types);
+  EXPECT_EQ(a.full_rope.rope_type, b.full_rope.rope_type);
+  EXPECT_EQ(a.full_rope.rope_theta, b.full_rope.rope_theta);
+  EXPECT_EQ(a.full_rope.partial_rotary_factor, b.full_rope.partial_rotary_factor);
+  EXPECT_EQ(a.sliding_rope.rope_theta, b.sliding_rope.rope_theta);
+  EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
+}
+
+TEST(GemmaConfig, RoundTripsThroughHfJsonBothLayouts) {
+  for (bool wrapper : {true, false}) {
+    for (const GemmaConfig& c : {GemmaE2BConfig(), GemmaTinyConfig()}) {
+      json j = GemmaConfigToHfJson(c, wrapper);
+      EXPECT_EQ(j["model_type"], wrapper ? "gemma4" : "gemma4_text");
+      auto parsed = GemmaConfigFromJson(j, "mem");
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      ExpectSameConfig(*parsed, c);
+    }
+  }
+}
+
+// The E2B config as HF's converter writes it (abridged to the fields we read).
+TEST(GemmaConfig, ParsesE2BStyleWrapper) {
+  json text = {{"model_type", "gemma4_text"}, {"vocab_size", 262144}, {"hidden_size", 1536},
+               {"intermediate_size", 6144}, {"num_hidden_layers", 35}, {"num_attention_heads", 8},
+               {"num_key_value_heads", 1}, {"head_dim", 256}, {"global_head_dim", 512},
+               {"hidden_size_per_layer_input", 256}, {"vocab_size_per_layer_input", 262144},
+               {"sliding_window", 512}, {"num_kv_shared_layers", 20}, {"use_double_wide_mlp", true},
+               {"final_logit_softcapping", 30.0}, {"rms_norm_eps", 1e-6},
+               {"rope_parameters", {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+                                    {"full_attention", {{"rope_type", "proportional"}, {"rope_theta", 1000000.0},
+                                                        {"partial_rotary_factor", 0.25}}}}}};
+  json layer_types = json::array();
+  for (int i = 0; i < 35; ++i) layer_types.push_back(i % 5 == 4 ? "full_attention" : "sliding_attention");
+  text["layer_types"] = layer_types;
+  json top = {{"model_type", "gemma4"}, {"architectures", {"Gemma4ForConditionalGeneration"}},
+              {"text_config", text}, {"eos_token_id", {1, 106}}, {"vision_config", {{"model_type", "x"}}}};
+  auto c = GemmaConfigFromJson(top, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ExpectSameConfig(*c, [] {
+    GemmaConfig e = GemmaE2BConfig();
+    e.eos_token_ids = {1, 106};
+    return e;
+  }());
+}
+
+TEST(GemmaConfig, DerivesLayerTypesWhenAbsent) {
+  json j = GemmaConfigToHfJson(GemmaTinyConfig(), false);
+  j.erase("layer_types");
+  j["num_hidden_layers"] = 7;
+  j["num_kv_shared_layers"] = 0;
+  j["sliding_window_pattern"] = 3;
+  auto c = GemmaConfigFromJson(j, "cfg");
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<LayerType> want = {LayerType::kSliding, LayerType::kSliding, LayerType::kFull, LayerType::kSliding,
+                                 LayerType::kSliding, LayerType::kFull, LayerType::kFull};
+  EXPECT_EQ(c->layer_types, want);
+}
+
+TEST(GemmaConfig, ErrorsNameFileAndField) {
+  json j = GemmaConfigToHfJson(GemmaTinyConfig(), false);
+  json missing = j;
+  missing.erase("head_dim");
+  auto st = GemmaConfigFromJson(missing, "/x/config.json").status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("/x/config.json"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("head_dim"), std::string::npos) << st;
+
+  json wrong = j;
+  wrong["model_type"] = "llama";
+  st = GemmaConfigFromJson(wrong, "c.json").status();
+  EXPECT_NE(st.message().find("model_type"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("llama"), std::string::npos) << st;
+
+  json arch = j;
+  arch["architectures"] = {"LlamaForCausalLM"};
+  st = GemmaConfigFromJson(arch, "c.json").status();
+  EXPECT_NE(st.message().find("architectures"), std::string::npos) << st;
+
+  json bad_type = j;
+  bad_type["layer_types"][0] = "chunked_attention";
+  EXPECT_FALSE(GemmaConfigFromJson(bad_type, "c").ok());
+
+  json bad_share = j;
+  bad_share["num_kv_shared_layers"] = 5;  // layer 1.. shared, no earlier full layer
+  st = GemmaConfigFromJson(bad_share, "c").status();
+  EXPECT_NE(st.message().find("num_kv_shared_layers"), std::string::npos) << st;
+
+  json bad_rope = j;
+  bad_rope["rope_parameters"]["full_attention"]["rope_type"] = "yarn";
+  st = GemmaConfigFromJson(bad_rope, "c").status();
+  EXPECT_NE(st.message().find("rope_parameters.full_attention"), std::string::npos) << st;
+
+  json no_text = {{"model_type", "gemma4"}};
+  st = GemmaConfigFromJson(no_text, "c").status();
+  EXPECT_NE(st.message().find("text_config"), std::string::npos) << st;
+
+  testing::TempDir dir;
+  testing::WriteFile(dir / "config.json", "{ not json");
+  st = LoadGemmaConfig(dir / "config.json").status();
+  EXPECT_NE(st.message().find(dir / "config.json"), std::string::npos) << st;
+  EXPECT_FALSE(LoadGemmaConfig(dir / "absent.json").ok());
+}
+
+}  // namespace
+}  // namespace tpudist::models::gemma

@@ -1,0 +1,110 @@
+#include "models/gemma/safetensors.h"
+
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "models/gemma/gemma_test_util.h"
+
+namespace tpudist::models::gemma {
+namespace {
+
+TEST(Safetensors, RoundTripsAllDtypes) {
+  testing::TempDir dir;
+  std::vector<std::pair<std::string, at::Tensor>> tensors = {
+      {"f32", at::randn({3, 5})},
+      {"bf16", at::randn({7}).to(at::kBFloat16)},
+      {"f16", at::randn({2, 2}).to(at::kHalf)},
+      {"i64", at::arange(6, at::kLong).view({2, 3})},
+      {"u8", at::arange(5, at::kLong).to(at::kByte)},
+      {"scalar", at::scalar_tensor(2.5, at::kFloat)},
+      {"empty", at::zeros({0, 4})},
+      {"strided", at::randn({4, 6}).t()},
+  };
+  const std::string path = dir / "m.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}}).ok());
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->entries().size(), tensors.size());
+  EXPECT_EQ((*file)->metadata().at("format"), "pt");
+  for (const auto& [name, t] : tensors) {
+    auto got = (*file)->Get(name);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->scalar_type(), t.scalar_type()) << name;
+    EXPECT_TRUE(at::equal(*got, t)) << name;
+  }
+  // Zero-copy view outlives the file object and is writable (copy-on-write).
+  at::Tensor view = *(*file)->Get("f32");
+  file->reset();
+  view.add_(1.0);
+  EXPECT_TRUE(at::allclose(view, tensors[0].second + 1.0));
+  auto again = SafetensorsFile::Open(path);
+  EXPECT_TRUE(at::equal(*(*again)->Get("f32"), tensors[0].second));  // file untouched
+  auto missing = (*again)->Get("nope");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("nope"), std::string::npos);
+}
+
+TEST(Safetensors, HeaderIsPaddedAndLittleEndian) {
+  testing::TempDir dir;
+  ASSERT_TRUE(WriteSafetensors(dir / "a.safetensors", {{"x", at::ones({1})}}).ok());
+  const std::string bytes = testing::ReadFile(dir / "a.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ(n % 8, 0u);
+  EXPECT_EQ(bytes.size(), 8 + n + 4);
+  EXPECT_EQ(bytes[8], '{');
+}
+
+std::string Header(const std::string& json) {
+  std::string out(8, '\0');
+  uint64_t n = json.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + json;
+}
+
+TEST(Safetensors, RejectsCorruptFiles) {
+  testing::TempDir dir;
+  struct Case {
+    const char* name;
+    std::string bytes;
+    const char* needle;
+  } cases[] = {
+      {"short", "abc", "shorter"},
+      {"len", std::string("\xff\xff\xff\xff\x00\x00\x00\x00", 8) + "{}", "header length"},
+      {"json", Header("{nope"), "JSON"},
+      {"dtype", Header(R"({"t":{"dtype":"Q8","shape":[1],"data_offsets":[0,1]}})") + "x", "'t'"},
+      {"bounds", Header(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})") + "1234", "outside"},
+      {"size", Header(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})") + "1234", "need"},
+      {"overlap",
+       Header(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})") +
+           "abc",
+       "overlap"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = dir / (std::string(c.name) + ".safetensors");
+    testing::WriteFile(path, c.bytes);
+    auto f = SafetensorsFile::Open(path);
+    ASSERT_FALSE(f.ok()) << c.name;
+    EXPECT_NE(f.status().message().find(path), std::string::npos) << f.status();
+    EXPECT_NE(f.status().message().find(c.needle), std::string::npos) << c.name << ": " << f.status();
+  }
+  EXPECT_EQ(SafetensorsFile::Open(dir / "absent").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Safetensors, UnalignedDataIsCopied) {
+  testing::TempDir dir;
+  // F32 tensor at data offset 1: not 4-aligned, must still read correctly.
+  std::string json = R"({"p":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"t":{"dtype":"F32","shape":[1],"data_offsets":[1,5]}})";
+  while ((json.size()) % 8 != 0) json.push_back(' ');
+  float v = 3.25f;
+  std::string data(5, '\0');
+  std::memcpy(&data[1], &v, 4);
+  testing::WriteFile(dir / "u.safetensors", Header(json) + data);
+  auto f = SafetensorsFile::Open(dir / "u.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ((*f)->Get("t")->item<float>(), 3.25f);
+}
+
+}  // namespace
+}  // namespace tpudist::models::gemma
