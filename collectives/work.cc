@@ -15,14 +15,16 @@ TpuDistWork::TpuDistWork(int rank, c10d::OpType type,
           c10::ListType::create(c10::TensorType::get()))) {}
 
 void TpuDistWork::Finish(const absl::Status& status) {
+  // The future completes first so that anyone released by wait() sees a
+  // completed future.
   if (status.ok()) {
-    finish();
     future_->markCompleted(c10::IValue(outputs_));
+    finish();
   } else {
     auto error = std::make_exception_ptr(
         std::runtime_error(std::string("tpu_dist: ") + status.ToString()));
-    finish(error);
     future_->setError(error);
+    finish(error);
   }
 }
 

@@ -1,0 +1,335 @@
+// ProcessGroupTpuDist with ranks as threads over one c10d::HashStore. The
+// oracle is the single-process computation: every thread can rebuild every
+// rank's (deterministic) input and computes the expected result itself.
+#include <ATen/ATen.h>
+
+#include <tuple>
+
+#include "collectives/process_group_tpu_dist.h"
+#include "collectives/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tpudist::collectives {
+namespace {
+
+using testing::RunThreads;
+using testing::SmallOptions;
+using testing::UniqueJob;
+
+// Rank r's input: small integers (exact in every dtype), shifted per rank
+// and salt. [n]
+at::Tensor Input(int rank, int64_t n, at::ScalarType type, int salt = 0) {
+  at::Tensor base = (at::arange(n, at::kLong) * 7 + rank * 13 + salt) % 11;
+  if (type != at::kByte) base = base - 5;
+  at::Tensor t = base.to(type);
+  if (at::isFloatingType(type)) t = t + 0.25 * rank;
+  return t;
+}
+
+// Inputs for PRODUCT: values in {-1, 0, 1, 2} so 16-way products stay exact.
+at::Tensor ProductInput(int rank, int64_t n, at::ScalarType type) {
+  at::Tensor base = (at::arange(n, at::kLong) + rank) % 4 - 1;
+  if (type == at::kByte) base = base.abs();
+  return base.to(type);
+}
+
+// Reduction oracle in rank order; 16-bit floats accumulate in fp32 and round
+// once, as the kernels do.
+at::Tensor Oracle(const std::vector<at::Tensor>& ins, c10d::ReduceOp::RedOpType op) {
+  const at::ScalarType type = ins[0].scalar_type();
+  const bool widen = type == at::kBFloat16 || type == at::kHalf;
+  at::Tensor acc = widen ? ins[0].to(at::kFloat) : ins[0].clone();
+  for (size_t r = 1; r < ins.size(); ++r) {
+    at::Tensor x = widen ? ins[r].to(at::kFloat) : ins[r];
+    switch (op) {
+      case c10d::ReduceOp::SUM:
+      case c10d::ReduceOp::AVG: acc = acc + x; break;
+      case c10d::ReduceOp::PRODUCT: acc = acc * x; break;
+      case c10d::ReduceOp::MIN: acc = at::minimum(acc, x); break;
+      case c10d::ReduceOp::MAX: acc = at::maximum(acc, x); break;
+      default: ADD_FAILURE() << "unexpected op"; break;
+    }
+  }
+  if (op == c10d::ReduceOp::AVG) acc = acc / static_cast<double>(ins.size());
+  return acc.to(type);
+}
+
+class ProcessGroupTest : public ::testing::TestWithParam<std::tuple<int, int64_t>> {};
+
+TEST_P(ProcessGroupTest, EveryOpMatchesTheOracle) {
+  const auto [world, count] = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("pg");
+  RunThreads(world, [&, world = world, count = count](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world,
+                                                       SmallOptions(job));
+    EXPECT_EQ(pg->getBackendName(), "tpu_dist");
+    auto all = [&](auto make) {
+      std::vector<at::Tensor> v;
+      for (int r = 0; r < world; ++r) v.push_back(make(r));
+      return v;
+    };
+    // allreduce: every dtype x {SUM, MIN, MAX}, AVG on floats, PRODUCT.
+    for (at::ScalarType type : {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf,
+                                at::kInt, at::kLong, at::kByte}) {
+      std::vector<c10d::ReduceOp::RedOpType> ops = {
+          c10d::ReduceOp::SUM, c10d::ReduceOp::MIN, c10d::ReduceOp::MAX,
+          c10d::ReduceOp::PRODUCT};
+      if (at::isFloatingType(type)) ops.push_back(c10d::ReduceOp::AVG);
+      for (auto op : ops) {
+        auto make = [&](int r) {
+          return op == c10d::ReduceOp::PRODUCT ? ProductInput(r, count, type)
+                                               : Input(r, count, type);
+        };
+        std::vector<at::Tensor> t = {make(rank)};
+        c10d::AllreduceOptions o;
+        o.reduceOp = op;
+        pg->allreduce(t, o)->wait();
+        EXPECT_TRUE(at::equal(t[0], Oracle(all(make), op)))
+            << "allreduce " << c10::toString(type) << " op " << int(op)
+            << " rank " << rank;
+      }
+    }
+    // allgather / _allgather_base
+    {
+      std::vector<at::Tensor> in = {Input(rank, count, at::kFloat)};
+      std::vector<std::vector<at::Tensor>> out(1);
+      for (int r = 0; r < world; ++r) out[0].push_back(at::empty({count}, at::kFloat));
+      pg->allgather(out, in)->wait();
+      for (int r = 0; r < world; ++r) {
+        EXPECT_TRUE(at::equal(out[0][r], Input(r, count, at::kFloat))) << "allgather";
+      }
+      at::Tensor base_in = Input(rank, count, at::kLong);
+      at::Tensor base_out = at::empty({world * count}, at::kLong);
+      pg->_allgather_base(base_out, base_in)->wait();
+      EXPECT_TRUE(at::equal(base_out, at::cat(all([&](int r) {
+                              return Input(r, count, at::kLong);
+                            }))))
+          << "_allgather_base";
+    }
+    // reduce_scatter / _reduce_scatter_base: oracle reduces the full inputs.
+    {
+      auto full = [&](int r, at::ScalarType type) {
+        return Input(r, world * count, type, 3);
+      };
+      std::vector<std::vector<at::Tensor>> in(1);
+      for (int j = 0; j < world; ++j) {
+        in[0].push_back(full(rank, at::kFloat).narrow(0, j * count, count).clone());
+      }
+      std::vector<at::Tensor> out = {at::empty({count}, at::kFloat)};
+      pg->reduce_scatter(out, in)->wait();
+      at::Tensor expect = Oracle(all([&](int r) { return full(r, at::kFloat); }),
+                                 c10d::ReduceOp::SUM);
+      EXPECT_TRUE(at::equal(out[0], expect.narrow(0, rank * count, count)))
+          << "reduce_scatter";
+      for (at::ScalarType type : {at::kBFloat16, at::kInt}) {
+        at::Tensor src = full(rank, type);
+        at::Tensor dst = at::empty({count}, type);
+        c10d::ReduceScatterOptions o;
+        o.reduceOp = type == at::kInt ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+        pg->_reduce_scatter_base(dst, src, o)->wait();
+        at::Tensor e = Oracle(all([&](int r) { return full(r, type); }), o.reduceOp);
+        EXPECT_TRUE(at::equal(dst, e.narrow(0, rank * count, count)))
+            << "_reduce_scatter_base " << c10::toString(type);
+      }
+    }
+    // broadcast / reduce / gather / scatter with non-zero roots.
+    {
+      const int root = world - 1;
+      std::vector<at::Tensor> t = {Input(rank, count, at::kDouble)};
+      c10d::BroadcastOptions bo;
+      bo.rootRank = root;
+      pg->broadcast(t, bo)->wait();
+      EXPECT_TRUE(at::equal(t[0], Input(root, count, at::kDouble))) << "broadcast";
+
+      std::vector<at::Tensor> red = {Input(rank, count, at::kInt)};
+      c10d::ReduceOptions ro;
+      ro.rootRank = world / 2;
+      pg->reduce(red, ro)->wait();
+      if (rank == world / 2) {
+        EXPECT_TRUE(at::equal(red[0], Oracle(all([&](int r) {
+                                               return Input(r, count, at::kInt);
+                                             }),
+                                             c10d::ReduceOp::SUM)))
+            << "reduce";
+      }
+
+      std::vector<at::Tensor> gin = {Input(rank, count, at::kHalf)};
+      std::vector<std::vector<at::Tensor>> gout(rank == 0 ? 1 : 0);
+      if (rank == 0) {
+        for (int r = 0; r < world; ++r) gout[0].push_back(at::empty({count}, at::kHalf));
+      }
+      pg->gather(gout, gin)->wait();
+      if (rank == 0) {
+        for (int r = 0; r < world; ++r) {
+          EXPECT_TRUE(at::equal(gout[0][r], Input(r, count, at::kHalf))) << "gather";
+        }
+      }
+
+      std::vector<std::vector<at::Tensor>> sin(rank == root ? 1 : 0);
+      if (rank == root) {
+        for (int r = 0; r < world; ++r) sin[0].push_back(Input(r, count, at::kByte, 5));
+      }
+      std::vector<at::Tensor> sout = {at::empty({count}, at::kByte)};
+      c10d::ScatterOptions so;
+      so.rootRank = root;
+      pg->scatter(sout, sin, so)->wait();
+      EXPECT_TRUE(at::equal(sout[0], Input(rank, count, at::kByte, 5))) << "scatter";
+    }
+    // alltoall_base: even split, then uneven splits (rows of 3 elements).
+    {
+      auto rows_in = [&](int r) { return Input(r, world * count, at::kFloat, 1); };
+      at::Tensor in = rows_in(rank);
+      at::Tensor out = at::empty({world * count}, at::kFloat);
+      std::vector<int64_t> none;
+      pg->alltoall_base(out, in, none, none)->wait();
+      for (int src = 0; src < world; ++src) {
+        EXPECT_TRUE(at::equal(out.narrow(0, src * count, count),
+                              rows_in(src).narrow(0, rank * count, count)))
+            << "alltoall_base even";
+      }
+      auto sends = [&](int src, int dst) -> int64_t {
+        return (src + 2 * dst + count) % 5;
+      };
+      auto uneven_in = [&](int src) {
+        int64_t rows = 0;
+        for (int d = 0; d < world; ++d) rows += sends(src, d);
+        return Input(src, rows * 3, at::kLong, 2).view({rows, 3});
+      };
+      std::vector<int64_t> in_split, out_split;
+      int64_t out_rows = 0;
+      for (int j = 0; j < world; ++j) {
+        in_split.push_back(sends(rank, j));
+        out_split.push_back(sends(j, rank));
+        out_rows += sends(j, rank);
+      }
+      at::Tensor uin = uneven_in(rank);
+      at::Tensor uout = at::empty({out_rows, 3}, at::kLong);
+      pg->alltoall_base(uout, uin, out_split, in_split)->wait();
+      int64_t at_row = 0;
+      for (int src = 0; src < world; ++src) {
+        int64_t off = 0;
+        for (int d = 0; d < rank; ++d) off += sends(src, d);
+        EXPECT_TRUE(at::equal(uout.narrow(0, at_row, sends(src, rank)),
+                              uneven_in(src).narrow(0, off, sends(src, rank))))
+            << "alltoall_base uneven from " << src;
+        at_row += sends(src, rank);
+      }
+      // alltoall over tensor lists.
+      std::vector<at::Tensor> lin, lout;
+      for (int j = 0; j < world; ++j) {
+        lin.push_back(Input(rank * world + j, count, at::kInt));
+        lout.push_back(at::empty({count}, at::kInt));
+      }
+      pg->alltoall(lout, lin)->wait();
+      for (int src = 0; src < world; ++src) {
+        EXPECT_TRUE(at::equal(lout[src], Input(src * world + rank, count, at::kInt)))
+            << "alltoall";
+      }
+    }
+    // barrier, send/recv around a ring.
+    pg->barrier()->wait();
+    if (world > 1) {
+      std::vector<at::Tensor> s = {Input(rank, count, at::kFloat, 9)};
+      std::vector<at::Tensor> r = {at::empty({count}, at::kFloat)};
+      const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+      auto sw = pg->send(s, next, 7);
+      pg->recv(r, prev, 7)->wait();
+      sw->wait();
+      EXPECT_TRUE(at::equal(r[0], Input(prev, count, at::kFloat, 9))) << "send/recv";
+    }
+    EXPECT_TRUE(pg->status().ok()) << pg->status();
+  });
+  EXPECT_THAT(testing::ShmEntries("tpud_" + job), ::testing::IsEmpty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WorldByCount, ProcessGroupTest,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4, 8, 16),
+                       ::testing::Values<int64_t>(0, 1, 37, 2500)),
+    [](const auto& info) {
+      return "w" + std::to_string(std::get<0>(info.param)) + "_n" +
+             std::to_string(std::get<1>(info.param));
+    });
+
+TEST(ProcessGroupSingleTest, NonContiguousInputsAndFuture) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("nc");
+  RunThreads(3, [&](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 3, SmallOptions(job));
+    // A transposed view: [5, 7] -> [7, 5] non-contiguous.
+    at::Tensor base = Input(rank, 35, at::kFloat).view({5, 7});
+    std::vector<at::Tensor> t = {base.t()};
+    ASSERT_FALSE(t[0].is_contiguous());
+    auto work = pg->allreduce(t);
+    auto future = work->getFuture();
+    work->wait();
+    at::Tensor expect = Oracle({Input(0, 35, at::kFloat), Input(1, 35, at::kFloat),
+                                Input(2, 35, at::kFloat)},
+                               c10d::ReduceOp::SUM)
+                            .view({5, 7})
+                            .t();
+    EXPECT_TRUE(at::equal(t[0], expect));
+    EXPECT_TRUE(at::equal(base.t(), expect)) << "result must land in the view";
+    ASSERT_TRUE(future->completed());
+    auto list = future->value().toTensorList();
+    ASSERT_EQ(list.size(), 1u);
+    EXPECT_TRUE(at::equal(list.get(0), expect));
+    // Strided input to allgather and a strided output.
+    at::Tensor strided = Input(rank, 20, at::kInt).slice(0, 0, 20, 2);  // [10]
+    std::vector<at::Tensor> in = {strided};
+    std::vector<std::vector<at::Tensor>> out(1);
+    at::Tensor holder = at::zeros({3, 10, 2}, at::kInt);
+    for (int r = 0; r < 3; ++r) out[0].push_back(holder.select(0, r).select(1, 0));
+    pg->allgather(out, in)->wait();
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_TRUE(at::equal(holder.select(0, r).select(1, 0),
+                            Input(r, 20, at::kInt).slice(0, 0, 20, 2)));
+    }
+  });
+}
+
+TEST(ProcessGroupSingleTest, AsyncOpsRunInIssueOrder) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("ord");
+  RunThreads(2, [&](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, SmallOptions(job));
+    std::vector<std::vector<at::Tensor>> bufs;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (int i = 0; i < 8; ++i) {
+      bufs.push_back({at::full({100}, float(i + rank), at::kFloat)});
+      works.push_back(pg->allreduce(bufs.back()));
+    }
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_TRUE(works[i]->wait(std::chrono::seconds(20)));
+      EXPECT_TRUE(works[i]->isSuccess());
+      EXPECT_TRUE(at::equal(bufs[i][0], at::full({100}, float(2 * i + 1), at::kFloat)));
+    }
+  });
+}
+
+TEST(ProcessGroupSingleTest, SubgroupsFollowTheGivenRankOrder) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("sub");
+  RunThreads(4, [&](int rank) {
+    // Two disjoint subgroups, listed in a non-sorted order.
+    const std::vector<int> ranks = rank % 2 ? std::vector<int>{3, 1} : std::vector<int>{2, 0};
+    auto sub = ProcessGroupTpuDist::NewSubgroup(store, rank, ranks, SmallOptions(job));
+    EXPECT_EQ(sub->getSize(), 2);
+    EXPECT_EQ(sub->getRank(), rank >= 2 ? 0 : 1);
+    std::vector<at::Tensor> t = {at::full({5}, float(rank), at::kFloat)};
+    c10d::BroadcastOptions o;
+    o.rootRank = 0;  // group rank 0 = global ranks 3 and 2
+    sub->broadcast(t, o)->wait();
+    EXPECT_TRUE(at::equal(t[0], at::full({5}, float(ranks[0]), at::kFloat)));
+    std::vector<at::Tensor> s = {at::full({3}, float(rank), at::kFloat)};
+    sub->allreduce(s)->wait();
+    EXPECT_TRUE(at::equal(s[0], at::full({3}, float(ranks[0] + ranks[1]), at::kFloat)));
+  });
+  EXPECT_THROW(ProcessGroupTpuDist::NewSubgroup(store, 5, {0, 1}, SmallOptions(job)),
+               c10::Error);
+}
+
+}  // namespace
+}  // namespace tpudist::collectives
