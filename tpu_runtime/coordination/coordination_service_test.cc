@@ -147,6 +147,34 @@ TEST(CoordinationServiceTest, BarrierAllAndSubset) {
   }
 }
 
+// 16 tasks on 2 cores: every task adds its id+1 to a counter, meets at a
+// barrier, then reads the total (oracle: 16*17/2) and meets again.
+TEST(CoordinationServiceTest, SixteenTasksAddAndBarrier) {
+  constexpr int kTasks = 16;
+  auto service = StartService(kTasks);
+  ASSERT_NE(service, nullptr);
+  std::vector<std::unique_ptr<CoordinationClient>> clients;
+  for (int t = 0; t < kTasks; ++t) clients.push_back(ConnectTask(*service, t));
+  std::vector<std::string> errors(kTasks);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kTasks; ++t) {
+    threads.emplace_back([&, t] {
+      CoordinationClient& c = *clients[t];
+      absl::Status s = c.Add("sum", t + 1).status();
+      if (s.ok()) s = c.Barrier("added", absl::Seconds(30));
+      absl::StatusOr<std::string> total = c.Get("sum", absl::Seconds(5));
+      if (s.ok()) s = total.status();
+      if (s.ok() && *total != absl::StrCat(kTasks * (kTasks + 1) / 2)) {
+        s = absl::InternalError(absl::StrCat("total ", *total));
+      }
+      if (s.ok()) s = c.Barrier("read", absl::Seconds(30));
+      errors[t] = s.ToString();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kTasks; ++t) EXPECT_EQ(errors[t], "OK") << "task " << t;
+}
+
 TEST(CoordinationServiceTest, BarrierTimeoutNamesMissingTasks) {
   auto service = StartService(3);
   ASSERT_NE(service, nullptr);
@@ -254,6 +282,55 @@ TEST(CoordinationServiceTest, ReportedErrorReachesPollAndHealth) {
   ASSERT_TRUE(WaitFor([&] { return !c0->health().ok(); }, absl::Seconds(5)));
   EXPECT_THAT(c0->health().message(), HasSubstr("task 1"));
   EXPECT_EQ(callbacks.load(), 1);
+}
+
+TEST(CoordinationServiceTest, LostServiceMakesClientUnhealthy) {
+  auto service = StartService(1, absl::Milliseconds(600));
+  ASSERT_NE(service, nullptr);
+  std::atomic<int> callbacks{0};
+  ClientOptions options;
+  options.error_callback = [&](const absl::Status& s) {
+    if (absl::IsUnavailable(s)) ++callbacks;
+  };
+  auto c0 = ConnectTask(*service, 0, options);
+  ASSERT_NE(c0, nullptr);
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_TRUE(c0->health().ok()) << c0->health();
+  const absl::Time stopped = absl::Now();
+  service->Shutdown();
+  ASSERT_TRUE(WaitFor([&] { return !c0->health().ok(); }, absl::Seconds(5)));
+  const absl::Duration took = absl::Now() - stopped;
+  std::printf("[measure] service gone -> client unhealthy after %s "
+              "(heartbeat timeout 600ms)\n",
+              absl::FormatDuration(took).c_str());
+  EXPECT_TRUE(absl::IsUnavailable(c0->health())) << c0->health();
+  EXPECT_THAT(c0->health().message(), HasSubstr("no contact"));
+  EXPECT_LT(took, absl::Milliseconds(600) + absl::Seconds(2));
+  EXPECT_EQ(callbacks.load(), 1);
+  // Calls now fail fast instead of hanging.
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(c0->Set("k", "v").ok());
+  EXPECT_FALSE(c0->Get("k", absl::Seconds(10)).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// Round-trip cost of the non-blocking ops over loopback, for the record;
+// the bound only catches pathologies (e.g. a per-call reconnect).
+TEST(CoordinationServiceTest, RoundTripLatency) {
+  auto service = StartService(1);
+  ASSERT_NE(service, nullptr);
+  auto c0 = ConnectTask(*service, 0);
+  ASSERT_NE(c0, nullptr);
+  constexpr int kOps = 500;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < kOps; ++i) {
+    ASSERT_TRUE(c0->Set(absl::StrCat("k", i % 8), "v").ok());
+    ASSERT_TRUE(c0->Get(absl::StrCat("k", i % 8), absl::Seconds(1)).ok());
+  }
+  const absl::Duration per_op = (absl::Now() - start) / (2 * kOps);
+  std::printf("[measure] loopback Set/Get round trip: %s per op\n",
+              absl::FormatDuration(per_op).c_str());
+  EXPECT_LT(per_op, absl::Milliseconds(20));
 }
 
 // A child process registers as task 2 and is SIGKILLed; the staleness checker
