@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "tpu_runtime/launcher/flag_names.h"
 #include "tpu_runtime/launcher/free_port.h"
 #include "tpu_runtime/launcher/launch_plan.h"
 #include "tpu_runtime/launcher/process_group_supervisor.h"
@@ -55,22 +56,6 @@ namespace {
 
 constexpr int kUsageError = 2;
 
-// "--accelerator-type=x" -> "--accelerator_type=x", for flags before "--".
-std::vector<char*> UnderscoreFlagNames(int argc, char** argv, std::vector<std::string>* storage) {
-  storage->assign(argv, argv + argc);
-  for (int i = 1; i < argc; ++i) {
-    std::string& arg = (*storage)[i];
-    if (arg == "--") break;
-    if (arg.rfind("--", 0) != 0) continue;
-    for (size_t c = 2; c < arg.size() && arg[c] != '='; ++c) {
-      if (arg[c] == '-') arg[c] = '_';
-    }
-  }
-  std::vector<char*> out;
-  for (std::string& s : *storage) out.push_back(s.data());
-  return out;
-}
-
 int Fail(int code, const std::string& message) {
   fprintf(stderr, "tpurun: %s\n", message.c_str());
   return code;
@@ -81,9 +66,8 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "tpurun (--accelerator-type T --topology AxB [--hosts-emulated] | --nproc N) "
       "[flags] -- binary args");
-  std::vector<std::string> storage;
-  std::vector<char*> args = UnderscoreFlagNames(argc, argv, &storage);
-  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  NormalizedArgv args(argc, argv);
+  std::vector<char*> positional = absl::ParseCommandLine(args.argc(), args.argv());
 
   LaunchConfig config;
   config.command.assign(positional.begin() + 1, positional.end());
