@@ -40,7 +40,7 @@ absl::Status InMemoryTransport::CheckPeer(int peer, const char* op) const {
 
 absl::Status InMemoryTransport::Send(int peer, absl::Span<const uint8_t> data,
                                      absl::Time /*deadline*/) {
-  if (absl::Status s = CheckPeer(peer, "Send"); !s.ok()) return poisoned_ = s;
+  if (absl::Status s = CheckPeer(peer, "Send"); !s.ok()) return s;
   InMemoryHub::Mailbox& box = hub_->mailbox(rank_, peer);
   absl::MutexLock lock(&box.mu);
   box.messages.emplace_back(data.begin(), data.end());
@@ -48,7 +48,7 @@ absl::Status InMemoryTransport::Send(int peer, absl::Span<const uint8_t> data,
 }
 
 absl::Status InMemoryTransport::Recv(int peer, absl::Span<uint8_t> data, absl::Time deadline) {
-  if (absl::Status s = CheckPeer(peer, "Recv"); !s.ok()) return poisoned_ = s;
+  if (absl::Status s = CheckPeer(peer, "Recv"); !s.ok()) return s;
   InMemoryHub::Mailbox& box = hub_->mailbox(peer, rank_);
   absl::MutexLock lock(&box.mu);
   auto ready = [&box]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(box.mu) { return !box.messages.empty(); };

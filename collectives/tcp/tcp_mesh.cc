@@ -112,10 +112,10 @@ struct TcpMesh::InFrame {
 };
 
 absl::Status TcpMesh::CheckOp(absl::string_view op, int peer) const {
-  if (!poisoned_.ok()) {
+  if (absl::Status poison = poison_status(); !poison.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("TcpMesh rank ", rank_, ": ", op,
                                                       " on a poisoned mesh; first error: ",
-                                                      poisoned_.message()));
+                                                      poison.ToString()));
   }
   if (peer < 0 || peer >= size_ || peer == rank_) {
     return absl::InvalidArgumentError(absl::StrCat("TcpMesh rank ", rank_, ": ", op,
@@ -262,6 +262,13 @@ std::string TcpMesh::ClosedPeers() const {
 absl::Status TcpMesh::Fail(absl::StatusCode code, absl::string_view op, absl::string_view what,
                            const OutFrame* out, const InFrame* in, absl::Time start,
                            absl::Time deadline) {
+  // If the mesh was already poisoned (Abort from another thread), the
+  // socket errors seen here are our own shutdown, not the peer's fault.
+  std::string interrupted;
+  if (absl::Status prior = poison_status(); !prior.ok()) {
+    code = prior.code();
+    interrupted = absl::StrCat(" [interrupted: ", prior.message(), "]");
+  }
   std::string msg = absl::StrCat("TcpMesh rank ", rank_, " (group '", group_key_, "') ", op);
   if (out != nullptr) absl::StrAppend(&msg, " to peer ", out->peer);
   if (in != nullptr) absl::StrAppend(&msg, out ? " and" : "", " from peer ", in->peer);
@@ -278,16 +285,31 @@ absl::Status TcpMesh::Fail(absl::StatusCode code, absl::string_view op, absl::st
                   " until the deadline");
   const std::string closed = ClosedPeers();
   if (!closed.empty()) absl::StrAppend(&msg, "; peers with closed connections: ", closed);
+  absl::StrAppend(&msg, interrupted);
   absl::Status status(code, msg);
-  Abort(msg);
+  Poison(status);
   return status;
 }
 
-void TcpMesh::Abort(absl::string_view reason) {
-  if (poisoned_.ok()) poisoned_ = absl::AbortedError(reason);
+absl::Status TcpMesh::poison_status() const {
+  absl::MutexLock lock(&poison_mu_);
+  return poisoned_;
+}
+
+void TcpMesh::Poison(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&poison_mu_);
+    if (poisoned_.ok()) poisoned_ = status;
+  }
+  // shutdown() (not close()) keeps the fd numbers valid for a concurrently
+  // blocked poll(), which then wakes with POLLHUP.
   for (Peer& peer : peers_) {
     if (peer.fd.valid()) shutdown(peer.fd.get(), SHUT_RDWR);
   }
+}
+
+void TcpMesh::Abort(absl::string_view reason) {
+  Poison(absl::AbortedError(absl::StrCat("TcpMesh rank ", rank_, " aborted: ", reason)));
 }
 
 }  // namespace tpudist::collectives::tcp

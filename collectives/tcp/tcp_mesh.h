@@ -36,7 +36,10 @@
 // Ownership: the mesh owns its sockets; the store is only used inside Connect
 // and is not retained.
 // Thread-safety: thread-compatible. One operation at a time; callers (a
-// process group's worker thread) must serialise Send/Recv/SendRecv.
+// process group's worker thread) must serialise Send/Recv/SendRecv. The one
+// exception is Abort() and poison_status(), which are thread-safe and may be
+// called from any thread (e.g. a watchdog) while an operation is blocked: the
+// blocked operation then fails promptly.
 
 #ifndef TPU_DIST_COLLECTIVES_TCP_TCP_MESH_H_
 #define TPU_DIST_COLLECTIVES_TCP_TCP_MESH_H_
@@ -49,6 +52,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "collectives/tcp/tcp_socket.h"
@@ -94,12 +98,14 @@ class TcpMesh final : public Transport {
   absl::Status SendRecv(int send_peer, absl::Span<const uint8_t> send, int recv_peer,
                         absl::Span<uint8_t> recv, absl::Time deadline) override;
 
-  // Poisons the mesh with `reason` and shuts every connection down. Peers
-  // see this rank as gone. Idempotent; the first reason wins.
-  void Abort(absl::string_view reason);
+  // Poisons the mesh with Aborted(`reason`) and shuts every connection down:
+  // a blocked operation on this mesh fails promptly, and peers see this rank
+  // as gone. Idempotent; the first error (abort or failure) is kept.
+  // Thread-safe.
+  void Abort(absl::string_view reason) ABSL_LOCKS_EXCLUDED(poison_mu_);
 
-  // OK until the mesh is poisoned; then the first error.
-  const absl::Status& poison_status() const { return poisoned_; }
+  // OK until the mesh is poisoned; then the first error. Thread-safe.
+  absl::Status poison_status() const ABSL_LOCKS_EXCLUDED(poison_mu_);
 
  private:
   struct Peer {
@@ -123,6 +129,8 @@ class TcpMesh final : public Transport {
   absl::Status CheckOp(absl::string_view op, int peer) const;
   // Moves `out` and/or `in` (either may be null) to completion.
   absl::Status Transfer(absl::string_view op, OutFrame* out, InFrame* in, absl::Time deadline);
+  // Records `status` as the poison (if first) and shuts all sockets down.
+  void Poison(const absl::Status& status) ABSL_LOCKS_EXCLUDED(poison_mu_);
   // Builds the error for a failed Transfer, then poisons the mesh.
   absl::Status Fail(absl::StatusCode code, absl::string_view op, absl::string_view what,
                     const OutFrame* out, const InFrame* in, absl::Time start, absl::Time deadline);
@@ -132,8 +140,9 @@ class TcpMesh final : public Transport {
   const int rank_;
   const int size_;
   const std::string group_key_;
-  std::vector<Peer> peers_;  // [size]; peers_[rank_] unused.
-  absl::Status poisoned_;
+  std::vector<Peer> peers_;  // [size]; peers_[rank_] unused. Fds fixed after Connect.
+  mutable absl::Mutex poison_mu_;
+  absl::Status poisoned_ ABSL_GUARDED_BY(poison_mu_);
 };
 
 }  // namespace tpudist::collectives::tcp

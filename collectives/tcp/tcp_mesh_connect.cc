@@ -70,10 +70,7 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(c10d::Store& store, in
                         absl::StrCat("TcpMesh rank ", rank, ": cannot listen on ",
                                      options.bind_address, ": ", listener.status().message()));
   }
-  const std::string address = absl::StrCat(
-      advertise.find(':') != std::string::npos && advertise.front() != '[' ? "[" : "", advertise,
-      advertise.find(':') != std::string::npos && advertise.front() != '[' ? "]" : "", ":",
-      listener->port);
+  const std::string address = JoinHostPort(advertise, listener->port);
   try {
     store.set(AddressKey(options.group_key, rank), std::vector<uint8_t>(address.begin(), address.end()));
   } catch (const std::exception& e) {

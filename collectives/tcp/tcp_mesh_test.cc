@@ -142,6 +142,42 @@ TEST_F(TcpMeshTest, AbortMakesPeersFailWithUnavailable) {
   EXPECT_EQ(m[2]->Send(0, big, Soon()).code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A watchdog thread aborts a mesh while its owner is blocked in Recv.
+TEST_F(TcpMeshTest, AbortFromAnotherThreadInterruptsABlockedRecv) {
+  auto m = Mesh(2);
+  ASSERT_EQ(m.size(), 2u);
+  std::vector<uint8_t> buf(64);
+  std::thread watchdog([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    m[0]->Abort("watchdog");
+  });
+  const absl::Time start = absl::Now();
+  absl::Status s = m[0]->Recv(1, absl::MakeSpan(buf), start + absl::Seconds(20));
+  watchdog.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("watchdog"));
+  EXPECT_EQ(m[0]->poison_status().code(), absl::StatusCode::kAborted);
+}
+
+// IPv6 loopback, if this machine has it.
+TEST_F(TcpMeshTest, WorksOverIpv6Loopback) {
+  auto probe = ListenTcp("::1", 0, 1);
+  if (!probe.ok()) GTEST_SKIP() << "no IPv6 loopback: " << probe.status();
+  TcpMeshOptions options;
+  options.group_key = testing::UniqueKey("v6");
+  options.bind_address = "::1";
+  options.connect_timeout = absl::Seconds(10);
+  auto m = testing::ConnectAll(*store_, 2, options);
+  ASSERT_TRUE(m.ok()) << m.status();
+  RunRanks(2, [&](int r) {
+    std::vector<uint8_t> out(1000, static_cast<uint8_t>(r + 1)), in(1000);
+    absl::Status s = (*m)[r]->SendRecv(1 - r, out, 1 - r, absl::MakeSpan(in), Soon());
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(in[999], 2 - r);
+  });
+}
+
 TEST_F(TcpMeshTest, InvalidPeerIsRejectedWithoutPoisoning) {
   auto m = Mesh(2);
   ASSERT_EQ(m.size(), 2u);
@@ -225,6 +261,8 @@ TEST(SplitHostPortTest, ParsesV4V6AndRejectsJunk) {
   auto b = SplitHostPort("[::1]:80");
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->first, "::1");
+  EXPECT_EQ(JoinHostPort("::1", 80), "[::1]:80");
+  EXPECT_EQ(JoinHostPort("10.0.0.1", 5), "10.0.0.1:5");
   EXPECT_FALSE(SplitHostPort("nohost").ok());
   EXPECT_FALSE(SplitHostPort("h:0").ok());
   EXPECT_FALSE(SplitHostPort("h:99999").ok());

@@ -92,6 +92,11 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(absl::string_view host
   return std::make_pair(std::string(host), port);
 }
 
+std::string JoinHostPort(absl::string_view host, int port) {
+  const bool bracket = host.find(':') != absl::string_view::npos && host.front() != '[';
+  return absl::StrCat(bracket ? "[" : "", host, bracket ? "]" : "", ":", port);
+}
+
 absl::StatusOr<Listener> ListenTcp(const std::string& address, int port, int backlog) {
   sockaddr_storage addr{};
   socklen_t len = 0;

@@ -61,6 +61,9 @@ struct Listener {
 // work; brackets around the host are stripped.
 absl::StatusOr<std::pair<std::string, int>> SplitHostPort(absl::string_view host_port);
 
+// {host, port} -> "host:port", bracketing IPv6 literals: "[::1]:80".
+std::string JoinHostPort(absl::string_view host, int port);
+
 // Binds a non-blocking TCP listener to numeric address `address` (IPv4 or
 // IPv6) and `port` (0 = ephemeral), with SO_REUSEADDR.
 absl::StatusOr<Listener> ListenTcp(const std::string& address, int port, int backlog);

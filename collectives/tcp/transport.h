@@ -13,10 +13,13 @@
 //   * SendRecv sends to `send_peer` and receives from `recv_peer` at the same
 //     time; it must not deadlock when every rank of a ring calls it at once,
 //     whatever the buffer sizes. send_peer and recv_peer may be equal.
-//   * A peer equal to rank() is a programmer error (InvalidArgument).
+//   * A peer equal to rank() or out of range is rejected with
+//     InvalidArgument before any I/O; that alone does not poison.
 //   * Every call returns by `deadline` (DeadlineExceeded otherwise).
-//   * After any non-OK status the transport is poisoned: every later call
-//     fails. Collectives are all-or-nothing; there is no resynchronisation.
+//   * After any failure of the transfer itself (deadline, peer gone, size
+//     mismatch, I/O error) the transport is poisoned: every later call fails
+//     with FailedPrecondition. Collectives are all-or-nothing; there is no
+//     resynchronisation.
 //
 // Thread-safety: implementations are thread-compatible, i.e. one call at a
 // time per Transport object (the caller serialises collectives).
