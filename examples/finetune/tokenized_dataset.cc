@@ -1,7 +1,7 @@
 #include "examples/finetune/tokenized_dataset.h"
 
 #include <algorithm>
-#include <cstring>
+#include <cstdint>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -53,9 +53,9 @@ absl::StatusOr<TokenizedDataset> TokenizedDataset::Create(
   if (examples.empty()) {
     return absl::InvalidArgumentError("no examples to tokenize");
   }
-  std::vector<TokenizedRow> rows;
-  rows.reserve(examples.size());
-  int64_t truncated = 0;
+  TokenizedDataset ds(options);
+  ds.ids_.reserve(examples.size() * static_cast<size_t>(options.max_length));
+  ds.lengths_.reserve(examples.size());
   for (const DollyExample& ex : examples) {
     auto ids = encode(FormatPrompt(ex));
     if (!ids.ok()) {
@@ -63,10 +63,27 @@ absl::StatusOr<TokenizedDataset> TokenizedDataset::Create(
                           absl::StrCat("tokenizing the example from line ",
                                        ex.line, ": ", ids.status().message()));
     }
-    rows.push_back(MakeRow(*ids, options));
-    truncated += rows.back().truncated;
+    const TokenizedRow row = MakeRow(*ids, options);
+    // Every id came from an int (or the int-typed options), so it fits.
+    for (int64_t id : row.input_ids) ds.ids_.push_back(static_cast<int32_t>(id));
+    ds.lengths_.push_back(row.num_tokens);
+    ds.num_truncated_ += row.truncated;
   }
-  return TokenizedDataset(std::move(rows), options, truncated);
+  return ds;
+}
+
+TokenizedRow TokenizedDataset::row(int64_t i) const {
+  const int64_t l = seq_len();
+  TokenizedRow r;
+  r.num_tokens = lengths_.at(static_cast<size_t>(i));
+  r.input_ids.assign(ids_.begin() + i * l, ids_.begin() + (i + 1) * l);
+  r.attention_mask.assign(static_cast<size_t>(l), 0);
+  r.labels.assign(static_cast<size_t>(l), kIgnoreIndex);
+  for (int64_t j = 0; j < r.num_tokens; ++j) {
+    r.attention_mask[j] = 1;
+    r.labels[j] = r.input_ids[j];
+  }
+  return r;
 }
 
 absl::StatusOr<Batch> TokenizedDataset::MakeBatch(
@@ -81,18 +98,21 @@ absl::StatusOr<Batch> TokenizedDataset::MakeBatch(
   int64_t* ids = batch.input_ids.data_ptr<int64_t>();
   int64_t* labels = batch.labels.data_ptr<int64_t>();
   int64_t* mask = batch.attention_mask.data_ptr<int64_t>();
-  const size_t row_bytes = sizeof(int64_t) * static_cast<size_t>(l);
   for (int64_t r = 0; r < b; ++r) {
     const int64_t i = indices[r];
     if (i < 0 || i >= size()) {
       return absl::OutOfRangeError(absl::StrCat(
           "batch index ", i, " (position ", r, ") outside [0, ", size(), ")"));
     }
-    const TokenizedRow& row = rows_[i];
-    std::memcpy(ids + r * l, row.input_ids.data(), row_bytes);
-    std::memcpy(labels + r * l, row.labels.data(), row_bytes);
-    std::memcpy(mask + r * l, row.attention_mask.data(), row_bytes);
-    batch.num_tokens += row.num_tokens;
+    const int32_t* src = ids_.data() + i * l;
+    const int64_t len = lengths_[static_cast<size_t>(i)];
+    for (int64_t j = 0; j < l; ++j) {
+      const bool real = j < len;
+      ids[r * l + j] = src[j];
+      labels[r * l + j] = real ? src[j] : kIgnoreIndex;
+      mask[r * l + j] = real ? 1 : 0;
+    }
+    batch.num_tokens += len;
   }
   return batch;
 }

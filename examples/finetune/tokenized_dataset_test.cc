@@ -100,6 +100,15 @@ TEST(TokenizedDatasetTest, BatchesAreInt64WithOracleValues) {
   EXPECT_EQ(batch->attention_mask[0].sum().item<int64_t>(), 48);
   EXPECT_EQ(batch->num_tokens, 48 + real);
   EXPECT_EQ(batch->attention_mask.sum().item<int64_t>(), batch->num_tokens);
+  // The compact storage gives back exactly what MakeRow built.
+  for (int64_t i = 0; i < ds->size(); ++i) {
+    const TokenizedRow want_row = MakeRow(*ByteEncode(FormatPrompt(ex[i])), o);
+    const TokenizedRow got = ds->row(i);
+    EXPECT_EQ(got.input_ids, want_row.input_ids);
+    EXPECT_EQ(got.labels, want_row.labels);
+    EXPECT_EQ(got.attention_mask, want_row.attention_mask);
+    EXPECT_EQ(got.num_tokens, want_row.num_tokens);
+  }
 }
 
 TEST(TokenizedDatasetTest, Errors) {
