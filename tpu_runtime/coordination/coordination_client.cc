@@ -61,12 +61,14 @@ absl::StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(
   if (job_id.empty() || task_id < 0 || address.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CoordinationClient::Connect: bad arguments (address '%s', job '%s', "
-        "task %d)", address, job_id, task_id));
+        "task %d)",
+        address, job_id, task_id));
   }
   std::unique_ptr<CoordinationClient> client(new CoordinationClient(
       std::string(address), std::string(job_id), task_id, std::move(options)));
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);  // loopback must not go via a proxy
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY,
+              0);  // loopback must not go via a proxy
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
@@ -82,8 +84,8 @@ absl::StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(
   if (!rpc.channel->WaitForConnected(absl::ToChronoTime(deadline))) {
     return absl::DeadlineExceededError(absl::StrFormat(
         "task %d of job '%s': coordination service at %s unreachable after "
-        "%s", task_id, job_id, address,
-        absl::FormatDuration(absl::Now() - start)));
+        "%s",
+        task_id, job_id, address, absl::FormatDuration(absl::Now() - start)));
   }
   return client;
 }
@@ -119,8 +121,8 @@ absl::Status CoordinationClient::Register() {
   absl::MutexLock lock(&mu_);
   if (registered_ || shut_down_) return absl::OkStatus();
   registered_ = true;
-  heartbeat_thread_ =
-      std::thread([this, interval, timeout] { HeartbeatLoop(interval, timeout); });
+  heartbeat_thread_ = std::thread(
+      [this, interval, timeout] { HeartbeatLoop(interval, timeout); });
   return absl::OkStatus();
 }
 
@@ -134,22 +136,22 @@ void CoordinationClient::HeartbeatLoop(absl::Duration interval,
     mu_.Unlock();
     pb::HeartbeatRequest req;
     pb::HeartbeatResponse resp;
-    const absl::Status s = rpc_->Call(&Stub::Heartbeat, req, &resp,
-                                      std::max(interval, timeout / 2),
-                                      Where("Heartbeat"));
+    const absl::Status s =
+        rpc_->Call(&Stub::Heartbeat, req, &resp,
+                   std::max(interval, timeout / 2), Where("Heartbeat"));
     const absl::Time now = absl::Now();
     if (s.ok()) {
       last_contact = now;
       if (resp.error().code() != 0) {
-        RecordError(absl::Status(
-            static_cast<absl::StatusCode>(resp.error().code()),
-            resp.error().message()));
+        RecordError(
+            absl::Status(static_cast<absl::StatusCode>(resp.error().code()),
+                         resp.error().message()));
       }
     } else if (now - last_contact > timeout) {
       RecordError(absl::UnavailableError(absl::StrFormat(
           "%s: no contact with the coordination service for %s (heartbeat "
-          "timeout %s); last error: %s", Where("Heartbeat"),
-          absl::FormatDuration(now - last_contact),
+          "timeout %s); last error: %s",
+          Where("Heartbeat"), absl::FormatDuration(now - last_contact),
           absl::FormatDuration(timeout), s.message())));
     }
     mu_.Lock();

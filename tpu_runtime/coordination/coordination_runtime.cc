@@ -49,10 +49,10 @@ absl::StatusOr<std::unique_ptr<CoordinationRuntime>> StartOrConnect(
     runtime->service_ = *std::move(started);
   }
   // Loopback masters are reached through 127.0.0.1, whatever name was given.
-  const std::string host = IsLoopbackAddress(info.master_addr) ||
-                                   info.master_addr.empty()
-                               ? "127.0.0.1"
-                               : info.master_addr;
+  const std::string host =
+      IsLoopbackAddress(info.master_addr) || info.master_addr.empty()
+          ? "127.0.0.1"
+          : info.master_addr;
   const int port = runtime->service_ != nullptr ? runtime->service_->port()
                                                 : info.master_port;
   auto client = CoordinationClient::Connect(JoinHostPort(host, port), job_id,

@@ -76,8 +76,8 @@ TEST(CoordinationRuntimeTest, ThreeRanksRendezvous) {
       if (rt.ok()) others[r] = *std::move(rt);
     });
   }
-  ASSERT_TRUE((*rank0)->client()->Barrier("tpudist/startup",
-                                          absl::Seconds(20)).ok());
+  ASSERT_TRUE(
+      (*rank0)->client()->Barrier("tpudist/startup", absl::Seconds(20)).ok());
   for (auto& t : threads) t.join();
   for (int r = 1; r < kWorld; ++r) {
     ASSERT_TRUE(results[r].ok()) << results[r];
@@ -85,8 +85,7 @@ TEST(CoordinationRuntimeTest, ThreeRanksRendezvous) {
     EXPECT_EQ(others[r]->client()->task_id(), r);
   }
   (*rank0)->store()->set("hello", {'h', 'i'});
-  EXPECT_EQ(others[2]->store()->get("hello"),
-            (std::vector<uint8_t>{'h', 'i'}));
+  EXPECT_EQ(others[2]->store()->get("hello"), (std::vector<uint8_t>{'h', 'i'}));
   EXPECT_EQ(others[1]->store()->add("count", 5), 5);
   for (int r = 1; r < kWorld; ++r) others[r]->Shutdown();
   const absl::Time start = absl::Now();

@@ -37,7 +37,8 @@ void FillError(const absl::Status& error, int source_task,
 
 }  // namespace
 
-class CoordinationService::Impl final : public pb::CoordinationService::Service {
+class CoordinationService::Impl final
+    : public pb::CoordinationService::Service {
  public:
   Impl(CoordinationState* state, uint64_t incarnation)
       : state_(state), incarnation_(incarnation) {}
@@ -47,8 +48,8 @@ class CoordinationService::Impl final : public pb::CoordinationService::Service 
                             pb::RegisterTaskResponse* resp) override {
     if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
     const auto& src = req->source();
-    if (auto s = state_->RegisterTask(src.task_id(), src.incarnation(),
-                                      absl::Now());
+    if (auto s =
+            state_->RegisterTask(src.task_id(), src.incarnation(), absl::Now());
         !s.ok()) {
       return ToGrpcStatus(s);
     }
@@ -148,10 +149,10 @@ class CoordinationService::Impl final : public pb::CoordinationService::Service 
     if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
     std::vector<int> tasks(req->tasks().begin(), req->tasks().end());
     const absl::Time now = absl::Now();
-    return ToGrpcStatus(state_->Barrier(
-        req->source().task_id(), req->barrier_id(), tasks,
-        absl::Milliseconds(req->timeout_ms()), now,
-        FromGrpcDeadline(context->deadline()) - kReplyMargin));
+    return ToGrpcStatus(
+        state_->Barrier(req->source().task_id(), req->barrier_id(), tasks,
+                        absl::Milliseconds(req->timeout_ms()), now,
+                        FromGrpcDeadline(context->deadline()) - kReplyMargin));
   }
 
   grpc::Status ReportError(grpc::ServerContext*,
@@ -241,9 +242,9 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(
   builder.RegisterService(service->impl_.get());
   service->server_ = builder.BuildAndStart();
   if (service->server_ == nullptr || service->port_ == 0) {
-    return absl::UnavailableError(absl::StrFormat(
-        "CoordinationService for job '%s': cannot listen on %s",
-        options.job_id, listen));
+    return absl::UnavailableError(
+        absl::StrFormat("CoordinationService for job '%s': cannot listen on %s",
+                        options.job_id, listen));
   }
   service->staleness_thread_ =
       std::thread([raw = service.get()] { raw->StalenessLoop(); });

@@ -1,6 +1,8 @@
 // CoordinationService + CoordinationClient over loopback gRPC: KV ops,
 // blocking get, barriers, job id refusal, and failure detection of a
 // SIGKILLed child process.
+#include "tpu_runtime/coordination/coordination_service.h"
+
 #include <atomic>
 #include <memory>
 #include <string>
@@ -14,7 +16,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tpu_runtime/coordination/coordination_client.h"
-#include "tpu_runtime/coordination/coordination_service.h"
 #include "tpu_runtime/coordination/coordination_test_util.h"
 
 namespace tpudist::tpu_runtime::coordination {
@@ -39,8 +40,7 @@ std::unique_ptr<CoordinationService> StartService(
 }
 
 std::unique_ptr<CoordinationClient> ConnectTask(
-    const CoordinationService& service, int task,
-    ClientOptions options = {}) {
+    const CoordinationService& service, int task, ClientOptions options = {}) {
   options.connect_timeout = absl::Seconds(10);
   auto client = CoordinationClient::Connect(service.address(), kJob, task,
                                             std::move(options));
@@ -61,7 +61,8 @@ TEST(CoordinationServiceTest, StartReportsBoundPortAndRefusesBadOptions) {
   same.port = service->port();
   EXPECT_FALSE(CoordinationService::Start(same).ok());
   ServiceOptions no_job;
-  EXPECT_TRUE(absl::IsInvalidArgument(CoordinationService::Start(no_job).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(CoordinationService::Start(no_job).status()));
 }
 
 TEST(CoordinationServiceTest, KeyValueOpsOverRpc) {
@@ -241,7 +242,8 @@ TEST(CoordinationServiceTest, ConnectRetriesUntilServiceStarts) {
   auto client = CoordinationClient::Connect(absl::StrCat("127.0.0.1:", port),
                                             kJob, 0, options);
   starter.join();
-  if (late == nullptr) GTEST_SKIP() << "port " << port << " was taken meanwhile";
+  if (late == nullptr)
+    GTEST_SKIP() << "port " << port << " was taken meanwhile";
   ASSERT_TRUE(client.ok()) << client.status();
   EXPECT_TRUE((*client)->Register().ok());
 }
@@ -300,9 +302,10 @@ TEST(CoordinationServiceTest, LostServiceMakesClientUnhealthy) {
   service->Shutdown();
   ASSERT_TRUE(WaitFor([&] { return !c0->health().ok(); }, absl::Seconds(5)));
   const absl::Duration took = absl::Now() - stopped;
-  std::printf("[measure] service gone -> client unhealthy after %s "
-              "(heartbeat timeout 600ms)\n",
-              absl::FormatDuration(took).c_str());
+  std::printf(
+      "[measure] service gone -> client unhealthy after %s "
+      "(heartbeat timeout 600ms)\n",
+      absl::FormatDuration(took).c_str());
   EXPECT_TRUE(absl::IsUnavailable(c0->health())) << c0->health();
   EXPECT_THAT(c0->health().message(), HasSubstr("no contact"));
   EXPECT_LT(took, absl::Milliseconds(600) + absl::Seconds(2));
@@ -343,10 +346,10 @@ TEST(CoordinationServiceTest, KilledClientDetectedAndPropagated) {
   auto c0 = ConnectTask(*service, 0);
   auto c1 = ConnectTask(*service, 1);
   ASSERT_TRUE(c0 && c1);
-  const pid_t child = SpawnChild(
-      "register_and_sleep", {{"TPUDIST_COORD_ADDRESS", service->address()},
-                             {"TPUDIST_COORD_JOB", kJob},
-                             {"TPUDIST_COORD_TASK", "2"}});
+  const pid_t child = SpawnChild("register_and_sleep",
+                                 {{"TPUDIST_COORD_ADDRESS", service->address()},
+                                  {"TPUDIST_COORD_JOB", kJob},
+                                  {"TPUDIST_COORD_TASK", "2"}});
   ASSERT_GT(child, 0);
   ASSERT_TRUE(WaitFor(
       [&] { return service->state().task_state(2) == TaskState::kConnected; },
@@ -378,11 +381,12 @@ TEST(CoordinationServiceTest, KilledClientDetectedAndPropagated) {
   poller.join();
   EXPECT_EQ(WaitChild(child, absl::Seconds(5)), 128 + SIGKILL);
 
-  std::printf("[measure] SIGKILL -> PollForError %s, -> blocked Get %s "
-              "(heartbeat timeout %s)\n",
-              absl::FormatDuration(poll_took).c_str(),
-              absl::FormatDuration(get_took).c_str(),
-              absl::FormatDuration(kHeartbeat).c_str());
+  std::printf(
+      "[measure] SIGKILL -> PollForError %s, -> blocked Get %s "
+      "(heartbeat timeout %s)\n",
+      absl::FormatDuration(poll_took).c_str(),
+      absl::FormatDuration(get_took).c_str(),
+      absl::FormatDuration(kHeartbeat).c_str());
   EXPECT_TRUE(absl::IsUnavailable(polled)) << polled;
   EXPECT_THAT(polled.message(), HasSubstr("task 2"));
   EXPECT_THAT(get.status().message(), HasSubstr("task 2"));

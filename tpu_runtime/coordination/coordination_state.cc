@@ -15,10 +15,14 @@ namespace tpudist::tpu_runtime::coordination {
 
 const char* TaskStateName(TaskState state) {
   switch (state) {
-    case TaskState::kUninitialized: return "uninitialized";
-    case TaskState::kConnected: return "connected";
-    case TaskState::kError: return "error";
-    case TaskState::kDisconnected: return "disconnected";
+    case TaskState::kUninitialized:
+      return "uninitialized";
+    case TaskState::kConnected:
+      return "connected";
+    case TaskState::kError:
+      return "error";
+    case TaskState::kDisconnected:
+      return "disconnected";
   }
   return "unknown";
 }
@@ -39,12 +43,13 @@ absl::Status CoordinationState::ValidateSender(absl::string_view job_id,
   if (job_id != job_id_) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "task %d belongs to job '%s' but this coordination service serves "
-        "job '%s'", task_id, job_id, job_id_));
+        "job '%s'",
+        task_id, job_id, job_id_));
   }
   if (task_id < 0 || task_id >= num_tasks_) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "task id %d out of range [0, %d) for job '%s'", task_id, num_tasks_,
-        job_id_));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("task id %d out of range [0, %d) for job '%s'", task_id,
+                        num_tasks_, job_id_));
   }
   return absl::OkStatus();
 }
@@ -64,14 +69,15 @@ absl::Status CoordinationState::RegisterTask(int task, uint64_t incarnation,
   switch (info.state) {
     case TaskState::kConnected:
       if (info.incarnation == incarnation) break;  // a retried RegisterTask
-      FailTaskLocked(task, absl::AbortedError(absl::StrFormat(
-          "task %d of job '%s' restarted (incarnation %x -> %x)", task,
-          job_id_, info.incarnation, incarnation)));
+      FailTaskLocked(task,
+                     absl::AbortedError(absl::StrFormat(
+                         "task %d of job '%s' restarted (incarnation %x -> %x)",
+                         task, job_id_, info.incarnation, incarnation)));
       return job_error_;
     case TaskState::kError:
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "task %d of job '%s' is marked failed; job error: %s", task, job_id_,
-          job_error_.ToString()));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("task %d of job '%s' is marked failed; job error: %s",
+                          task, job_id_, job_error_.ToString()));
     case TaskState::kUninitialized:
     case TaskState::kDisconnected:
       break;
@@ -87,9 +93,9 @@ absl::Status CoordinationState::Heartbeat(int task, uint64_t incarnation,
   absl::MutexLock lock(&mu_);
   TaskInfo& info = tasks_[task];
   if (info.state != TaskState::kConnected) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "heartbeat from task %d of job '%s' in state %s", task, job_id_,
-        TaskStateName(info.state)));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("heartbeat from task %d of job '%s' in state %s", task,
+                        job_id_, TaskStateName(info.state)));
   }
   if (info.incarnation != incarnation) {
     return absl::AbortedError(absl::StrFormat(
@@ -110,9 +116,11 @@ absl::Status CoordinationState::ShutdownTask(int task) {
 
 void CoordinationState::ReportError(int task, const absl::Status& error) {
   absl::MutexLock lock(&mu_);
-  FailTaskLocked(task, absl::Status(error.code(), absl::StrFormat(
-      "task %d of job '%s' reported an error: %s", task, job_id_,
-      error.message())));
+  FailTaskLocked(
+      task,
+      absl::Status(error.code(),
+                   absl::StrFormat("task %d of job '%s' reported an error: %s",
+                                   task, job_id_, error.message())));
 }
 
 std::vector<int> CoordinationState::CheckHeartbeats(absl::Time now) {
@@ -124,9 +132,11 @@ std::vector<int> CoordinationState::CheckHeartbeats(absl::Time now) {
     const absl::Duration silent = now - info.last_heartbeat;
     if (silent <= heartbeat_timeout_) continue;
     FailTaskLocked(t, absl::UnavailableError(absl::StrFormat(
-        "task %d of job '%s' missed its heartbeat deadline: no heartbeat for "
-        "%s (timeout %s)", t, job_id_, absl::FormatDuration(silent),
-        absl::FormatDuration(heartbeat_timeout_))));
+                          "task %d of job '%s' missed its heartbeat deadline: "
+                          "no heartbeat for "
+                          "%s (timeout %s)",
+                          t, job_id_, absl::FormatDuration(silent),
+                          absl::FormatDuration(heartbeat_timeout_))));
     failed.push_back(t);
   }
   return failed;
@@ -214,9 +224,9 @@ absl::StatusOr<std::string> CoordinationState::Get(int task,
   if (!job_error_.ok()) return job_error_;
   auto it = kv_.find(key);
   if (it == kv_.end()) {
-    return absl::DeadlineExceededError(absl::StrFormat(
-        "Get('%s') by task %d: key not set after %s", key, task,
-        absl::FormatDuration(absl::Now() - start)));
+    return absl::DeadlineExceededError(
+        absl::StrFormat("Get('%s') by task %d: key not set after %s", key, task,
+                        absl::FormatDuration(absl::Now() - start)));
   }
   return it->second;
 }
@@ -237,9 +247,9 @@ absl::StatusOr<int64_t> CoordinationState::Add(absl::string_view key,
   auto it = kv_.find(key);
   int64_t current = 0;
   if (it != kv_.end() && !absl::SimpleAtoi(it->second, &current)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "Add('%s'): stored value '%s' is not a decimal int64", key,
-        absl::CHexEscape(it->second.substr(0, 32))));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Add('%s'): stored value '%s' is not a decimal int64",
+                        key, absl::CHexEscape(it->second.substr(0, 32))));
   }
   int64_t sum = 0;
   if (__builtin_add_overflow(current, delta, &sum)) {
@@ -322,9 +332,9 @@ absl::Status CoordinationState::Barrier(int task, absl::string_view barrier_id,
                                         absl::Duration timeout, absl::Time now,
                                         absl::Time wait_deadline) {
   if (timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "Barrier('%s') by task %d: timeout must be positive", barrier_id,
-        task));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Barrier('%s') by task %d: timeout must be positive",
+                        barrier_id, task));
   }
   std::vector<int> participants(tasks.begin(), tasks.end());
   if (participants.empty()) {
@@ -347,12 +357,13 @@ absl::Status CoordinationState::Barrier(int task, absl::string_view barrier_id,
   }
 
   absl::MutexLock lock(&mu_);
-  if (shutdown_) return absl::CancelledError("coordination service shutting down");
+  if (shutdown_)
+    return absl::CancelledError("coordination service shutting down");
   if (!job_error_.ok()) return job_error_;
   std::shared_ptr<BarrierRound>& slot = barriers_[std::string(barrier_id)];
   if (slot != nullptr && slot->done) {
-    const bool everyone_saw = slot->num_arrived ==
-                              static_cast<int>(slot->participants.size());
+    const bool everyone_saw =
+        slot->num_arrived == static_cast<int>(slot->participants.size());
     if (!everyone_saw && !slot->arrived[task] &&
         slot->participants == participants) {
       slot->arrived[task] = true;  // late arrival to a failed round
@@ -369,7 +380,8 @@ absl::Status CoordinationState::Barrier(int task, absl::string_view barrier_id,
   } else if (slot->participants != participants) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "Barrier('%s') by task %d with tasks %s, but its current round has "
-        "tasks %s", barrier_id, task, FormatTaskIds(participants),
+        "tasks %s",
+        barrier_id, task, FormatTaskIds(participants),
         FormatTaskIds(slot->participants)));
   }
   std::shared_ptr<BarrierRound> round = slot;  // keep alive while waiting
@@ -385,8 +397,7 @@ absl::Status CoordinationState::Barrier(int task, absl::string_view barrier_id,
   // A missing participant that left cleanly will never come.
   auto departed = [this, &round]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (int t : round->participants) {
-      if (!round->arrived[t] &&
-          tasks_[t].state == TaskState::kDisconnected) {
+      if (!round->arrived[t] && tasks_[t].state == TaskState::kDisconnected) {
         return t;
       }
     }
@@ -403,20 +414,25 @@ absl::Status CoordinationState::Barrier(int task, absl::string_view barrier_id,
     } else if (shutdown_) {
       return absl::CancelledError("coordination service shutting down");
     } else if (const int gone = departed(); gone >= 0) {
-      FinishRoundLocked(*round, absl::FailedPreconditionError(absl::StrFormat(
-          "Barrier('%s'): task %d shut down before arriving; missing tasks %s",
-          barrier_id, gone, FormatTaskIds(MissingLocked(*round)))));
+      FinishRoundLocked(
+          *round, absl::FailedPreconditionError(absl::StrFormat(
+                      "Barrier('%s'): task %d shut down before arriving; "
+                      "missing tasks %s",
+                      barrier_id, gone, FormatTaskIds(MissingLocked(*round)))));
     } else if (absl::Now() >= round->deadline) {
-      FinishRoundLocked(*round, absl::DeadlineExceededError(absl::StrFormat(
-          "Barrier('%s') of job '%s' timed out after %s: %d/%d tasks arrived, "
-          "missing tasks %s", barrier_id, job_id_,
-          absl::FormatDuration(timeout), round->num_arrived,
-          round->participants.size(), FormatTaskIds(MissingLocked(*round)))));
+      FinishRoundLocked(*round,
+                        absl::DeadlineExceededError(absl::StrFormat(
+                            "Barrier('%s') of job '%s' timed out after %s: "
+                            "%d/%d tasks arrived, "
+                            "missing tasks %s",
+                            barrier_id, job_id_, absl::FormatDuration(timeout),
+                            round->num_arrived, round->participants.size(),
+                            FormatTaskIds(MissingLocked(*round)))));
     } else {
       return absl::DeadlineExceededError(absl::StrFormat(
           "Barrier('%s') by task %d: RPC deadline passed before the barrier "
-          "deadline; missing tasks %s", barrier_id, task,
-          FormatTaskIds(MissingLocked(*round))));
+          "deadline; missing tasks %s",
+          barrier_id, task, FormatTaskIds(MissingLocked(*round))));
     }
   }
   return round->result;

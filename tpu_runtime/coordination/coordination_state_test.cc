@@ -178,8 +178,8 @@ TEST(CoordinationStateTest, BarrierTimeoutNamesMissingAndLateArrivalSeesIt) {
                                   absl::Now(), Soon());
   EXPECT_THAT(s3.message(), HasSubstr("missing tasks {3}"));
   // Mismatched task sets and outsiders are refused.
-  EXPECT_TRUE(absl::IsInvalidArgument(state.Barrier(
-      1, "s", subset, absl::Seconds(1), absl::Now(), Soon())));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      state.Barrier(1, "s", subset, absl::Seconds(1), absl::Now(), Soon())));
 }
 
 TEST(CoordinationStateTest, BarrierFailsFastWhenParticipantLeft) {

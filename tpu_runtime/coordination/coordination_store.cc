@@ -1,10 +1,10 @@
 #include "tpu_runtime/coordination/coordination_store.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <string>
 #include <utility>
-
-#include <c10/util/Exception.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -34,7 +34,8 @@ std::vector<uint8_t> ToBytes(const std::string& s) {
 }
 
 absl::Duration EffectiveTimeout(std::chrono::milliseconds timeout) {
-  if (timeout == c10d::Store::kNoTimeout) timeout = c10d::Store::kDefaultTimeout;
+  if (timeout == c10d::Store::kNoTimeout)
+    timeout = c10d::Store::kDefaultTimeout;
   return absl::FromChrono(timeout);
 }
 
@@ -53,18 +54,20 @@ CoordinationStore::~CoordinationStore() = default;
 
 void CoordinationStore::set(const std::string& key,
                             const std::vector<uint8_t>& value) {
-  ThrowIfError(client_->Set(Key(key), ToString(value), /*allow_overwrite=*/true));
+  ThrowIfError(
+      client_->Set(Key(key), ToString(value), /*allow_overwrite=*/true));
 }
 
 std::vector<uint8_t> CoordinationStore::compareSet(
     const std::string& key, const std::vector<uint8_t>& currentValue,
     const std::vector<uint8_t>& newValue) {
-  return ToBytes(ValueOrThrow(
-      client_->CompareSet(Key(key), ToString(currentValue), ToString(newValue))));
+  return ToBytes(ValueOrThrow(client_->CompareSet(
+      Key(key), ToString(currentValue), ToString(newValue))));
 }
 
 std::vector<uint8_t> CoordinationStore::get(const std::string& key) {
-  return ToBytes(ValueOrThrow(client_->Get(Key(key), EffectiveTimeout(timeout_))));
+  return ToBytes(
+      ValueOrThrow(client_->Get(Key(key), EffectiveTimeout(timeout_))));
 }
 
 int64_t CoordinationStore::add(const std::string& key, int64_t value) {

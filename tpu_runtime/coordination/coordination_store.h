@@ -24,9 +24,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
 
 #include "tpu_runtime/coordination/coordination_client.h"
 

@@ -3,15 +3,15 @@
 // Also hosts the child-process roles used by the multi-process tests.
 #include "tpu_runtime/coordination/coordination_store.h"
 
+#include <ATen/ATen.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
-#include <vector>
-
-#include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -25,8 +25,8 @@
 namespace tpudist::tpu_runtime::coordination {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::EnvOr;
+using ::testing::HasSubstr;
 using testing::SpawnChild;
 using testing::WaitChild;
 
@@ -198,8 +198,8 @@ TEST_P(GlooOverStoreTest, Threads) {
   for (int r = 0; r < world; ++r) {
     ranks.emplace_back([&, r] {
       auto client = ConnectRegistered((*service)->address(), kJob, r);
-      failures[r] = client == nullptr ? "connect failed"
-                                      : RunGlooRank(client, r, world);
+      failures[r] =
+          client == nullptr ? "connect failed" : RunGlooRank(client, r, world);
     });
   }
   for (auto& t : ranks) t.join();
@@ -216,11 +216,11 @@ TEST_P(GlooOverStoreTest, Processes) {
   ASSERT_TRUE(service.ok()) << service.status();
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
-    pids.push_back(SpawnChild(
-        "gloo", {{"TPUDIST_COORD_ADDRESS", (*service)->address()},
-                 {"TPUDIST_COORD_JOB", kJob},
-                 {"TPUDIST_COORD_TASK", absl::StrCat(r)},
-                 {"TPUDIST_COORD_WORLD", absl::StrCat(world)}}));
+    pids.push_back(
+        SpawnChild("gloo", {{"TPUDIST_COORD_ADDRESS", (*service)->address()},
+                            {"TPUDIST_COORD_JOB", kJob},
+                            {"TPUDIST_COORD_TASK", absl::StrCat(r)},
+                            {"TPUDIST_COORD_WORLD", absl::StrCat(world)}}));
     ASSERT_GT(pids.back(), 0);
   }
   for (int r = 0; r < world; ++r) {

@@ -17,7 +17,8 @@ absl::Status FromGrpcStatus(const grpc::Status& status,
   if (status.ok()) return absl::OkStatus();
   const auto code = static_cast<absl::StatusCode>(status.error_code());
   if (context.empty()) return absl::Status(code, status.error_message());
-  return absl::Status(code, absl::StrCat(context, ": ", status.error_message()));
+  return absl::Status(code,
+                      absl::StrCat(context, ": ", status.error_message()));
 }
 
 absl::Time FromGrpcDeadline(std::chrono::system_clock::time_point deadline) {
