@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tpu_runtime/launcher/free_port.h"
+#include "tpu_runtime/env_discovery.h"
 #include "tpu_runtime/slice_env.h"
 
 namespace tpudist::tpu_runtime::launcher {
@@ -134,6 +135,39 @@ TEST(LaunchPlanTest, ValidationNamesTheProblem) {
   plain.command = {"x"};
   plain.job_id = "j";
   EXPECT_THAT(std::string(ValidateLaunchConfig(plain).message()), HasSubstr("nproc=0"));
+}
+
+// Oracle: DiscoverRankInfo, what every rank runs on the env we give it.
+void ExpectDiscoveryReproducesPlan(const LaunchConfig& c, int world, int per_host) {
+  absl::StatusOr<std::vector<ProcessSpec>> specs = PlanRanks(c, /*restart_count=*/1, 23456);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  for (const ProcessSpec& spec : *specs) {
+    EnvMap env = spec.env;
+    env["TPU_DIST_RESTART_COUNT"] = "1";  // as the supervisor adds it
+    absl::StatusOr<RankInfo> info = DiscoverRankInfo(env);
+    ASSERT_TRUE(info.ok()) << spec.description << ": " << info.status();
+    EXPECT_EQ(info->rank, spec.rank);
+    EXPECT_EQ(info->world_size, world);
+    EXPECT_EQ(info->local_rank, spec.rank % per_host);
+    EXPECT_EQ(info->local_world_size, per_host);
+    EXPECT_EQ(info->host_index, spec.rank / per_host);
+    EXPECT_EQ(info->master_port, 23456);
+    EXPECT_EQ(info->restart_count, 1);
+    EXPECT_EQ(info->job_id, c.job_id);
+  }
+}
+
+TEST(LaunchPlanTest, DiscoveryReproducesEveryPlannedRank) {
+  ExpectDiscoveryReproducesPlan(SliceConfig("TPU-V6E", "4x4", true), 16, 4);
+  ExpectDiscoveryReproducesPlan(SliceConfig("tpu7x", "2x2x2", true), 16, 8);
+  LaunchConfig host1 = SliceConfig("TPU-V6E", "4x4", false);
+  host1.host_index = 1;
+  ExpectDiscoveryReproducesPlan(host1, 16, 4);
+  LaunchConfig plain;
+  plain.nproc = 3;
+  plain.command = {"x"};
+  plain.job_id = "plain-job";
+  ExpectDiscoveryReproducesPlan(plain, 3, 3);
 }
 
 TEST(FreePortTest, PortIsBindable) {

@@ -261,5 +261,44 @@ TEST(SupervisorTest, SigtermToLauncherIsForwardedToAllRanks) {
   rmdir(dir.c_str());
 }
 
+TEST(SupervisorTest, SecondSigintEscalatesToSigkill) {
+  sigset_t set, old;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, sig);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &set, &old), 0);
+  char dir_template[] = "/tmp/launcher_test_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  std::thread interrupter([&] {
+    absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < give_up &&
+           (access((dir + "/ready0").c_str(), F_OK) != 0 ||
+            access((dir + "/ready1").c_str(), F_OK) != 0)) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    kill(getpid(), SIGINT);  // ignored by the ranks
+    absl::SleepFor(absl::Milliseconds(300));
+    kill(getpid(), SIGINT);  // "I mean it": SIGKILL now, not after the grace period
+  });
+  SupervisorOptions options;
+  options.grace_period = absl::Seconds(30);
+  JobResult job = RunJob(
+      2,
+      [&](int) {
+        return absl::StrCat("trap '' INT; touch ", dir, "/ready$RANK; sleep 30");
+      },
+      options);
+  interrupter.join();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  EXPECT_EQ(job.report->outcome, ExitReport::Outcome::kInterrupted);
+  EXPECT_EQ(job.report->signal, SIGINT);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(job.report->exits[r], ExitStatus::Signaled(SIGKILL));
+  EXPECT_LT(job.elapsed, absl::Seconds(15));  // well before the 30 s grace period
+  EXPECT_THAT(job.err, HasSubstr("received SIGINT again, sending SIGKILL"));
+  for (int r = 0; r < 2; ++r) unlink(absl::StrCat(dir, "/ready", r).c_str());
+  rmdir(dir.c_str());
+}
+
 }  // namespace
 }  // namespace tpudist::tpu_runtime::launcher
