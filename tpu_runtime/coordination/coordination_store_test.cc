@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tpu_runtime/coordination/coordination_client.h"
+#include "tpu_runtime/coordination/coordination_runtime.h"
 #include "tpu_runtime/coordination/coordination_service.h"
 #include "tpu_runtime/coordination/coordination_test_util.h"
 
@@ -83,7 +84,56 @@ std::string RunGlooRank(const std::shared_ptr<CoordinationClient>& client,
 
 // ---- child roles (run only when re-executed by SpawnChild) -----------------
 
+// A rank of a multi-host job: StartOrConnect (rank 0 hosts the service on
+// the master address), then Gloo over the runtime's store, bound to this
+// host's address.
+int RunRuntimeGlooRank() {
+  RankInfo info;
+  if (!absl::SimpleAtoi(EnvOr("TPUDIST_COORD_TASK", ""), &info.rank) ||
+      !absl::SimpleAtoi(EnvOr("TPUDIST_COORD_WORLD", ""), &info.world_size) ||
+      !absl::SimpleAtoi(EnvOr("TPUDIST_COORD_PORT", ""), &info.master_port)) {
+    return 2;
+  }
+  info.master_addr = EnvOr("TPUDIST_COORD_MASTER", "");
+  info.job_id = EnvOr("TPUDIST_COORD_JOB", "");
+  const std::string host_ip = EnvOr("TPUDIST_COORD_HOST_IP", "127.0.0.1");
+  RuntimeOptions options;
+  options.client.connect_timeout = absl::Seconds(30);
+  options.startup_barrier_timeout = absl::Seconds(60);
+  options.store_timeout = std::chrono::seconds(30);
+  auto runtime = StartOrConnect(info, options);
+  if (!runtime.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", info.rank,
+                 runtime.status().ToString().c_str());
+    return 3;
+  }
+  try {
+    auto gloo = c10d::ProcessGroupGloo::Options::create();
+    gloo->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(host_ip));
+    gloo->timeout = std::chrono::seconds(30);
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        (*runtime)->store(), info.rank, info.world_size, gloo);
+    std::vector<at::Tensor> tensors = {
+        at::full({5}, static_cast<float>(info.rank + 1), at::kFloat)};  // [5]
+    pg->allreduce(tensors)->wait(std::chrono::seconds(30));
+    const float expected = info.world_size * (info.world_size + 1) / 2.0f;
+    if (!at::equal(tensors[0], at::full({5}, expected, at::kFloat))) {
+      std::fprintf(stderr, "rank %d: allreduce gave %f, want %f\n", info.rank,
+                   tensors[0][0].item<float>(), expected);
+      return 1;
+    }
+    pg->barrier()->wait(std::chrono::seconds(30));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", info.rank, e.what());
+    return 1;
+  }
+  (*runtime)->Shutdown(absl::Seconds(20));
+  return 0;
+}
+
 int RunChildRole(const std::string& role) {
+  if (role == "runtime_gloo") return RunRuntimeGlooRank();
   const std::string address = EnvOr("TPUDIST_COORD_ADDRESS", "");
   const std::string job = EnvOr("TPUDIST_COORD_JOB", "");
   int task = -1, world = 0;
@@ -235,6 +285,70 @@ TEST_P(GlooOverStoreTest, Processes) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooOverStoreTest,
                          ::testing::Values(2, 3, 4));
+
+// ---- two emulated hosts in network namespaces ------------------------------
+//
+// Namespaces <p>a and <p>b joined by a veth pair, 10.251.7.1 and 10.251.7.2
+// (private to the pair, so parallel runs do not collide; names carry the pid).
+// Two ranks per host; rank 0 hosts the service on 10.251.7.1 via
+// StartOrConnect, every rank runs Gloo bound to its host's address.
+class TwoHostNetnsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0 || access("/usr/sbin/ip", X_OK) != 0) {
+      GTEST_SKIP() << "needs root and /usr/sbin/ip for network namespaces";
+    }
+    prefix_ = absl::StrCat("tdc", getpid());
+    const std::string a = prefix_ + "a", b = prefix_ + "b";
+    const std::vector<std::string> commands = {
+        "ip netns add " + a,
+        "ip netns add " + b,
+        absl::StrCat("ip link add ", prefix_, "x type veth peer name ", prefix_,
+                     "y"),
+        absl::StrCat("ip link set ", prefix_, "x netns ", a),
+        absl::StrCat("ip link set ", prefix_, "y netns ", b),
+        absl::StrCat("ip -n ", a, " addr add 10.251.7.1/24 dev ", prefix_, "x"),
+        absl::StrCat("ip -n ", b, " addr add 10.251.7.2/24 dev ", prefix_, "y"),
+        absl::StrCat("ip -n ", a, " link set ", prefix_, "x up"),
+        absl::StrCat("ip -n ", b, " link set ", prefix_, "y up"),
+        "ip -n " + a + " link set lo up",
+        "ip -n " + b + " link set lo up",
+    };
+    for (const std::string& command : commands) {
+      if (std::system((command + " 2>/dev/null").c_str()) != 0) {
+        GTEST_SKIP() << "cannot set up network namespaces: " << command;
+      }
+    }
+  }
+  void TearDown() override {
+    if (prefix_.empty()) return;
+    // Deleting a namespace also removes its end of the veth pair.
+    std::system(("ip netns del " + prefix_ + "a 2>/dev/null").c_str());
+    std::system(("ip netns del " + prefix_ + "b 2>/dev/null").c_str());
+  }
+  std::string prefix_;
+};
+
+TEST_F(TwoHostNetnsTest, StartOrConnectAndGlooAcrossHosts) {
+  constexpr int kWorld = 4;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kWorld; ++r) {
+    const bool host_a = r < 2;
+    pids.push_back(SpawnChild(
+        "runtime_gloo",
+        {{"TPUDIST_COORD_TASK", absl::StrCat(r)},
+         {"TPUDIST_COORD_WORLD", absl::StrCat(kWorld)},
+         {"TPUDIST_COORD_MASTER", "10.251.7.1"},
+         {"TPUDIST_COORD_PORT", "29517"},  // private to the namespace
+         {"TPUDIST_COORD_JOB", "netns-job"},
+         {"TPUDIST_COORD_HOST_IP", host_a ? "10.251.7.1" : "10.251.7.2"}},
+        {"/usr/sbin/ip", "netns", "exec", prefix_ + (host_a ? "a" : "b")}));
+    ASSERT_GT(pids.back(), 0);
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(WaitChild(pids[r], absl::Seconds(90)), 0) << "rank " << r;
+  }
+}
 
 }  // namespace
 }  // namespace tpudist::tpu_runtime::coordination

@@ -27,16 +27,19 @@ namespace tpudist::tpu_runtime::coordination::testing {
 inline constexpr char kChildTest[] = "CoordinationChild.Main";
 inline constexpr char kRoleEnv[] = "TPUDIST_COORD_CHILD_ROLE";
 
-// Starts this binary as a child running `role`, with `env` added.
+// Starts this binary as a child running `role`, with `env` added, under
+// `wrapper` (e.g. {"/usr/sbin/ip", "netns", "exec", "ns0"}) when not empty.
 // Returns the pid, or -1.
 inline pid_t SpawnChild(const std::string& role,
-                        const std::map<std::string, std::string>& env) {
+                        const std::map<std::string, std::string>& env,
+                        const std::vector<std::string>& wrapper = {}) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0) return -1;
   exe[n] = '\0';
-  std::vector<std::string> strings = {
-      exe, std::string("--gtest_filter=") + kChildTest};
+  std::vector<std::string> strings = wrapper;
+  strings.push_back(exe);
+  strings.push_back(std::string("--gtest_filter=") + kChildTest);
   std::vector<std::string> envs;
   for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
   envs.push_back(std::string(kRoleEnv) + "=" + role);
