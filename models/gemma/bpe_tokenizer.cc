@@ -1,0 +1,501 @@
+#include "models/gemma/bpe_tokenizer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <queue>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "models/gemma/utf8.h"
+
+namespace tpudist::models::gemma {
+namespace {
+
+using nlohmann::json;
+
+absl::Status Bad(absl::string_view source, absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": field '", field, "': ", what));
+}
+
+std::string StringField(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// A tokenizer_config.json token entry: "<bos>" or {"content": "<bos>", ...}.
+std::string TokenString(const json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object()) return StringField(j, "content");
+  return "";
+}
+
+// Flattens a normalizer / pre_tokenizer / decoder into steps.
+absl::Status ParseSteps(const json& j, absl::string_view source, absl::string_view field,
+                        const std::vector<std::string>& supported, std::vector<json>* out) {
+  if (j.is_null()) return absl::OkStatus();
+  if (!j.is_object()) return Bad(source, field, "not an object");
+  const std::string type = StringField(j, "type");
+  if (type == "Sequence") {
+    const char* key = j.contains("normalizers") ? "normalizers" : j.contains("pretokenizers") ? "pretokenizers" : "decoders";
+    if (!j.contains(key) || !j[key].is_array()) return Bad(source, field, "Sequence without a list");
+    for (const auto& e : j[key]) {
+      if (auto st = ParseSteps(e, source, field, supported, out); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  if (std::find(supported.begin(), supported.end(), type) == supported.end()) {
+    return Bad(source, field, absl::StrCat("unsupported type '", type, "'"));
+  }
+  out->push_back(j);
+  return absl::OkStatus();
+}
+
+// Pattern of Replace/Split: {"String": " "}; Regex patterns are unsupported.
+absl::StatusOr<std::string> PatternString(const json& j, absl::string_view source, absl::string_view field) {
+  auto it = j.find("pattern");
+  if (it == j.end()) return Bad(source, field, "missing pattern");
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("String")) return (*it)["String"].get<std::string>();
+  return Bad(source, field, "only String patterns are supported (no Regex)");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const json& tok, const json& config,
+                                                                      absl::string_view source,
+                                                                      std::optional<bool> add_bos) {
+  std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
+  if (!tok.is_object()) return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
+  auto model = tok.find("model");
+  if (model == tok.end() || !model->is_object()) return Bad(source, "model", "missing");
+  if (StringField(*model, "type") != "BPE") {
+    return Bad(source, "model.type", absl::StrCat("want BPE, got '", StringField(*model, "type"), "'"));
+  }
+  auto vocab = model->find("vocab");
+  if (vocab == model->end() || !vocab->is_object()) return Bad(source, "model.vocab", "missing");
+  for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model->contains(k) && !(*model)[k].is_null() && !(*model)[k].get<std::string>().empty()) {
+      return Bad(source, absl::StrCat("model.", k), "not supported");
+    }
+  }
+  if (model->contains("dropout") && (*model)["dropout"].is_number() && (*model)["dropout"].get<double>() > 0) {
+    return Bad(source, "model.dropout", "BPE dropout is not supported");
+  }
+  auto set_token = [&](const std::string& s, int64_t id) -> absl::Status {
+    if (id < 0 || id > (int64_t{1} << 31)) return Bad(source, "model.vocab", absl::StrCat("bad id for '", s, "'"));
+    if (static_cast<int64_t>(t->id_to_token_.size()) <= id) {
+      t->id_to_token_.resize(id + 1);
+      t->is_special_.resize(id + 1, false);
+    }
+    t->id_to_token_[id] = s;
+    t->vocab_[s] = id;
+    return absl::OkStatus();
+  };
+  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
+    if (!it.value().is_number_integer()) return Bad(source, "model.vocab", absl::StrCat("'", it.key(), "' has no integer id"));
+    if (auto st = set_token(it.key(), it.value().get<int64_t>()); !st.ok()) return st;
+  }
+  t->byte_fallback_ = model->value("byte_fallback", false);
+  t->fuse_unk_ = model->value("fuse_unk", false);
+  t->ignore_merges_ = model->value("ignore_merges", false);
+  if (auto u = model->find("unk_token"); u != model->end() && u->is_string()) {
+    auto f = t->vocab_.find(u->get<std::string>());
+    if (f == t->vocab_.end()) return Bad(source, "model.unk_token", "not in the vocabulary");
+    t->unk_id_ = f->second;
+  }
+  if (auto m = model->find("merges"); m != model->end()) {
+    if (!m->is_array()) return Bad(source, "model.merges", "not a list");
+    int32_t rank = 0;
+    for (const auto& e : *m) {
+      std::string a, b;
+      if (e.is_string()) {
+        const std::string s = e.get<std::string>();
+        const size_t sp = s.find(' ');
+        if (sp == std::string::npos) return Bad(source, "model.merges", absl::StrCat("merge '", s, "' has no space"));
+        a = s.substr(0, sp);
+        b = s.substr(sp + 1);
+      } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+        a = e[0].get<std::string>();
+        b = e[1].get<std::string>();
+      } else {
+        return Bad(source, "model.merges", "entries must be \"a b\" strings or [a, b] pairs");
+      }
+      auto ia = t->vocab_.find(a), ib = t->vocab_.find(b), iab = t->vocab_.find(a + b);
+      if (ia == t->vocab_.end() || ib == t->vocab_.end() || iab == t->vocab_.end()) {
+        return Bad(source, "model.merges", absl::StrCat("merge '", a, " ", b, "' uses tokens outside the vocabulary"));
+      }
+      const uint64_t key = (static_cast<uint64_t>(ia->second) << 32) | static_cast<uint64_t>(ib->second);
+      t->merges_.emplace(key, Merge{rank++, iab->second});
+    }
+  }
+  if (auto a = tok.find("added_tokens"); a != tok.end() && a->is_array()) {
+    for (const auto& e : *a) {
+      if (!e.is_object() || !e.contains("id") || !e.contains("content")) return Bad(source, "added_tokens", "entry needs id and content");
+      Added added{e["content"].get<std::string>(), e["id"].get<int64_t>(), e.value("special", false)};
+      if (added.content.empty()) return Bad(source, "added_tokens", "empty content");
+      if (auto st = set_token(added.content, added.id); !st.ok()) return st;
+      t->is_special_[added.id] = added.special;
+      t->added_.push_back(std::move(added));
+    }
+  }
+  std::stable_sort(t->added_.begin(), t->added_.end(),
+                   [](const Added& x, const Added& y) { return x.content.size() > y.content.size(); });
+  t->added_by_byte_.resize(256);
+  for (size_t k = 0; k < t->added_.size(); ++k) {
+    t->added_by_byte_[static_cast<unsigned char>(t->added_[k].content[0])].push_back(static_cast<int>(k));
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto f = t->vocab_.find(absl::StrFormat("<0x%02X>", b));
+    t->byte_ids_[b] = f == t->vocab_.end() ? -1 : f->second;
+  }
+
+  std::vector<json> steps;
+  if (auto st = ParseSteps(tok.value("normalizer", json()), source, "normalizer", {"Replace", "Prepend"}, &steps); !st.ok()) return st;
+  for (const auto& s : steps) {
+    Step step;
+    step.kind = StringField(s, "type");
+    if (step.kind == "Replace") {
+      auto p = PatternString(s, source, "normalizer");
+      if (!p.ok()) return p.status();
+      step.a = *p;
+      step.b = StringField(s, "content");
+    } else {
+      step.a = StringField(s, "prepend");
+    }
+    t->normalizer_.push_back(step);
+  }
+  steps.clear();
+  if (auto st = ParseSteps(tok.value("pre_tokenizer", json()), source, "pre_tokenizer", {"Split", "Metaspace"}, &steps); !st.ok()) return st;
+  for (const auto& s : steps) {
+    Step step;
+    step.kind = StringField(s, "type");
+    if (step.kind == "Split") {
+      auto p = PatternString(s, source, "pre_tokenizer");
+      if (!p.ok()) return p.status();
+      step.a = *p;
+      step.b = StringField(s, "behavior");
+      if (s.value("invert", false)) return Bad(source, "pre_tokenizer", "Split invert is not supported");
+      static const char* kBehaviors[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext"};
+      if (std::none_of(std::begin(kBehaviors), std::end(kBehaviors), [&](const char* b) { return step.b == b; })) {
+        return Bad(source, "pre_tokenizer", absl::StrCat("unsupported Split behavior '", step.b, "'"));
+      }
+    } else {
+      step.a = s.contains("replacement") ? StringField(s, "replacement") : std::string(kMetaspace);
+      step.b = s.contains("prepend_scheme") ? StringField(s, "prepend_scheme")
+                                            : (s.value("add_prefix_space", true) ? "always" : "never");
+      step.flag = s.value("split", true);
+    }
+    t->pre_tokenizer_.push_back(step);
+  }
+  steps.clear();
+  if (auto st = ParseSteps(tok.value("decoder", json()), source, "decoder",
+                           {"Replace", "ByteFallback", "Fuse", "Strip", "Metaspace"}, &steps);
+      !st.ok()) {
+    return st;
+  }
+  for (const auto& s : steps) {
+    Step step;
+    step.kind = StringField(s, "type");
+    if (step.kind == "Replace") {
+      auto p = PatternString(s, source, "decoder");
+      if (!p.ok()) return p.status();
+      step.a = *p;
+      step.b = StringField(s, "content");
+    } else if (step.kind == "Strip") {
+      step.a = StringField(s, "content");
+      step.start = s.value("start", 0);
+      step.stop = s.value("stop", 0);
+    } else if (step.kind == "Metaspace") {
+      step.a = s.contains("replacement") ? StringField(s, "replacement") : std::string(kMetaspace);
+      step.b = s.contains("prepend_scheme") ? StringField(s, "prepend_scheme")
+                                            : (s.value("add_prefix_space", true) ? "always" : "never");
+    }
+    t->decoder_.push_back(step);
+  }
+
+  // Special ids: tokenizer_config.json names, else Gemma's fixed strings.
+  auto resolve = [&](const char* key, const char* fallback, int64_t* out) {
+    std::string s = config.is_object() && config.contains(key) ? TokenString(config[key]) : "";
+    if (s.empty()) s = fallback;
+    if (auto f = t->vocab_.find(s); f != t->vocab_.end()) *out = f->second;
+  };
+  resolve("pad_token", "<pad>", &t->pad_id_);
+  resolve("bos_token", "<bos>", &t->bos_id_);
+  resolve("eos_token", "<eos>", &t->eos_id_);
+  if (add_bos.has_value()) {
+    t->add_bos_ = *add_bos;
+  } else if (config.is_object() && config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
+    t->add_bos_ = config["add_bos_token"].get<bool>();
+  } else if (auto pp = tok.find("post_processor"); pp != tok.end() && pp->is_object() &&
+                                                     StringField(*pp, "type") == "TemplateProcessing" &&
+                                                     pp->contains("single") && (*pp)["single"].is_array() &&
+                                                     !(*pp)["single"].empty()) {
+    t->add_bos_ = (*pp)["single"][0].contains("SpecialToken");
+  }
+  return t;
+}
+
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromFiles(const std::string& tokenizer_json,
+                                                                       const std::string& tokenizer_config_json,
+                                                                       std::optional<bool> add_bos) {
+  std::ifstream in(tokenizer_json);
+  if (!in) return absl::NotFoundError(absl::StrCat(tokenizer_json, ": cannot open"));
+  json tok = json::parse(in, nullptr, false);
+  if (tok.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(tokenizer_json, ": invalid JSON"));
+  json config;
+  if (!tokenizer_config_json.empty()) {
+    std::ifstream cin(tokenizer_config_json);
+    if (cin) {
+      config = json::parse(cin, nullptr, false);
+      if (config.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(tokenizer_config_json, ": invalid JSON"));
+    }
+  }
+  return FromJson(tok, config, tokenizer_json, add_bos);
+}
+
+std::optional<int64_t> BpeTokenizer::TokenToId(absl::string_view token) const {
+  auto f = vocab_.find(std::string(token));
+  if (f == vocab_.end()) return std::nullopt;
+  return f->second;
+}
+
+const std::string& BpeTokenizer::IdToToken(int64_t id) const {
+  static const std::string* const kEmpty = new std::string();
+  return id >= 0 && id < vocab_size() ? id_to_token_[id] : *kEmpty;
+}
+
+std::string BpeTokenizer::Normalize(absl::string_view text) const {
+  std::string s(text);
+  for (const Step& step : normalizer_) {
+    if (step.kind == "Replace") {
+      s = ReplaceAll(s, step.a, step.b);
+    } else if (step.kind == "Prepend" && !s.empty()) {
+      s = step.a + s;
+    }
+  }
+  return s;
+}
+
+std::vector<std::string> BpeTokenizer::PreTokenize(const std::string& text, bool first_run) const {
+  std::vector<std::string> pieces = {text};
+  for (const Step& step : pre_tokenizer_) {
+    std::vector<std::string> next;
+    for (const std::string& p : pieces) {
+      std::string s = p;
+      std::string pattern = step.a;
+      std::string behavior = step.b;
+      if (step.kind == "Metaspace") {
+        s = ReplaceAll(s, " ", step.a);
+        const bool prepend = step.b == "always" || (step.b == "first" && first_run);
+        if (prepend && s.compare(0, step.a.size(), step.a) != 0) s = step.a + s;
+        if (!step.flag) {
+          next.push_back(s);
+          continue;
+        }
+        behavior = "MergedWithNext";
+      }
+      // Split `s` at occurrences of `pattern` according to `behavior`.
+      std::string cur;
+      size_t i = 0;
+      while (i < s.size()) {
+        size_t j = pattern.empty() ? std::string::npos : s.find(pattern, i);
+        if (j == std::string::npos) {
+          cur += s.substr(i);
+          break;
+        }
+        std::string before = s.substr(i, j - i);
+        if (behavior == "MergedWithPrevious") {
+          next.push_back(cur + before + pattern);
+          cur.clear();
+        } else if (behavior == "MergedWithNext") {
+          if (!(cur + before).empty()) next.push_back(cur + before);
+          cur = pattern;
+        } else {
+          if (!(cur + before).empty()) next.push_back(cur + before);
+          cur.clear();
+          if (behavior == "Isolated") next.push_back(pattern);
+        }
+        i = j + pattern.size();
+      }
+      if (!cur.empty()) next.push_back(cur);
+    }
+    pieces.swap(next);
+  }
+  return pieces;
+}
+
+void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int64_t>* out) const {
+  if (piece.empty()) return;
+  if (ignore_merges_) {
+    if (auto f = vocab_.find(std::string(piece)); f != vocab_.end()) {
+      out->push_back(f->second);
+      return;
+    }
+  }
+  struct Sym {
+    int64_t id;
+    int prev, next;
+    bool alive;
+  };
+  std::vector<Sym> syms;
+  auto push = [&](int64_t id) {
+    if (id == unk_id_ && fuse_unk_ && !syms.empty() && syms.back().id == unk_id_) return;
+    syms.push_back(Sym{id, static_cast<int>(syms.size()) - 1, static_cast<int>(syms.size()) + 1, true});
+  };
+  for (absl::string_view ch : SplitUtf8(piece)) {
+    auto f = vocab_.find(std::string(ch));
+    if (f != vocab_.end()) {
+      push(f->second);
+      continue;
+    }
+    bool all_bytes = byte_fallback_;
+    for (unsigned char c : ch) all_bytes = all_bytes && byte_ids_[c] >= 0;
+    if (all_bytes) {
+      for (unsigned char c : ch) push(byte_ids_[c]);
+    } else if (unk_id_ >= 0) {
+      push(unk_id_);
+    }
+  }
+  if (syms.empty()) return;
+  syms.back().next = -1;
+  struct Cand {
+    int32_t rank;
+    int pos;
+    int64_t left, right, merged;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  auto consider = [&](int pos) {
+    if (pos < 0 || syms[pos].next < 0) return;
+    const uint64_t key = (static_cast<uint64_t>(syms[pos].id) << 32) | static_cast<uint64_t>(syms[syms[pos].next].id);
+    auto m = merges_.find(key);
+    if (m != merges_.end()) heap.push(Cand{m->second.rank, pos, syms[pos].id, syms[syms[pos].next].id, m->second.id});
+  };
+  for (int i = 0; i < static_cast<int>(syms.size()); ++i) consider(i);
+  while (!heap.empty()) {
+    Cand c = heap.top();
+    heap.pop();
+    Sym& s = syms[c.pos];
+    if (!s.alive || s.id != c.left || s.next < 0 || syms[s.next].id != c.right) continue;  // stale
+    Sym& r = syms[s.next];
+    r.alive = false;
+    s.id = c.merged;
+    s.next = r.next;
+    if (r.next >= 0) syms[r.next].prev = c.pos;
+    consider(s.prev);
+    consider(c.pos);
+  }
+  for (const Sym& s : syms) {
+    if (s.alive) out->push_back(s.id);
+  }
+}
+
+std::vector<int64_t> BpeTokenizer::Encode(absl::string_view text, std::optional<bool> add_bos) const {
+  std::vector<int64_t> ids;
+  if (add_bos.value_or(add_bos_) && bos_id_ >= 0) ids.push_back(bos_id_);
+  bool first_run = true;
+  size_t i = 0;
+  auto flush = [&](absl::string_view run) {
+    if (run.empty()) return;
+    for (const std::string& piece : PreTokenize(Normalize(run), first_run)) EncodePiece(piece, &ids);
+    first_run = false;
+  };
+  size_t run_start = 0;
+  while (i < text.size()) {
+    const Added* hit = nullptr;
+    for (int k : added_by_byte_[static_cast<unsigned char>(text[i])]) {  // longest first
+      const Added& a = added_[k];
+      if (text.compare(i, a.content.size(), a.content) == 0) {
+        hit = &a;
+        break;
+      }
+    }
+    if (hit == nullptr) {
+      ++i;
+      continue;
+    }
+    flush(text.substr(run_start, i - run_start));
+    ids.push_back(hit->id);
+    first_run = false;
+    i += hit->content.size();
+    run_start = i;
+  }
+  flush(text.substr(run_start));
+  return ids;
+}
+
+std::string BpeTokenizer::Decode(absl::Span<const int64_t> ids, bool skip_special) const {
+  std::vector<std::string> toks;
+  for (int64_t id : ids) {
+    if (id < 0 || id >= vocab_size()) continue;
+    if (skip_special && is_special_[id]) continue;
+    toks.push_back(id_to_token_[id]);
+  }
+  for (const Step& step : decoder_) {
+    if (step.kind == "Replace") {
+      for (auto& t : toks) t = ReplaceAll(t, step.a, step.b);
+    } else if (step.kind == "Fuse") {
+      std::string all;
+      for (const auto& t : toks) all += t;
+      toks = {all};
+    } else if (step.kind == "Strip") {
+      for (auto& t : toks) {
+        for (int64_t k = 0; k < step.start && t.compare(0, step.a.size(), step.a) == 0 && !step.a.empty(); ++k) {
+          t.erase(0, step.a.size());
+        }
+        for (int64_t k = 0; k < step.stop && t.size() >= step.a.size() && !step.a.empty() &&
+                            t.compare(t.size() - step.a.size(), step.a.size(), step.a) == 0;
+             ++k) {
+          t.erase(t.size() - step.a.size());
+        }
+      }
+    } else if (step.kind == "Metaspace") {
+      for (size_t k = 0; k < toks.size(); ++k) {
+        toks[k] = ReplaceAll(toks[k], step.a, " ");
+        if (k == 0 && step.b != "never" && !toks[k].empty() && toks[k][0] == ' ') toks[k].erase(0, 1);
+      }
+    } else if (step.kind == "ByteFallback") {
+      // Runs of <0xNN> tokens become their bytes when valid UTF-8, else one
+      // U+FFFD per byte (HF semantics).
+      std::vector<std::string> outv;
+      std::string bytes;
+      int nbytes = 0;
+      auto flush = [&] {
+        if (nbytes == 0) return;
+        bool valid = true;
+        for (size_t p = 0; p < bytes.size() && valid;) {
+          int n = Utf8CharLen(static_cast<unsigned char>(bytes[p]));
+          if ((n == 1 && static_cast<unsigned char>(bytes[p]) >= 0x80) || p + n > bytes.size()) valid = false;
+          for (int q = 1; valid && q < n; ++q) valid = (static_cast<unsigned char>(bytes[p + q]) & 0xc0) == 0x80;
+          p += n;
+        }
+        if (valid) {
+          outv.push_back(bytes);
+        } else {
+          for (int q = 0; q < nbytes; ++q) outv.push_back("\xef\xbf\xbd");
+        }
+        bytes.clear();
+        nbytes = 0;
+      };
+      for (const auto& t : toks) {
+        unsigned int b;
+        if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::sscanf(t.c_str(), "<0x%2X>", &b) == 1) {
+          bytes.push_back(static_cast<char>(b));
+          ++nbytes;
+        } else {
+          flush();
+          outv.push_back(t);
+        }
+      }
+      flush();
+      toks.swap(outv);
+    }
+  }
+  std::string out;
+  for (const auto& t : toks) out += t;
+  return out;
+}
+
+}  // namespace tpudist::models::gemma
