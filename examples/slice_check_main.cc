@@ -9,15 +9,14 @@
 //
 // --die-rank R makes rank R SIGKILL itself before the barrier (to check that
 // the launcher notices and stops the others).
+#include <ATen/ATen.h>
 #include <signal.h>
 #include <stdio.h>
 
 #include <string>
-#include <vector>
-
-#include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -68,8 +67,8 @@ absl::Status Check(const tr::RankInfo& info) {
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout_ms);
   gloo_options->devices.push_back(
       c10d::ProcessGroupGloo::createDeviceForHostname(GlooHostname(info)));
-  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.world_size,
-                                                        gloo_options);
+  auto pg =
+      c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.world_size, gloo_options);
   pg->barrier()->wait();
 
   const int64_t numel = absl::GetFlag(FLAGS_numel);

@@ -17,8 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "tpu_runtime/launcher/exit_status.h"
 #include "tpu_runtime/env_map.h"
+#include "tpu_runtime/launcher/exit_status.h"
 
 namespace tpudist::tpu_runtime::launcher {
 

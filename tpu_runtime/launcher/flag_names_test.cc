@@ -6,8 +6,9 @@ namespace tpudist::tpu_runtime::launcher {
 namespace {
 
 TEST(FlagNamesTest, RewritesNamesOnlyUpToTheEndOfFlags) {
-  const char* argv[] = {"./my-bin", "--accelerator-type", "TPU-V6E", "--grace-period=5s",
-                        "-x-y", "--", "./rank-bin", "--die-rank", "5"};
+  const char* argv[] = {
+      "./my-bin",   "--accelerator-type", "TPU-V6E", "--grace-period=5s", "-x-y", "--",
+      "./rank-bin", "--die-rank",         "5"};
   std::vector<std::string> out = UnderscoreFlagNames(9, argv);
   EXPECT_EQ(out, (std::vector<std::string>{"./my-bin", "--accelerator_type", "TPU-V6E",
                                            "--grace_period=5s", "-x-y", "--", "./rank-bin",

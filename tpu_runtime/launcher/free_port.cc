@@ -28,14 +28,14 @@ absl::StatusOr<int> PickFreePort(absl::string_view address) {
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     int err = errno;
     close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("PickFreePort: bind ", host, ":0: ", strerror(err)));
+    return absl::UnavailableError(absl::StrCat("PickFreePort: bind ", host, ":0: ", strerror(err)));
   }
   socklen_t len = sizeof(addr);
   int rc = getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   int err = errno;
   close(fd);
-  if (rc != 0) return absl::InternalError(absl::StrCat("PickFreePort: getsockname: ", strerror(err)));
+  if (rc != 0)
+    return absl::InternalError(absl::StrCat("PickFreePort: getsockname: ", strerror(err)));
   return static_cast<int>(ntohs(addr.sin_port));
 }
 

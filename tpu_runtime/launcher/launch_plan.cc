@@ -44,8 +44,7 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
   if (config.job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
   if (config.mode == LaunchConfig::Mode::kPlain) {
     if (config.nproc < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("nproc=", config.nproc, "; expected >= 1"));
+      return absl::InvalidArgumentError(absl::StrCat("nproc=", config.nproc, "; expected >= 1"));
     }
     return absl::OkStatus();
   }
@@ -61,8 +60,7 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
                                                    " (the slice's hosts)"));
   }
   if (!config.hostnames.empty() && static_cast<int>(config.hostnames.size()) != s.num_hosts) {
-    return absl::InvalidArgumentError(absl::StrCat(config.hostnames.size(),
-                                                   " hostnames given (",
+    return absl::InvalidArgumentError(absl::StrCat(config.hostnames.size(), " hostnames given (",
                                                    absl::StrJoin(config.hostnames, ","),
                                                    "); expected one per host, ", s.num_hosts));
   }
@@ -74,8 +72,8 @@ bool MayPickMasterPort(const LaunchConfig& config) {
          config.slice.num_hosts == 1;
 }
 
-absl::StatusOr<std::vector<ProcessSpec>> PlanRanks(const LaunchConfig& config,
-                                                   int restart_count, int master_port) {
+absl::StatusOr<std::vector<ProcessSpec>> PlanRanks(const LaunchConfig& config, int restart_count,
+                                                   int master_port) {
   if (absl::Status s = ValidateLaunchConfig(config); !s.ok()) return s;
   const LocalRange range = LocalRanks(config);
   std::vector<ProcessSpec> specs;
@@ -133,8 +131,8 @@ std::string StartBanner(const LaunchConfig& config) {
                           : absl::StrCat("host ", config.host_index, " of ", s.num_hosts);
   return absl::StrCat(s.accelerator_type, " ", absl::StrJoin(s.chip_topology, "x"), ", ",
                       s.num_devices(), " devices on ", s.num_hosts,
-                      s.num_hosts == 1 ? " host x " : " hosts x ", s.devices_per_host, " (",
-                      where, "), job ", config.job_id);
+                      s.num_hosts == 1 ? " host x " : " hosts x ", s.devices_per_host, " (", where,
+                      "), job ", config.job_id);
 }
 
 std::string GenerateJobId() {

@@ -45,8 +45,8 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config);
 
 // The ranks this tpurun starts for attempt `restart_count`, in rank order.
 // REQUIRES: ValidateLaunchConfig(config).ok(); 1 <= master_port <= 65535.
-absl::StatusOr<std::vector<ProcessSpec>> PlanRanks(const LaunchConfig& config,
-                                                   int restart_count, int master_port);
+absl::StatusOr<std::vector<ProcessSpec>> PlanRanks(const LaunchConfig& config, int restart_count,
+                                                   int master_port);
 
 // Whether tpurun may pick MASTER_PORT itself (a free local port per attempt):
 // true unless the job spans real hosts, which must agree on one port.

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tpu_runtime/launcher/free_port.h"
 #include "tpu_runtime/env_discovery.h"
+#include "tpu_runtime/launcher/free_port.h"
 #include "tpu_runtime/slice_env.h"
 
 namespace tpudist::tpu_runtime::launcher {

@@ -180,17 +180,15 @@ absl::StatusOr<AttemptResult> Attempt::Run(const std::vector<ProcessSpec>& specs
     if (!child.ok()) {
       BeginStop(SIGKILL, absl::Now());
       ReapAllBounded();
-      return absl::Status(child.status().code(),
-                          absl::StrCat("starting ", spec.description, ": ",
-                                       child.status().message()));
+      return absl::Status(child.status().code(), absl::StrCat("starting ", spec.description, ": ",
+                                                              child.status().message()));
     }
     ranks_.push_back(Rank{&spec, *std::move(child), LinePrefixer(spec.output_prefix),
                           LinePrefixer(spec.output_prefix)});
   }
   while (!Finished()) {
     absl::Time now = absl::Now();
-    if (now >= job_deadline_ && result_.outcome != ExitReport::Outcome::kTimedOut &&
-        !stopping_) {
+    if (now >= job_deadline_ && result_.outcome != ExitReport::Outcome::kTimedOut && !stopping_) {
       result_.outcome = ExitReport::Outcome::kTimedOut;
       Log("job timeout reached, stopping all ranks");
       BeginStop(SIGTERM, now);
@@ -203,9 +201,8 @@ absl::StatusOr<AttemptResult> Attempt::Run(const std::vector<ProcessSpec>& specs
       for (const Rank& rank : ranks_) {
         if (!rank.child->exit_status().has_value()) {
           return absl::DeadlineExceededError(
-              absl::StrCat(rank.spec->description, " (pid ", rank.child->pid(),
-                           ") still running ", absl::FormatDuration(options_.reap_timeout),
-                           " after SIGKILL"));
+              absl::StrCat(rank.spec->description, " (pid ", rank.child->pid(), ") still running ",
+                           absl::FormatDuration(options_.reap_timeout), " after SIGKILL"));
         }
       }
     }
@@ -267,11 +264,13 @@ int ExitReport::ExitCode() const {
 
 std::string ExitReport::Summary() const {
   std::string restarts_note =
-      restarts == 0 ? "" : absl::StrCat(" (after ", restarts, restarts == 1 ? " restart)" : " restarts)");
-  std::string failure_note =
-      first_failure ? absl::StrCat("; first failure: ", first_failure->description, " ",
-                                   Describe(first_failure->status))
-                    : "";
+      restarts == 0
+          ? ""
+          : absl::StrCat(" (after ", restarts, restarts == 1 ? " restart)" : " restarts)");
+  std::string failure_note = first_failure
+                                 ? absl::StrCat("; first failure: ", first_failure->description,
+                                                " ", Describe(first_failure->status))
+                                 : "";
   switch (outcome) {
     case Outcome::kSucceeded:
       return absl::StrCat("all ", exits.size(), " ranks succeeded in ",
@@ -293,9 +292,8 @@ std::string ExitReport::Summary() const {
 absl::StatusOr<ExitReport> SuperviseProcessGroup(const LaunchPlanner& planner,
                                                  const SupervisorOptions& options) {
   absl::Time start = absl::Now();
-  absl::Time job_deadline = options.timeout == absl::InfiniteDuration()
-                                ? absl::InfiniteFuture()
-                                : start + options.timeout;
+  absl::Time job_deadline = options.timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                                        : start + options.timeout;
   absl::StatusOr<std::unique_ptr<SignalWatcher>> signals = SignalWatcher::Create();
   if (!signals.ok()) return signals.status();
   ExitReport report;
@@ -319,9 +317,8 @@ absl::StatusOr<ExitReport> SuperviseProcessGroup(const LaunchPlanner& planner,
     if (report.outcome != ExitReport::Outcome::kRankFailed || restart >= options.max_restarts) {
       return report;
     }
-    WriteAll(options.stderr_fd,
-             absl::StrCat(options.log_prefix, "restarting all ranks (restart ", restart + 1, " of ",
-                          options.max_restarts, ")\n"));
+    WriteAll(options.stderr_fd, absl::StrCat(options.log_prefix, "restarting all ranks (restart ",
+                                             restart + 1, " of ", options.max_restarts, ")\n"));
   }
 }
 

@@ -37,32 +37,31 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "tpu_runtime/launcher/exit_status.h"
 #include "tpu_runtime/env_map.h"
+#include "tpu_runtime/launcher/exit_status.h"
 
 namespace tpudist::tpu_runtime::launcher {
 
 // One rank to start.
 struct ProcessSpec {
   int rank = 0;
-  std::string description;    // for reports: "rank 5 (host 1, local 1)"
-  std::string output_prefix;  // put before each output line: "[rank  5] "
+  std::string description;        // for reports: "rank 5 (host 1, local 1)"
+  std::string output_prefix;      // put before each output line: "[rank  5] "
   std::vector<std::string> argv;  // argv[0] is searched in PATH
   EnvMap env;                     // overlaid on the launcher's environment
 };
 
 // Gives the ranks of one attempt; restart_count is 0 for the first attempt.
 // Called once per attempt, before any rank of that attempt starts.
-using LaunchPlanner =
-    std::function<absl::StatusOr<std::vector<ProcessSpec>>(int restart_count)>;
+using LaunchPlanner = std::function<absl::StatusOr<std::vector<ProcessSpec>>(int restart_count)>;
 
 struct SupervisorOptions {
   absl::Duration grace_period = absl::Seconds(5);  // SIGTERM -> SIGKILL
   int max_restarts = 0;
   absl::Duration timeout = absl::InfiniteDuration();  // whole job, all attempts
-  int stdout_fd = STDOUT_FILENO;  // where ranks' prefixed stdout lines go
-  int stderr_fd = STDERR_FILENO;  // ranks' stderr lines and our own messages
-  std::string log_prefix = "tpurun: ";  // before the supervisor's own messages
+  int stdout_fd = STDOUT_FILENO;                      // where ranks' prefixed stdout lines go
+  int stderr_fd = STDERR_FILENO;                      // ranks' stderr lines and our own messages
+  std::string log_prefix = "tpurun: ";                // before the supervisor's own messages
   absl::Duration poll_interval = absl::Milliseconds(100);
   // After a rank exits, how long its pipes may stay open (held by something
   // it spawned) before that leftover process group is SIGKILLed.
@@ -87,7 +86,7 @@ struct ExitReport {
   // The last attempt's first failure. Set for kRankFailed; may be set for
   // kTimedOut / kInterrupted when a rank had failed before that.
   std::optional<RankFailure> first_failure;
-  int signal = 0;  // kInterrupted: the signal the launcher received
+  int signal = 0;                 // kInterrupted: the signal the launcher received
   std::vector<ExitStatus> exits;  // last attempt, index = position in plan
   absl::Duration elapsed;         // whole job
 

@@ -65,8 +65,11 @@ JobResult RunJob(int world, const std::function<std::string(int)>& script,
     result.planned_restarts.push_back(restart);
     std::vector<ProcessSpec> specs;
     for (int r = 0; r < world; ++r) {
-      specs.push_back(ProcessSpec{r, absl::StrCat("rank ", r), RankLabel(r, world),
-                                  {"/bin/sh", "-c", script(r)}, {{"RANK", absl::StrCat(r)}}});
+      specs.push_back(ProcessSpec{r,
+                                  absl::StrCat("rank ", r),
+                                  RankLabel(r, world),
+                                  {"/bin/sh", "-c", script(r)},
+                                  {{"RANK", absl::StrCat(r)}}});
     }
     return specs;
   };
@@ -96,9 +99,8 @@ TEST(SupervisorTest, AllRanksSucceedAndOutputIsPrefixed) {
 }
 
 TEST(SupervisorTest, PartialLinesAreJoinedAndFlushedAtExit) {
-  JobResult job = RunJob(2, [](int r) {
-    return "printf 'abc'; sleep 0.2; printf 'def\\n'; printf 'tail'";
-  });
+  JobResult job =
+      RunJob(2, [](int r) { return "printf 'abc'; sleep 0.2; printf 'def\\n'; printf 'tail'"; });
   ASSERT_TRUE(job.report.ok()) << job.report.status();
   for (int r = 0; r < 2; ++r) {
     EXPECT_THAT(job.out, HasSubstr(absl::StrCat("[rank ", r, "] abcdef\n")));
@@ -107,9 +109,8 @@ TEST(SupervisorTest, PartialLinesAreJoinedAndFlushedAtExit) {
 }
 
 TEST(SupervisorTest, FailingRankIsNamedAndOthersAreStoppedQuickly) {
-  JobResult job = RunJob(4, [](int r) {
-    return r == 2 ? std::string("sleep 0.3; exit 3") : std::string("sleep 30");
-  });
+  JobResult job = RunJob(
+      4, [](int r) { return r == 2 ? std::string("sleep 0.3; exit 3") : std::string("sleep 30"); });
   ASSERT_TRUE(job.report.ok()) << job.report.status();
   const ExitReport& report = *job.report;
   EXPECT_EQ(report.outcome, ExitReport::Outcome::kRankFailed);
@@ -142,8 +143,7 @@ TEST(SupervisorTest, RankIgnoringSigtermIsKilledAfterGracePeriod) {
   JobResult job = RunJob(
       2,
       [](int r) {
-        return r == 0 ? std::string("sleep 0.5; exit 1")
-                      : std::string("trap '' TERM; sleep 30");
+        return r == 0 ? std::string("sleep 0.5; exit 1") : std::string("trap '' TERM; sleep 30");
       },
       options);
   ASSERT_TRUE(job.report.ok()) << job.report.status();
@@ -161,7 +161,8 @@ TEST(SupervisorTest, RestartsUntilSuccessWithinMaxRestarts) {
       "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ $RANK = 1 ]; then exit 5; fi; sleep 0.3";
   SupervisorOptions options;
   options.max_restarts = 1;
-  JobResult job = RunJob(2, [&](int) { return kScript; }, options);
+  JobResult job = RunJob(
+      2, [&](int) { return kScript; }, options);
   ASSERT_TRUE(job.report.ok()) << job.report.status();
   EXPECT_TRUE(job.report->success()) << job.report->Summary();
   EXPECT_EQ(job.report->restarts, 1);
@@ -183,7 +184,8 @@ TEST(SupervisorTest, GivesUpAfterMaxRestarts) {
 
   SupervisorOptions options;
   options.max_restarts = 2;
-  JobResult always = RunJob(2, [](int r) { return r == 0 ? "exit 9" : "true"; }, options);
+  JobResult always = RunJob(
+      2, [](int r) { return r == 0 ? "exit 9" : "true"; }, options);
   ASSERT_TRUE(always.report.ok()) << always.report.status();
   EXPECT_EQ(always.report->outcome, ExitReport::Outcome::kRankFailed);
   EXPECT_EQ(always.report->restarts, 2);
@@ -194,7 +196,8 @@ TEST(SupervisorTest, GivesUpAfterMaxRestarts) {
 TEST(SupervisorTest, JobTimeoutStopsAllRanks) {
   SupervisorOptions options;
   options.timeout = absl::Milliseconds(500);
-  JobResult job = RunJob(3, [](int) { return "sleep 30"; }, options);
+  JobResult job = RunJob(
+      3, [](int) { return "sleep 30"; }, options);
   ASSERT_TRUE(job.report.ok()) << job.report.status();
   EXPECT_EQ(job.report->outcome, ExitReport::Outcome::kTimedOut);
   EXPECT_EQ(job.report->ExitCode(), 124);
@@ -204,9 +207,8 @@ TEST(SupervisorTest, JobTimeoutStopsAllRanks) {
 
 TEST(SupervisorTest, MissingBinaryIsAnErrorNamingIt) {
   LaunchPlanner planner = [](int) -> absl::StatusOr<std::vector<ProcessSpec>> {
-    return std::vector<ProcessSpec>{
-        {0, "rank 0", "[rank 0] ", {"/bin/sh", "-c", "sleep 30"}, {}},
-        {1, "rank 1", "[rank 1] ", {"/nonexistent/tpu_binary"}, {}}};
+    return std::vector<ProcessSpec>{{0, "rank 0", "[rank 0] ", {"/bin/sh", "-c", "sleep 30"}, {}},
+                                    {1, "rank 1", "[rank 1] ", {"/nonexistent/tpu_binary"}, {}}};
   };
   SupervisorOptions options;
   options.timeout = absl::Seconds(20);
@@ -271,9 +273,8 @@ TEST(SupervisorTest, SecondSigintEscalatesToSigkill) {
   const std::string dir = dir_template;
   std::thread interrupter([&] {
     absl::Time give_up = absl::Now() + absl::Seconds(20);
-    while (absl::Now() < give_up &&
-           (access((dir + "/ready0").c_str(), F_OK) != 0 ||
-            access((dir + "/ready1").c_str(), F_OK) != 0)) {
+    while (absl::Now() < give_up && (access((dir + "/ready0").c_str(), F_OK) != 0 ||
+                                     access((dir + "/ready1").c_str(), F_OK) != 0)) {
       absl::SleepFor(absl::Milliseconds(20));
     }
     kill(getpid(), SIGINT);  // ignored by the ranks
@@ -283,10 +284,7 @@ TEST(SupervisorTest, SecondSigintEscalatesToSigkill) {
   SupervisorOptions options;
   options.grace_period = absl::Seconds(30);
   JobResult job = RunJob(
-      2,
-      [&](int) {
-        return absl::StrCat("trap '' INT; touch ", dir, "/ready$RANK; sleep 30");
-      },
+      2, [&](int) { return absl::StrCat("trap '' INT; touch ", dir, "/ready$RANK; sleep 30"); },
       options);
   interrupter.join();
   pthread_sigmask(SIG_SETMASK, &old, nullptr);

@@ -81,8 +81,8 @@ int Main(int argc, char** argv) {
     return Fail(kUsageError, "give either --accelerator-type and --topology, or --nproc N");
   }
   if (slice_mode) {
-    absl::StatusOr<SliceSpec> spec = SliceSpecFromFlags(absl::GetFlag(FLAGS_accelerator_type),
-                                                        absl::GetFlag(FLAGS_topology));
+    absl::StatusOr<SliceSpec> spec =
+        SliceSpecFromFlags(absl::GetFlag(FLAGS_accelerator_type), absl::GetFlag(FLAGS_topology));
     if (!spec.ok()) return Fail(kUsageError, std::string(spec.status().message()));
     config.mode = LaunchConfig::Mode::kSlice;
     config.slice = *spec;

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -116,7 +116,7 @@ class Process {
 };
 
 RunResult Tpurun(const std::vector<std::string>& args, absl::Duration timeout = absl::Seconds(60),
-           const std::vector<std::string>& env = {}) {
+                 const std::vector<std::string>& env = {}) {
   Process p(args, env);
   return p.Wait(timeout);
 }
@@ -127,9 +127,9 @@ std::vector<std::string> Lines(const std::string& s) {
 
 TEST(TpurunTest, EmulatedV6e4x4Gives16RanksWithTheirHostsEnvironment) {
   RunResult run = Tpurun({"--accelerator-type", "TPU-V6E", "--topology", "4x4", "--hosts-emulated",
-                    "--job-id", "e2e", "--", "sh", "-c",
-                    "echo $RANK $TPU_WORKER_ID $LOCAL_RANK $WORLD_SIZE $TPU_DIST_HOST_ID "
-                    "$TPU_DIST_JOB_ID $TORCHELASTIC_RESTART_COUNT"});
+                          "--job-id", "e2e", "--", "sh", "-c",
+                          "echo $RANK $TPU_WORKER_ID $LOCAL_RANK $WORLD_SIZE $TPU_DIST_HOST_ID "
+                          "$TPU_DIST_JOB_ID $TORCHELASTIC_RESTART_COUNT"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.err, HasSubstr("tpurun: v6e 4x4, 16 devices on 4 hosts x 4 (emulated), job e2e"));
   EXPECT_THAT(run.err, HasSubstr("tpurun: all 16 ranks succeeded"));
@@ -143,19 +143,18 @@ TEST(TpurunTest, EmulatedV6e4x4Gives16RanksWithTheirHostsEnvironment) {
 
 TEST(TpurunTest, EmulatedTpu7x2x2x2Gives16RanksOnTwoHostsOfEight) {
   RunResult run = Tpurun({"--accelerator-type=tpu7x", "--topology=2x2x2", "--hosts-emulated", "--",
-                    "sh", "-c", "echo $RANK $TPU_WORKER_ID $LOCAL_RANK $LOCAL_WORLD_SIZE"});
+                          "sh", "-c", "echo $RANK $TPU_WORKER_ID $LOCAL_RANK $LOCAL_WORLD_SIZE"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.err, HasSubstr("tpu7x 2x2x2, 16 devices on 2 hosts x 8 (emulated)"));
   EXPECT_EQ(Lines(run.out).size(), 16u) << run.out;
   for (int r = 0; r < 16; ++r) {
-    EXPECT_THAT(run.out,
-                HasSubstr(absl::StrFormat("[rank %2d] %d %d %d 8\n", r, r, r / 8, r % 8)));
+    EXPECT_THAT(run.out, HasSubstr(absl::StrFormat("[rank %2d] %d %d %d 8\n", r, r, r / 8, r % 8)));
   }
 }
 
 TEST(TpurunTest, WithoutEmulationStartsOnlyThisHostsRanks) {
   RunResult by_flag = Tpurun({"--accelerator-type", "v6e", "--topology", "4x4", "--host-index", "1",
-                        "--", "sh", "-c", "echo $RANK $TPU_WORKER_ID"});
+                              "--", "sh", "-c", "echo $RANK $TPU_WORKER_ID"});
   EXPECT_EQ(by_flag.exit_code, 0) << by_flag.err;
   EXPECT_THAT(by_flag.err, HasSubstr("(host 1 of 4)"));
   EXPECT_EQ(Lines(by_flag.out).size(), 4u) << by_flag.out;
@@ -163,16 +162,16 @@ TEST(TpurunTest, WithoutEmulationStartsOnlyThisHostsRanks) {
     EXPECT_THAT(by_flag.out, HasSubstr(absl::StrFormat("[rank %2d] %d 1\n", r, r)));
   }
   RunResult by_env = Tpurun({"--accelerator-type", "v6e", "--topology", "4x4", "--", "sh", "-c",
-                       "echo $RANK $TPU_WORKER_ID $MASTER_PORT"},
-                      absl::Seconds(60), {"TPU_WORKER_ID=3"});
+                             "echo $RANK $TPU_WORKER_ID $MASTER_PORT"},
+                            absl::Seconds(60), {"TPU_WORKER_ID=3"});
   EXPECT_EQ(by_env.exit_code, 0) << by_env.err;
   EXPECT_THAT(by_env.out, HasSubstr("[rank 15] 15 3 29500\n"));  // multi-host: fixed port
   EXPECT_EQ(Lines(by_env.out).size(), 4u) << by_env.out;
 }
 
 TEST(TpurunTest, FailingRankIsNamedAndExitStatusPropagates) {
-  RunResult run = Tpurun({"--nproc", "3", "--", "sh", "-c",
-                    "if [ $RANK = 1 ]; then sleep 0.3; exit 3; fi; sleep 30"});
+  RunResult run = Tpurun(
+      {"--nproc", "3", "--", "sh", "-c", "if [ $RANK = 1 ]; then sleep 0.3; exit 3; fi; sleep 30"});
   EXPECT_EQ(run.exit_code, 3) << run.err;
   EXPECT_THAT(run.err, HasSubstr("tpurun: rank 1 (host 0, local 1) failed: exit status 3"));
   EXPECT_LT(run.elapsed, absl::Seconds(5));
@@ -180,7 +179,7 @@ TEST(TpurunTest, FailingRankIsNamedAndExitStatusPropagates) {
 
 TEST(TpurunTest, RankKillingItselfIsNamedBySignal) {
   RunResult run = Tpurun({"--accelerator-type", "TPU-V6E", "--topology", "4x4", "--hosts-emulated",
-                    "--", "sh", "-c", "if [ $RANK = 5 ]; then kill -KILL $$; fi; sleep 30"});
+                          "--", "sh", "-c", "if [ $RANK = 5 ]; then kill -KILL $$; fi; sleep 30"});
   EXPECT_EQ(run.exit_code, 128 + SIGKILL) << run.err;
   EXPECT_THAT(run.err,
               HasSubstr("tpurun: rank 5 (host 1, local 1) failed: killed by signal SIGKILL"));
@@ -191,8 +190,8 @@ TEST(TpurunTest, RestartKeepsJobIdAndCountsRestarts) {
   const char* kScript =
       "echo $TPU_DIST_JOB_ID $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS; "
       "[ $TORCHELASTIC_RESTART_COUNT = 1 ]";
-  RunResult ok = Tpurun({"--nproc", "2", "--max-restarts", "1", "--job-id", "keep", "--", "sh", "-c",
-                   kScript});
+  RunResult ok = Tpurun(
+      {"--nproc", "2", "--max-restarts", "1", "--job-id", "keep", "--", "sh", "-c", kScript});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_THAT(ok.out, HasSubstr("[rank 0] keep 0 1\n"));
   EXPECT_THAT(ok.out, HasSubstr("[rank 0] keep 1 1\n"));
@@ -206,12 +205,12 @@ TEST(TpurunTest, SigtermToTpurunIsForwardedToRanks) {
   char dir_template[] = "/tmp/tpurun_test_XXXXXX";
   ASSERT_NE(mkdtemp(dir_template), nullptr);
   const std::string dir = dir_template;
-  Process p({"--nproc", "2", "--", "sh", "-c",
-             absl::StrCat("trap 'echo got-term; exit 7' TERM; touch ", dir,
-                          "/r$RANK; sleep 30 & wait")});
+  Process p(
+      {"--nproc", "2", "--", "sh", "-c",
+       absl::StrCat("trap 'echo got-term; exit 7' TERM; touch ", dir, "/r$RANK; sleep 30 & wait")});
   absl::Time give_up = absl::Now() + absl::Seconds(20);
-  while (absl::Now() < give_up && (access((dir + "/r0").c_str(), F_OK) != 0 ||
-                                   access((dir + "/r1").c_str(), F_OK) != 0)) {
+  while (absl::Now() < give_up &&
+         (access((dir + "/r0").c_str(), F_OK) != 0 || access((dir + "/r1").c_str(), F_OK) != 0)) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   kill(p.pid(), SIGTERM);
@@ -251,8 +250,8 @@ absl::Duration StopLatency(const std::string& err) {
 }
 
 TEST(TpurunTest, StopLatencyIsReported) {
-  RunResult run = Tpurun({"--nproc", "2", "--", "sh", "-c",
-                          "if [ $RANK = 0 ]; then exit 4; fi; sleep 30"});
+  RunResult run =
+      Tpurun({"--nproc", "2", "--", "sh", "-c", "if [ $RANK = 0 ]; then exit 4; fi; sleep 30"});
   EXPECT_EQ(run.exit_code, 4) << run.err;
   EXPECT_LT(StopLatency(run.err), absl::Seconds(3)) << run.err;
 }
@@ -263,18 +262,19 @@ TEST(SliceCheckTest, EmulatedV6e4x4AllRanksAgree) {
   if (access(SliceCheckPath().c_str(), X_OK) != 0) {
     GTEST_SKIP() << SliceCheckPath() << " not built (configure with the examples folder)";
   }
-  RunResult run = Tpurun({"--accelerator-type", "TPU-V6E", "--topology", "4x4",
-                          "--hosts-emulated", "--timeout", "150s", "--", SliceCheckPath(),
-                          "--timeout", "120s"},
+  RunResult run = Tpurun({"--accelerator-type", "TPU-V6E", "--topology", "4x4", "--hosts-emulated",
+                          "--timeout", "150s", "--", SliceCheckPath(), "--timeout", "120s"},
                          absl::Seconds(170));
   EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
   std::vector<std::string> lines = Lines(run.out);
   int ok_lines = 0;
-  for (const std::string& line : lines) ok_lines += line.find("allreduce 136 (expected 136) OK") != std::string::npos;
+  for (const std::string& line : lines)
+    ok_lines += line.find("allreduce 136 (expected 136) OK") != std::string::npos;
   EXPECT_EQ(ok_lines, 16) << run.out;
   for (int r = 0; r < 16; ++r) {
-    EXPECT_THAT(run.out, HasSubstr(absl::StrFormat("[rank %2d] slice_check: rank %d/16 local %d/4 host %d/4",
-                                                   r, r, r % 4, r / 4)));
+    EXPECT_THAT(run.out,
+                HasSubstr(absl::StrFormat("[rank %2d] slice_check: rank %d/16 local %d/4 host %d/4",
+                                          r, r, r % 4, r / 4)));
   }
   EXPECT_THAT(run.out, HasSubstr("gloo@127.0.1.4"));  // host 3 binds its emulated address
   std::cerr << "slice_check v6e 4x4 (16 ranks) under tpurun: " << run.elapsed << "\n";
@@ -284,10 +284,10 @@ TEST(SliceCheckTest, RankKillingItselfStopsTheJobQuickly) {
   if (access(SliceCheckPath().c_str(), X_OK) != 0) {
     GTEST_SKIP() << SliceCheckPath() << " not built (configure with the examples folder)";
   }
-  RunResult run = Tpurun({"--accelerator-type", "TPU-V6E", "--topology", "4x4",
-                          "--hosts-emulated", "--grace-period", "3s", "--timeout", "150s", "--",
-                          SliceCheckPath(), "--die-rank", "5", "--timeout", "120s"},
-                         absl::Seconds(170));
+  RunResult run = Tpurun(
+      {"--accelerator-type", "TPU-V6E", "--topology", "4x4", "--hosts-emulated", "--grace-period",
+       "3s", "--timeout", "150s", "--", SliceCheckPath(), "--die-rank", "5", "--timeout", "120s"},
+      absl::Seconds(170));
   EXPECT_EQ(run.exit_code, 128 + SIGKILL) << run.out << run.err;
   EXPECT_THAT(run.err,
               HasSubstr("tpurun: rank 5 (host 1, local 1) failed: killed by signal SIGKILL"));
