@@ -243,6 +243,14 @@ absl::Status Communicator::PublishAndWait(const OpContext& ctx) {
 }
 
 absl::Status Communicator::CheckHeaders(const OpContext& ctx) {
+  // A peer that already failed may still have published this phase; join
+  // its failure rather than completing against a poisoned group.
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || control(r)->abort.load(std::memory_order_acquire) == 0) continue;
+    return Poison(absl::Status(PeerHealth(r).code(),
+                               absl::StrCat(ctx.name, " on rank ", rank_, ": ",
+                                            PeerHealth(r).message())));
+  }
   const OpHeader& mine = *peer_header(rank_);
   bool agree = true;
   for (int r = 0; r < size_ && agree; ++r) agree = HeadersAgree(mine, *peer_header(r));

@@ -124,7 +124,8 @@ class Communicator {
 
   // Compares every rank's header of the current phase with ours; on mismatch
   // poisons and returns InvalidArgument listing each rank's header. Every rank
-  // sees the same headers, so every rank fails with the same message.
+  // sees the same headers, so every rank fails with the same message. Also
+  // fails (Aborted) if any peer has already poisoned itself.
   absl::Status CheckHeaders(const OpContext& ctx);
 
   // Poisons with `status` (if not already) and tells peers.
