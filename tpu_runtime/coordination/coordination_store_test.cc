@@ -76,6 +76,8 @@ std::string RunGlooRank(const std::shared_ptr<CoordinationClient>& client,
                           tensors[0][0].item<float>(), ", want ", expected);
     }
     pg->barrier()->wait(std::chrono::seconds(30));
+  } catch (const c10::Error& e) {
+    return absl::StrCat("rank ", rank, ": ", e.what_without_backtrace());
   } catch (const std::exception& e) {
     return absl::StrCat("rank ", rank, ": ", e.what());
   }
@@ -124,6 +126,10 @@ int RunRuntimeGlooRank() {
       return 1;
     }
     pg->barrier()->wait(std::chrono::seconds(30));
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "rank %d: %s\n", info.rank,
+                 e.what_without_backtrace());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", info.rank, e.what());
     return 1;
@@ -147,6 +153,13 @@ int RunChildRole(const std::string& role) {
   if (role == "gloo") {
     if (!absl::SimpleAtoi(EnvOr("TPUDIST_COORD_WORLD", ""), &world)) return 2;
     const std::string failure = RunGlooRank(client, task, world);
+    // A survivor of a killed rank must fail, with an error that names it.
+    const std::string expect = EnvOr("TPUDIST_COORD_EXPECT_ERROR", "");
+    if (!expect.empty()) {
+      std::fprintf(stderr, "rank %d failed as expected? %s\n", task,
+                   failure.c_str());
+      return failure.find(expect) != std::string::npos ? 0 : 1;
+    }
     if (!failure.empty()) {
       std::fprintf(stderr, "%s\n", failure.c_str());
       return 1;
@@ -281,6 +294,61 @@ TEST_P(GlooOverStoreTest, Processes) {
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ((*service)->state().task_state(r), TaskState::kDisconnected);
   }
+}
+
+// Rank 2 registers and is SIGKILLed before it publishes its Gloo address;
+// ranks 0 and 1, blocked in Gloo's rendezvous (store wait with a 30 s
+// timeout), must fail within the 1 s heartbeat timeout (+ slack) with an
+// error naming task 2, instead of waiting out the store timeout.
+TEST(GlooKilledRankTest, SurvivorsFailFastNamingTheDeadRank) {
+  constexpr int kWorld = 3;
+  ServiceOptions options;
+  options.job_id = kJob;
+  options.num_tasks = kWorld;
+  options.heartbeat_timeout = absl::Seconds(1);
+  auto service = CoordinationService::Start(options);
+  ASSERT_TRUE(service.ok()) << service.status();
+  const std::string address = (*service)->address();
+  const pid_t victim =
+      SpawnChild("register_and_sleep", {{"TPUDIST_COORD_ADDRESS", address},
+                                        {"TPUDIST_COORD_JOB", kJob},
+                                        {"TPUDIST_COORD_TASK", "2"}});
+  ASSERT_GT(victim, 0);
+  std::vector<pid_t> survivors;
+  for (int r = 0; r < 2; ++r) {
+    survivors.push_back(
+        SpawnChild("gloo", {{"TPUDIST_COORD_ADDRESS", address},
+                            {"TPUDIST_COORD_JOB", kJob},
+                            {"TPUDIST_COORD_TASK", absl::StrCat(r)},
+                            {"TPUDIST_COORD_WORLD", absl::StrCat(kWorld)},
+                            {"TPUDIST_COORD_EXPECT_ERROR", "task 2"}}));
+    ASSERT_GT(survivors.back(), 0);
+  }
+  CoordinationState& state = (*service)->state();
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        for (int t = 0; t < kWorld; ++t) {
+          if (state.task_state(t) != TaskState::kConnected) return false;
+        }
+        return true;
+      },
+      absl::Seconds(60)));
+  // Give the survivors time to enter Gloo's rendezvous wait.
+  ASSERT_TRUE(testing::WaitFor([&] { return state.NumKeys("c10d/") >= 2; },
+                               absl::Seconds(60)));
+  const absl::Time killed = absl::Now();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(WaitChild(survivors[r], absl::Seconds(30)), 0) << "rank " << r;
+  }
+  const absl::Duration took = absl::Now() - killed;
+  std::printf(
+      "[measure] SIGKILL of rank 2 -> both Gloo survivors exited "
+      "after %s (heartbeat timeout 1s, store timeout 30s)\n",
+      absl::FormatDuration(took).c_str());
+  EXPECT_LT(took, absl::Seconds(1) + absl::Seconds(4));
+  EXPECT_EQ(WaitChild(victim, absl::Seconds(5)), 128 + SIGKILL);
+  EXPECT_EQ(state.JobErrorTask(), 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooOverStoreTest,
