@@ -39,33 +39,46 @@ std::vector<Block> Scaled(std::vector<Block> blocks, size_t factor) {
 //
 // Each step is cut into segments of at most max_segment_bytes (the same
 // number of segments for every block, so sender and receiver agree on the
-// boundaries). A segment is reduced as soon as it arrives, while the
-// neighbour is already pushing the next segment into this rank's socket
-// receive buffer: with segments no larger than the kernel's buffers the
-// network transfer of segment k+1 overlaps the reduction of segment k, and
-// the scratch buffer stays one segment small.
+// boundaries), received into two alternating scratch buffers. Within a step
+// the segments a rank sends do not depend on the reductions of that step, so
+// the reduction of segment k runs as the `overlap` of segment k+1's
+// SendRecvOverlapped: TcpMesh first pushes segment k+1 into the socket
+// buffers, reduces segment k while the kernel moves it, then finishes. The
+// last segment of a step is reduced before the next step starts, because the
+// next step sends the whole block just reduced.
 absl::Status ReduceScatterPhase(Transport& t, absl::Span<uint8_t> data,
                                 const std::vector<Block>& blocks, size_t es,
                                 const ReduceFn& reduce, absl::Time deadline, size_t max_segment,
                                 absl::string_view op) {
   const int w = t.size();
   const int r = t.rank();
+  const int next = RingNext(r, w);
+  const int prev = RingPrev(r, w);
   size_t max_len = 0;
   for (const Block& b : blocks) max_len = std::max(max_len, b.length);
   const size_t num_segments = NumSegments(max_len, es, max_segment);
-  std::vector<uint8_t> scratch(((max_len + num_segments - 1) / num_segments) * es);
+  const size_t scratch_bytes = ((max_len + num_segments - 1) / num_segments) * es;
+  std::vector<uint8_t> scratch[2] = {std::vector<uint8_t>(scratch_bytes),
+                                     std::vector<uint8_t>(num_segments > 1 ? scratch_bytes : 0)};
   for (int step = 0; step < w - 1; ++step) {
     const Block& send_block = blocks[RsSendBlock(r, w, step)];
     const Block& recv_block = blocks[RsRecvBlock(r, w, step)];
+    auto reduce_segment = [&](size_t k) {
+      const Block v = SegmentOf(recv_block, k, num_segments);
+      if (v.length > 0) reduce(data.data() + v.offset * es, scratch[k % 2].data(), v.length);
+    };
     for (size_t k = 0; k < num_segments; ++k) {
       const Block s = SegmentOf(send_block, k, num_segments);
       const Block v = SegmentOf(recv_block, k, num_segments);
-      absl::Status status = t.SendRecv(RingNext(r, w), data.subspan(s.offset * es, s.length * es),
-                                       RingPrev(r, w), absl::MakeSpan(scratch.data(), v.length * es),
-                                       deadline);
+      const absl::Span<const uint8_t> out = data.subspan(s.offset * es, s.length * es);
+      const absl::Span<uint8_t> in = absl::MakeSpan(scratch[k % 2].data(), v.length * es);
+      absl::Status status =
+          k == 0 ? t.SendRecv(next, out, prev, in, deadline)
+                 : t.SendRecvOverlapped(next, out, prev, in, [&] { reduce_segment(k - 1); },
+                                        deadline);
       if (!status.ok()) return Annotate(status, op, step);
-      if (v.length > 0) reduce(data.data() + v.offset * es, scratch.data(), v.length);
     }
+    reduce_segment(num_segments - 1);
   }
   return absl::OkStatus();
 }

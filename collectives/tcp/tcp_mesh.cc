@@ -154,8 +154,29 @@ absl::Status TcpMesh::SendRecv(int send_peer, absl::Span<const uint8_t> send, in
   return Transfer("SendRecv", &out, &in, deadline);
 }
 
+absl::Status TcpMesh::SendRecvOverlapped(int send_peer, absl::Span<const uint8_t> send,
+                                         int recv_peer, absl::Span<uint8_t> recv,
+                                         absl::FunctionRef<void()> overlap, absl::Time deadline) {
+  absl::Status s = CheckOp("SendRecv", send_peer);
+  if (s.ok()) s = CheckOp("SendRecv", recv_peer);
+  if (!s.ok()) {
+    overlap();
+    return s;
+  }
+  OutFrame out;
+  out.peer = send_peer;
+  out.payload = send;
+  InFrame in;
+  in.peer = recv_peer;
+  in.payload = recv;
+  absl::FunctionRef<void()>* pending = &overlap;
+  s = Transfer("SendRecv", &out, &in, deadline, &pending);
+  if (pending != nullptr) overlap();  // The transfer failed before running it.
+  return s;
+}
+
 absl::Status TcpMesh::Transfer(absl::string_view op, OutFrame* out, InFrame* in,
-                               absl::Time deadline) {
+                               absl::Time deadline, absl::FunctionRef<void()>** overlap) {
   const absl::Time start = absl::Now();
   if (out != nullptr) {
     out->header = FrameHeader{kFrameMagic, peers_[out->peer].send_seq, out->payload.size()};
@@ -216,6 +237,11 @@ absl::Status TcpMesh::Transfer(absl::string_view op, OutFrame* out, InFrame* in,
           }
         }
       }
+    }
+    if (overlap != nullptr && *overlap != nullptr) {
+      (**overlap)();
+      *overlap = nullptr;
+      continue;  // The kernel moved bytes meanwhile: push and pull again.
     }
     const bool out_done = out == nullptr || out->done();
     const bool in_done = in == nullptr || in->done();

@@ -97,6 +97,11 @@ class TcpMesh final : public Transport {
   absl::Status Recv(int peer, absl::Span<uint8_t> data, absl::Time deadline) override;
   absl::Status SendRecv(int send_peer, absl::Span<const uint8_t> send, int recv_peer,
                         absl::Span<uint8_t> recv, absl::Time deadline) override;
+  // Pushes as much of `send` as the socket buffer takes and pulls what has
+  // arrived, runs `overlap` while the kernel moves those bytes, then finishes.
+  absl::Status SendRecvOverlapped(int send_peer, absl::Span<const uint8_t> send, int recv_peer,
+                                  absl::Span<uint8_t> recv, absl::FunctionRef<void()> overlap,
+                                  absl::Time deadline) override;
 
   // Poisons the mesh with Aborted(`reason`) and shuts every connection down:
   // a blocked operation on this mesh fails promptly, and peers see this rank
@@ -127,8 +132,11 @@ class TcpMesh final : public Transport {
 
   // Validates a peer argument and the poison state.
   absl::Status CheckOp(absl::string_view op, int peer) const;
-  // Moves `out` and/or `in` (either may be null) to completion.
-  absl::Status Transfer(absl::string_view op, OutFrame* out, InFrame* in, absl::Time deadline);
+  // Moves `out` and/or `in` (either may be null) to completion. If
+  // `overlap` is set, runs it (once) after the first non-blocking pass.
+  // `*overlap` is reset to null once it has run.
+  absl::Status Transfer(absl::string_view op, OutFrame* out, InFrame* in, absl::Time deadline,
+                        absl::FunctionRef<void()>** overlap = nullptr);
   // Records `status` as the poison (if first) and shuts all sockets down.
   void Poison(const absl::Status& status) ABSL_LOCKS_EXCLUDED(poison_mu_);
   // Builds the error for a failed Transfer, then poisons the mesh.

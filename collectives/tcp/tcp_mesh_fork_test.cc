@@ -186,7 +186,7 @@ TEST_F(TcpMeshForkTest, HandshakeMismatchIsRejected) {
   }
 }
 
-// Ranks 0 and 1 of 3 start; rank 2 never does. Both fail at the connect
+// Ranks 0 and 1 of 3 start; rank 2 never does. Both fail at the 2 s connect
 // timeout naming rank 2.
 TEST_F(TcpMeshForkTest, ConnectTimesOutWhenAPeerNeverShowsUp) {
   const std::string path = StorePath();
@@ -196,7 +196,7 @@ TEST_F(TcpMeshForkTest, ConnectTimesOutWhenAPeerNeverShowsUp) {
         c10d::FileStore store(path, -1);
         TcpMeshOptions options;
         options.group_key = "absent";
-        options.connect_timeout = absl::Seconds(1);
+        options.connect_timeout = absl::Seconds(2);
         const absl::Time start = absl::Now();
         absl::Status s = TcpMesh::Connect(store, rank, 3, options).status();
         return absl::StrCat("elapsed_ms=", absl::ToInt64Milliseconds(absl::Now() - start), " ",
@@ -209,8 +209,8 @@ TEST_F(TcpMeshForkTest, ConnectTimesOutWhenAPeerNeverShowsUp) {
     EXPECT_THAT(r.report, HasSubstr("DEADLINE_EXCEEDED"));
     EXPECT_THAT(r.report, HasSubstr("peer rank(s) 2 did not connect"));
     const int elapsed = std::atoi(r.report.c_str() + std::strlen("elapsed_ms="));
-    EXPECT_GE(elapsed, 900);
-    EXPECT_LT(elapsed, 5000);
+    EXPECT_GE(elapsed, 1900);
+    EXPECT_LT(elapsed, 8000);
   }
 }
 

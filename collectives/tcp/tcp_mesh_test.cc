@@ -190,7 +190,7 @@ TEST_F(TcpMeshTest, InvalidPeerIsRejectedWithoutPoisoning) {
 TEST_F(TcpMeshTest, ConnectTimesOutNamingMissingRanks) {
   TcpMeshOptions options;
   options.group_key = testing::UniqueKey("missing");
-  options.connect_timeout = absl::Milliseconds(500);
+  options.connect_timeout = absl::Milliseconds(1500);
   // Ranks 0 and 1 of 3 show up; rank 2 never does.
   std::vector<absl::Status> status(2);
   const absl::Time start = absl::Now();

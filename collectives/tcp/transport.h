@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -55,6 +56,20 @@ class Transport {
   // `recv` must not overlap.
   virtual absl::Status SendRecv(int send_peer, absl::Span<const uint8_t> send, int recv_peer,
                                 absl::Span<uint8_t> recv, absl::Time deadline) = 0;
+
+  // As SendRecv, and runs `overlap` exactly once, whether or not the transfer
+  // succeeds. An implementation that can runs it after it has started the
+  // transfer and before it waits for it, so that computation on other
+  // buffers (the ring's reduction of the previous segment) overlaps the
+  // network. `overlap` must not touch `send` or `recv`. The default runs it
+  // after a plain SendRecv (no overlap).
+  virtual absl::Status SendRecvOverlapped(int send_peer, absl::Span<const uint8_t> send,
+                                          int recv_peer, absl::Span<uint8_t> recv,
+                                          absl::FunctionRef<void()> overlap, absl::Time deadline) {
+    absl::Status s = SendRecv(send_peer, send, recv_peer, recv, deadline);
+    overlap();
+    return s;
+  }
 };
 
 }  // namespace tpudist::collectives::tcp
