@@ -178,6 +178,33 @@ TEST_F(TcpMeshTest, WorksOverIpv6Loopback) {
   });
 }
 
+TEST_F(TcpMeshTest, SendRecvOverlappedRunsWorkExactlyOnce) {
+  auto m = Mesh(2);
+  ASSERT_EQ(m.size(), 2u);
+  std::vector<int> runs(2, 0);
+  RunRanks(2, [&](int r) {
+    std::vector<uint8_t> out(3u << 20, static_cast<uint8_t>(r + 1)), in(3u << 20);
+    absl::Status s = m[r]->SendRecvOverlapped(1 - r, out, 1 - r, absl::MakeSpan(in),
+                                              [&] { ++runs[r]; }, Soon());
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(in.back(), 2 - r);
+  });
+  EXPECT_EQ(runs, std::vector<int>({1, 1}));
+  // Still exactly once when the call fails up front or in flight.
+  std::vector<uint8_t> buf(8);
+  int bad_peer_runs = 0;
+  EXPECT_FALSE(
+      m[0]->SendRecvOverlapped(0, buf, 1, absl::MakeSpan(buf), [&] { ++bad_peer_runs; }, Soon())
+          .ok());
+  EXPECT_EQ(bad_peer_runs, 1);
+  int timeout_runs = 0;
+  EXPECT_EQ(m[0]->SendRecvOverlapped(1, buf, 1, absl::MakeSpan(buf), [&] { ++timeout_runs; },
+                                     absl::Now() + absl::Milliseconds(50))
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(timeout_runs, 1);
+}
+
 TEST_F(TcpMeshTest, InvalidPeerIsRejectedWithoutPoisoning) {
   auto m = Mesh(2);
   ASSERT_EQ(m.size(), 2u);
