@@ -8,7 +8,8 @@
 //       build/examples/slice_check
 //
 // --die-rank R makes rank R SIGKILL itself before the barrier (to check that
-// the launcher notices and stops the others).
+// the launcher notices and stops the others); with --die-restart K only in
+// the attempt whose restart count is K (to check tpurun --max-restarts).
 #include <ATen/ATen.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,6 +30,8 @@
 #include "tpu_runtime/rank_info.h"
 
 ABSL_FLAG(int, die_rank, -1, "this rank raises SIGKILL before the barrier");
+ABSL_FLAG(int, die_restart, -1,
+          "with --die-rank: die only in the attempt with this restart count (-1: every attempt)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60), "Gloo and store timeout");
 ABSL_FLAG(int, numel, 8, "elements in the all_reduce tensor");
 
@@ -57,7 +60,9 @@ absl::Status Check(const tr::RankInfo& info) {
       tr::coordination::StartOrConnect(info, runtime_options);
   if (!coord.ok()) return coord.status();
 
-  if (info.rank == absl::GetFlag(FLAGS_die_rank)) {
+  const int die_restart = absl::GetFlag(FLAGS_die_restart);
+  if (info.rank == absl::GetFlag(FLAGS_die_rank) &&
+      (die_restart < 0 || die_restart == info.restart_count)) {
     printf("slice_check: %s: --die-rank, raising SIGKILL\n", tr::ToString(info).c_str());
     fflush(stdout);
     raise(SIGKILL);

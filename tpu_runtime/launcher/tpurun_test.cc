@@ -298,5 +298,28 @@ TEST(SliceCheckTest, RankKillingItselfStopsTheJobQuickly) {
             << run.elapsed << ")\n";
 }
 
+// A restart brings up a fresh coordination service (new MASTER_PORT, same job
+// id) and the second attempt succeeds.
+TEST(SliceCheckTest, RestartAfterARankDiedSucceeds) {
+  if (access(SliceCheckPath().c_str(), X_OK) != 0) {
+    GTEST_SKIP() << SliceCheckPath() << " not built (configure with the examples folder)";
+  }
+  RunResult run = Tpurun({"--accelerator-type", "TPU-V6E", "--topology", "4x4",
+                          "--hosts-emulated", "--max-restarts", "1", "--grace-period", "3s",
+                          "--timeout", "200s", "--", SliceCheckPath(), "--die-rank", "5",
+                          "--die-restart", "0", "--timeout", "90s"},
+                         absl::Seconds(220));
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_THAT(run.err, HasSubstr("rank 5 (host 1, local 1) failed: killed by signal SIGKILL"));
+  EXPECT_THAT(run.err, HasSubstr("restarting all ranks (restart 1 of 1)"));
+  EXPECT_THAT(run.err, HasSubstr("all 16 ranks succeeded"));
+  int ok_lines = 0;
+  for (const std::string& line : Lines(run.out)) {
+    ok_lines += line.find("allreduce 136 (expected 136) OK") != std::string::npos;
+  }
+  EXPECT_EQ(ok_lines, 16) << run.out;
+  std::cerr << "slice_check with one restart: " << run.elapsed << "\n";
+}
+
 }  // namespace
 }  // namespace tpudist::tpu_runtime::launcher
