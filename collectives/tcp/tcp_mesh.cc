@@ -246,6 +246,10 @@ absl::Status TcpMesh::Transfer(absl::string_view op, OutFrame* out, InFrame* in,
     const bool out_done = out == nullptr || out->done();
     const bool in_done = in == nullptr || in->done();
     if (out_done && in_done) break;
+    if (absl::Now() >= deadline) {
+      return Fail(absl::StatusCode::kDeadlineExceeded, op, "deadline exceeded", out, in, start,
+                  deadline);
+    }
 
     pollfd fds[2];
     int n_fds = 0;
