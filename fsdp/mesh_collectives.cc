@@ -47,6 +47,12 @@ at::Tensor PadTo(const at::Tensor& t, int64_t dim, int64_t size) {
   return out;
 }
 
+// A new TensorImpl over the buffer a Work still references. Callers attach
+// autograd history to results; if that history (which holds the mesh and
+// so the process group) hung off the Work's own tensor, the backend's worker
+// thread could end up dropping the last reference to its group.
+at::Tensor Detached(const at::Tensor& buffer) { return buffer.alias(); }
+
 }  // namespace
 
 absl::StatusOr<at::Tensor> AllGatherAlongDim(const DeviceMesh& mesh, int mesh_dim,
@@ -74,7 +80,7 @@ absl::StatusOr<at::Tensor> AllReduceAlongDim(const DeviceMesh& mesh, int mesh_di
   });
   if (!s.ok()) return s;
   if (op == ReduceOp::kAvg) tensors[0].div_(mesh.size(mesh_dim));
-  return tensors[0];
+  return Detached(tensors[0]);
 }
 
 absl::StatusOr<at::Tensor> ReduceScatterAlongDim(const DeviceMesh& mesh, int mesh_dim,
@@ -136,7 +142,7 @@ absl::StatusOr<at::Tensor> BroadcastAlongDim(const DeviceMesh& mesh, int mesh_di
     return mesh.Group(mesh_dim)->broadcast(tensors, opts);
   });
   if (!s.ok()) return s;
-  return tensors[0];
+  return Detached(tensors[0]);
 }
 
 }  // namespace tpudist::fsdp

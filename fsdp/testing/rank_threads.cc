@@ -5,12 +5,18 @@
 #include <exception>
 #include <future>
 #include <thread>
+
+#include <unistd.h>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#ifdef TPU_DIST_FSDP_TEST_HAVE_TPU_DIST
+#include "collectives/process_group_tpu_dist.h"
+#endif
 #include "gtest/gtest.h"
 
 namespace tpudist::fsdp::testing {
@@ -28,6 +34,25 @@ GroupFactory MakeGroupFactory(const std::string& backend, absl::Duration timeout
           store, group_rank, static_cast<int>(ranks.size()), opts));
     };
   }
+#ifdef TPU_DIST_FSDP_TEST_HAVE_TPU_DIST
+  if (backend == "tpu_dist") {
+    // Threads of one process share a host: the group uses shared memory.
+    // Segment names must be unique per concurrent group: job id per run.
+    const std::string job =
+        absl::StrCat("fsdp_test_", ::getpid(), "_", absl::ToUnixMicros(absl::Now()));
+    return [ms, job](const c10::intrusive_ptr<c10d::Store>& store, int group_rank,
+                     const std::vector<int>& ranks)
+               -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
+      collectives::ProcessGroupTpuDist::Options opts;
+      opts.timeout = ms;
+      opts.group_name = absl::StrCat("g", absl::StrJoin(ranks, "_"));
+      opts.job_id = job;
+      return c10::intrusive_ptr<c10d::ProcessGroup>(
+          c10::make_intrusive<collectives::ProcessGroupTpuDist>(
+              store, group_rank, static_cast<int>(ranks.size()), opts));
+    };
+  }
+#endif
   return [backend](const c10::intrusive_ptr<c10d::Store>&, int, const std::vector<int>&)
              -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
     return absl::UnimplementedError(absl::StrCat("test backend '", backend, "' is not linked"));
@@ -39,13 +64,19 @@ bool BackendHasReduceScatter(const std::string& backend) { return backend != "gl
 std::string TestBackend() {
   const char* env = std::getenv("TPU_DIST_TEST_BACKEND");
   if (env != nullptr && *env != '\0') return env;
+#ifdef TPU_DIST_FSDP_TEST_HAVE_TPU_DIST
+  return "tpu_dist";
+#else
   return "gloo";
+#endif
 }
 
 void RunRanks(int world_size, const std::function<void(const RankContext&)>& body,
               absl::Duration deadline) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string backend = TestBackend();
+  // One factory per run (its job id names the run's shm segments).
+  const GroupFactory factory = MakeGroupFactory(backend, absl::Seconds(30));
   std::vector<std::future<void>> done;
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
@@ -56,7 +87,7 @@ void RunRanks(int world_size, const std::function<void(const RankContext&)>& bod
       ctx.env.rank = r;
       ctx.env.world_size = world_size;
       ctx.env.store = store;
-      ctx.env.group_factory = MakeGroupFactory(backend, absl::Seconds(30));
+      ctx.env.group_factory = factory;
       ctx.env.mesh_name = "mesh";  // a fresh store per run
       ctx.env.collective_timeout = absl::Seconds(30);
       try {

@@ -1,0 +1,292 @@
+#include "fsdp/fully_shard/fsdp_param_group.h"
+
+#include <exception>
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "absl/strings/str_cat.h"
+#include "fsdp/fully_shard/flat_buffer.h"
+
+namespace tpudist::fsdp {
+namespace {
+
+// Tells the group that parameter `index`'s AccumulateGrad has run.
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  GradReadyHook(std::weak_ptr<FsdpParamGroup> group, size_t index)
+      : group_(std::move(group)), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    if (auto g = group_.lock()) g->OnGradReady(index_);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<FsdpParamGroup> group_;
+  size_t index_;
+};
+
+void ThrowIfError(const absl::Status& s) {
+  TORCH_CHECK(s.ok(), "FullyShard: ", s.ToString());
+}
+
+}  // namespace
+
+FsdpParamGroup::FsdpParamGroup(std::string label, const DeviceMesh& mesh,
+                               const MixedPrecisionPolicy& mp)
+    : label_(std::move(label)), mesh_(mesh) {}
+
+absl::StatusOr<std::shared_ptr<FsdpParamGroup>> FsdpParamGroup::Create(
+    std::string label, std::vector<std::pair<std::string, at::Tensor>> params,
+    const DeviceMesh& mesh, const MixedPrecisionPolicy& mp) {
+  if (mesh.ndim() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("FullyShard(", label, "): needs a 1-D mesh, got ",
+                                                   mesh.ToString()));
+  }
+  const auto& pg = mesh.Group(0);
+  if (pg->getSize() != mesh.size() || pg->getRank() != mesh.LocalRank(0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FullyShard(", label, "): mesh ", mesh.ToString(), " has ", mesh.size(),
+        " ranks but its process group has ", pg->getSize(), " (rank ", pg->getRank(), ")"));
+  }
+  std::shared_ptr<FsdpParamGroup> g(new FsdpParamGroup(std::move(label), mesh, mp));
+  g->rank_ = mesh.LocalRank(0);
+  g->world_ = mesh.size();
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<at::Tensor> fulls;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
+    if (!p.defined() || !at::isFloatingType(p.scalar_type())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("FullyShard(", g->label_, "): parameter ", name, " is not floating point"));
+    }
+    if (p.dim() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("FullyShard(", g->label_, "): parameter ", name,
+                                                     " is 0-dim; pass it in ignored_params"));
+    }
+    if (i == 0) g->orig_dtype_ = p.scalar_type();
+    if (p.scalar_type() != g->orig_dtype_) {
+      return absl::InvalidArgumentError(absl::StrCat("FullyShard(", g->label_, "): parameter ", name,
+                                                     " is ", c10::toString(p.scalar_type()),
+                                                     ", others are ", c10::toString(g->orig_dtype_)));
+    }
+    shapes.push_back(p.sizes().vec());
+    fulls.push_back(p.detach());
+  }
+  g->param_dtype_ = mp.param_dtype.value_or(g->orig_dtype_);
+  g->reduce_dtype_ = mp.reduce_dtype.value_or(g->param_dtype_);
+  auto layout = MakeFlatParamLayout(shapes, g->world_);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("FullyShard(", g->label_, "): ", layout.status().message()));
+  }
+  g->layout_ = *std::move(layout);
+  g->flat_shard_ = MakeFlatShard(fulls, g->layout_, g->rank_, g->orig_dtype_);
+  for (size_t i = 0; i < params.size(); ++i) {
+    Param p;
+    p.name = params[i].first;
+    p.param = params[i].second;
+    p.shard = ShardView(g->flat_shard_, g->layout_, i, g->rank_);
+    p.trainable = p.param.requires_grad();
+    g->num_trainable_ += p.trainable ? 1 : 0;
+    p.param.set_data(p.shard);
+    g->params_.push_back(std::move(p));
+  }
+  return g;
+}
+
+absl::StatusOr<DTensor> FsdpParamGroup::ShardedParam(size_t i) const {
+  return FromLocal(params_[i].shard, mesh_, {Placement::Shard(0)}, layout_.entries[i].shape);
+}
+
+int64_t FsdpParamGroup::full_param_bytes() const {
+  int64_t numel = 0;
+  for (const FlatParamEntry& e : layout_.entries) numel += e.shape[0] * e.row_numel;
+  return numel * static_cast<int64_t>(c10::elementSize(param_dtype_));
+}
+
+absl::Status FsdpParamGroup::WaitWork(const c10::intrusive_ptr<c10d::Work>& work, const char* op) {
+  try {
+    if (!work->wait(mesh_.collective_timeout_ms())) {
+      return absl::DeadlineExceededError(absl::StrCat("FullyShard(", label_, "): ", op, " on rank ",
+                                                      rank_, " timed out after ",
+                                                      absl::FormatDuration(mesh_.collective_timeout())));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("FullyShard(", label_, "): ", op, " on rank ", rank_,
+                                            " failed: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsdpParamGroup::StartUnshard() {
+  if (state_ != State::kSharded) return absl::OkStatus();
+  gather_in_ = flat_shard_.to(param_dtype_);  // copy even when the dtype matches
+  if (gather_in_.data_ptr() == flat_shard_.data_ptr()) gather_in_ = gather_in_.clone();
+  gather_out_ = at::empty({world_ * layout_.shard_numel}, gather_in_.options());
+  try {
+    gather_work_ = mesh_.Group(0)->_allgather_base(gather_out_, gather_in_);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("FullyShard(", label_, "): all-gather of ",
+                                            gather_in_.nbytes(), " bytes on rank ", rank_,
+                                            " failed: ", e.what()));
+  }
+  ++num_all_gathers_;
+  state_ = State::kGathering;
+  Trace("all_gather_issued");
+  return absl::OkStatus();
+}
+
+absl::Status FsdpParamGroup::WaitUnshard() {
+  if (state_ == State::kUnsharded) return absl::OkStatus();
+  if (state_ == State::kSharded) {
+    absl::Status s = StartUnshard();
+    if (!s.ok()) return s;
+  }
+  absl::Status s = WaitWork(gather_work_, "all-gather");
+  gather_work_.reset();
+  if (!s.ok()) return s;
+  std::vector<at::Tensor> full = UnpackAllGather(gather_out_, layout_);
+  gather_in_ = at::Tensor();
+  gather_out_ = at::Tensor();
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].param.set_data(full[i]);
+  state_ = State::kUnsharded;
+  if (memory_observer_) memory_observer_(full_param_bytes());
+  Trace("unsharded");
+  if (torch::autograd::GradMode::is_enabled()) HookGradAccumulators();
+  return absl::OkStatus();
+}
+
+void FsdpParamGroup::HookGradAccumulators() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    if (!p.trainable) continue;
+    // set_data with a new dtype drops the weak accumulator; the one the next
+    // forward uses is the one made now, with full-shape metadata.
+    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(p.param);
+    if (acc == nullptr || acc == p.grad_acc) continue;
+    acc->add_post_hook(std::make_unique<GradReadyHook>(weak_from_this(), i));
+    p.grad_acc = std::move(acc);
+  }
+}
+
+absl::Status FsdpParamGroup::Reshard() {
+  if (state_ == State::kSharded) return absl::OkStatus();
+  if (state_ == State::kGathering) {  // prefetched but not used
+    absl::Status s = WaitWork(gather_work_, "all-gather");
+    gather_work_.reset();
+    gather_in_ = at::Tensor();
+    gather_out_ = at::Tensor();
+    state_ = State::kSharded;
+    return s;
+  }
+  for (Param& p : params_) p.param.set_data(p.shard);
+  state_ = State::kSharded;
+  if (memory_observer_) memory_observer_(-full_param_bytes());
+  Trace("resharded");
+  return absl::OkStatus();
+}
+
+void FsdpParamGroup::BeginBackward() {
+  if (backward_started_) return;
+  backward_started_ = true;
+  grads_reduced_ = false;
+  ready_count_ = 0;
+  for (Param& p : params_) {
+    p.grad_ready = false;
+    // A shard grad from an earlier step (no zero_grad, or sync-off steps)
+    // would not fit the full grad AccumulateGrad is about to write.
+    if (p.param.grad().defined()) {
+      p.stashed_grad = p.param.grad();
+      p.param.mutable_grad().reset();
+    }
+  }
+}
+
+void FsdpParamGroup::OnGradReady(size_t i) {
+  if (!backward_started_ || grads_reduced_ || params_[i].grad_ready) return;
+  params_[i].grad_ready = true;
+  if (++ready_count_ == num_trainable_) ThrowIfError(ReduceGrads());
+}
+
+absl::Status FsdpParamGroup::ReduceGrads() {
+  if (grads_reduced_) return absl::OkStatus();
+  grads_reduced_ = true;
+  std::vector<at::Tensor> grads(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    if (!p.trainable) continue;
+    at::Tensor g = p.param.grad();
+    p.param.mutable_grad().reset();
+    if (g.defined() && g.sizes() != at::IntArrayRef(layout_.entries[i].shape)) {
+      return absl::InternalError(absl::StrCat("FullyShard(", label_, "): grad of ", p.name,
+                                              " has shape ", c10::str(g.sizes()),
+                                              ": the parameter was used while sharded"));
+    }
+    if (g.defined()) g = g.to(reduce_dtype_);
+    if (p.accumulated.defined()) {
+      g = g.defined() ? g.add(p.accumulated) : p.accumulated;
+      p.accumulated = at::Tensor();
+    }
+    grads[i] = g;
+  }
+  absl::Status s = Reshard();
+  if (!s.ok()) return s;
+  if (!requires_gradient_sync_) {
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].accumulated = grads[i];
+    Trace("grads_accumulated");
+    return absl::OkStatus();
+  }
+  if (num_trainable_ == 0) return absl::OkStatus();
+  reduce_in_ = PackReduceScatterInput(grads, layout_, reduce_dtype_);
+  grads.clear();
+  reduce_out_ = at::empty({layout_.shard_numel}, reduce_in_.options());
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = c10d::ReduceOp::AVG;
+  opts.timeout = mesh_.collective_timeout_ms();
+  try {
+    reduce_work_ = mesh_.Group(0)->_reduce_scatter_base(reduce_out_, reduce_in_, opts);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("FullyShard(", label_, "): reduce-scatter of ",
+                                            reduce_in_.nbytes(), " bytes on rank ", rank_,
+                                            " failed: ", e.what()));
+  }
+  ++num_reduce_scatters_;
+  Trace("reduce_scatter_issued");
+  return absl::OkStatus();
+}
+
+absl::Status FsdpParamGroup::FinishReduceGrads() {
+  if (!reduce_work_) {
+    // No reduce this backward (sync off or nothing trainable): restore the
+    // stashed shard grads untouched.
+    for (Param& p : params_) {
+      if (p.stashed_grad.defined()) p.param.mutable_grad() = std::move(p.stashed_grad);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status s = WaitWork(reduce_work_, "reduce-scatter");
+  reduce_work_.reset();
+  reduce_in_ = at::Tensor();
+  if (!s.ok()) return s;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    if (!p.trainable) continue;
+    at::Tensor g = ShardView(reduce_out_, layout_, i, rank_).to(orig_dtype_, /*non_blocking=*/false,
+                                                               /*copy=*/true);
+    if (p.stashed_grad.defined()) g = p.stashed_grad.add_(g);
+    p.stashed_grad = at::Tensor();
+    p.param.mutable_grad() = g;
+  }
+  reduce_out_ = at::Tensor();
+  return absl::OkStatus();
+}
+
+void FsdpParamGroup::EndBackward() {
+  backward_started_ = false;
+  ready_count_ = 0;
+}
+
+}  // namespace tpudist::fsdp

@@ -1,0 +1,144 @@
+#include "fsdp/fully_shard/testing/fsdp_test_util.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <memory>
+#include <thread>
+
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/process_group_tpu_dist.h"
+#include "gtest/gtest.h"
+
+namespace tpudist::fsdp::testing {
+
+void RunRanks(int world, const std::function<void(const Rank&)>& body, absl::Duration deadline) {
+  static std::atomic<int> run_counter{0};  // test-only: unique shm job ids
+  at::set_num_threads(1);  // ranks are threads on a 2-core machine
+  const std::string job = absl::StrCat("fsdp", getpid(), "r", run_counter++);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::future<void>> done;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    auto task = std::make_shared<std::packaged_task<void()>>([=] {
+      Rank rk;
+      rk.rank = r;
+      rk.world_size = world;
+      rk.env.rank = r;
+      rk.env.world_size = world;
+      rk.env.store = store;
+      rk.env.mesh_name = "fsdp_mesh";
+      rk.env.collective_timeout = absl::Seconds(30);
+      rk.env.group_factory = [job](const c10::intrusive_ptr<c10d::Store>& s, int group_rank,
+                                   const std::vector<int>& ranks)
+          -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
+        collectives::ProcessGroupTpuDist::Options o;
+        o.timeout = std::chrono::seconds(30);
+        o.job_id = job;
+        o.group_name = absl::StrCat("g", ranks.front(), "_", ranks.size());
+        return c10::intrusive_ptr<c10d::ProcessGroup>(c10::make_intrusive<collectives::ProcessGroupTpuDist>(
+            s, group_rank, static_cast<int>(ranks.size()), o));
+      };
+      try {
+        body(rk);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
+      }
+    });
+    done.push_back(task->get_future());
+    threads.emplace_back([task] { (*task)(); });
+  }
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(absl::ToInt64Milliseconds(deadline));
+  for (int r = 0; r < world; ++r) {
+    if (done[r].wait_until(until) != std::future_status::ready) {
+      std::fprintf(stderr, "RunRanks: rank %d of %d still running after %s: hang, aborting\n", r,
+                   world, absl::FormatDuration(deadline).c_str());
+      std::abort();
+    }
+  }
+  for (auto& t : threads) t.join();
+}
+
+DeviceMesh MakeMesh(const Rank& r) {
+  absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {r.world_size}, {"dp"}, r.env);
+  if (!mesh.ok()) {
+    ADD_FAILURE() << mesh.status();
+    std::abort();
+  }
+  return *mesh;
+}
+
+MlpImpl::MlpImpl(int64_t in, int64_t hidden, int64_t out) {
+  fc1 = register_module("fc1", torch::nn::Linear(in, hidden));
+  fc2 = register_module("fc2", torch::nn::Linear(hidden, out));
+}
+
+at::Tensor MlpImpl::forward(const at::Tensor& x) {
+  return RunForward(x, [&](const at::Tensor& in) { return fc2(at::tanh(fc1(in))); });
+}
+
+MlpStackImpl::MlpStackImpl() {
+  b0 = register_module("b0", Mlp(5, 7, 6));
+  b1 = register_module("b1", Mlp(6, 9, 6));  // 9 rows: uneven over 2, 4
+  b2 = register_module("b2", Mlp(6, 3, 6));  // 3 rows: empty shard on rank 3
+  head = register_module("head", torch::nn::Linear(6, 3));
+}
+
+at::Tensor MlpStackImpl::forward(const at::Tensor& x) {
+  return RunForward(x, [&](const at::Tensor& in) { return head(b2(b1(b0(in)))); });
+}
+
+AttentionImpl::AttentionImpl(int64_t d) {
+  qkv = register_module("qkv", torch::nn::Linear(d, 3 * d));
+  proj = register_module("proj", torch::nn::Linear(d, d));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x) {
+  return RunForward(x, [&](const at::Tensor& in) {
+    const int64_t d = in.size(-1), s = in.size(1);
+    std::vector<at::Tensor> parts = qkv(in).split(d, -1);
+    at::Tensor scores = at::matmul(parts[0], parts[1].transpose(1, 2)) / std::sqrt(double(d));
+    at::Tensor mask = at::ones({s, s}, at::kBool).triu(1);
+    scores = scores.masked_fill(mask, -1e9);
+    return proj(at::matmul(at::softmax(scores, -1), parts[2]));
+  });
+}
+
+BlockImpl::BlockImpl(int64_t vocab, int64_t d) {
+  embed = register_parameter("embed", at::randn({vocab, d}) * 0.5);
+  ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  attn = register_module("attn", Attention(d));
+  mlp = register_module("mlp", Mlp(d, 2 * d + 1, d));
+}
+
+at::Tensor BlockImpl::forward(const at::Tensor& tokens) {
+  return RunForward(tokens, [&](const at::Tensor& t) {
+    at::Tensor h = embed.index_select(0, t.flatten()).view({t.size(0), t.size(1), -1});
+    h = h + attn(ln1(h));
+    return h + mlp(ln2(h));
+  });
+}
+
+void CopyParams(torch::nn::Module& src, torch::nn::Module& dst) {
+  torch::autograd::NoGradGuard ng;
+  auto s = src.named_parameters();
+  auto d = dst.named_parameters();
+  for (const auto& item : s) d[item.key()].copy_(item.value());
+}
+
+double RelErr(const at::Tensor& a, const at::Tensor& b) {
+  const double denom = std::max(b.abs().max().item<double>(), 1e-12);
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / denom;
+}
+
+}  // namespace tpudist::fsdp::testing
