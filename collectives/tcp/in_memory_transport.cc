@@ -27,9 +27,8 @@ int InMemoryTransport::size() const { return hub_->size(); }
 
 absl::Status InMemoryTransport::CheckPeer(int peer, const char* op) const {
   if (!poisoned_.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("in-memory rank ", rank_, ": ", op,
-                                                      " on a poisoned transport: ",
-                                                      poisoned_.message()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "in-memory rank ", rank_, ": ", op, " on a poisoned transport: ", poisoned_.message()));
   }
   if (peer < 0 || peer >= size() || peer == rank_) {
     return absl::InvalidArgumentError(
@@ -53,9 +52,9 @@ absl::Status InMemoryTransport::Recv(int peer, absl::Span<uint8_t> data, absl::T
   absl::MutexLock lock(&box.mu);
   auto ready = [&box]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(box.mu) { return !box.messages.empty(); };
   if (!box.mu.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
-    return poisoned_ = absl::DeadlineExceededError(absl::StrCat(
-               "in-memory rank ", rank_, ": Recv of ", data.size(), " bytes from peer ", peer,
-               " timed out"));
+    return poisoned_ = absl::DeadlineExceededError(
+               absl::StrCat("in-memory rank ", rank_, ": Recv of ", data.size(),
+                            " bytes from peer ", peer, " timed out"));
   }
   std::vector<uint8_t> message = std::move(box.messages.front());
   box.messages.pop_front();

@@ -47,9 +47,8 @@ std::vector<Block> Scaled(std::vector<Block> blocks, size_t factor) {
 // last segment of a step is reduced before the next step starts, because the
 // next step sends the whole block just reduced.
 absl::Status ReduceScatterPhase(Transport& t, absl::Span<uint8_t> data,
-                                const std::vector<Block>& blocks, size_t es,
-                                const ReduceFn& reduce, absl::Time deadline, size_t max_segment,
-                                absl::string_view op) {
+                                const std::vector<Block>& blocks, size_t es, const ReduceFn& reduce,
+                                absl::Time deadline, size_t max_segment, absl::string_view op) {
   const int w = t.size();
   const int r = t.rank();
   const int next = RingNext(r, w);
@@ -74,8 +73,8 @@ absl::Status ReduceScatterPhase(Transport& t, absl::Span<uint8_t> data,
       const absl::Span<uint8_t> in = absl::MakeSpan(scratch[k % 2].data(), v.length * es);
       absl::Status status =
           k == 0 ? t.SendRecv(next, out, prev, in, deadline)
-                 : t.SendRecvOverlapped(next, out, prev, in, [&] { reduce_segment(k - 1); },
-                                        deadline);
+                 : t.SendRecvOverlapped(
+                       next, out, prev, in, [&] { reduce_segment(k - 1); }, deadline);
       if (!status.ok()) return Annotate(status, op, step);
     }
     reduce_segment(num_segments - 1);
@@ -118,9 +117,9 @@ absl::Status RingAllReduce(Transport& transport, absl::Span<uint8_t> data, size_
                            const RingOptions& options) {
   constexpr absl::string_view kOp = "RingAllReduce";
   if (element_size == 0 || data.size() % element_size != 0) {
-    return Invalid(transport, kOp,
-                   absl::StrCat(data.size(), " bytes is not a multiple of element size ",
-                                element_size));
+    return Invalid(
+        transport, kOp,
+        absl::StrCat(data.size(), " bytes is not a multiple of element size ", element_size));
   }
   const int w = transport.size();
   if (w == 1 || data.empty()) return absl::OkStatus();
@@ -135,8 +134,8 @@ absl::Status RingAllReduce(Transport& transport, absl::Span<uint8_t> data, size_
 
 // Reduce-scatter with equal blocks is the first half of the ring all-reduce,
 // with the caller's W blocks instead of a partition of the buffer.
-absl::Status RingReduceScatter(Transport& transport, absl::Span<uint8_t> data,
-                               size_t element_size, const ReduceFn& reduce, absl::Time deadline,
+absl::Status RingReduceScatter(Transport& transport, absl::Span<uint8_t> data, size_t element_size,
+                               const ReduceFn& reduce, absl::Time deadline,
                                const RingOptions& options) {
   constexpr absl::string_view kOp = "RingReduceScatter";
   const int w = transport.size();
@@ -168,10 +167,10 @@ absl::Status RingAllGatherV(Transport& transport, absl::Span<uint8_t> data,
   constexpr absl::string_view kOp = "RingAllGather";
   const int w = transport.size();
   if (block_bytes.size() != static_cast<size_t>(w) || TotalLength(block_bytes) != data.size()) {
-    return Invalid(transport, kOp,
-                   absl::StrCat(block_bytes.size(), " block sizes summing to ",
-                                TotalLength(block_bytes), " for ", w, " ranks and ", data.size(),
-                                " bytes"));
+    return Invalid(
+        transport, kOp,
+        absl::StrCat(block_bytes.size(), " block sizes summing to ", TotalLength(block_bytes),
+                     " for ", w, " ranks and ", data.size(), " bytes"));
   }
   if (w == 1 || data.empty()) return absl::OkStatus();
   return AllGatherPhase(transport, data, BlocksFromLengths(block_bytes), deadline, kOp);
@@ -249,10 +248,9 @@ absl::Status AllToAll(Transport& transport, absl::Span<const uint8_t> input,
   for (int step = 1; step < w; ++step) {
     const int to = AllToAllSendPeer(r, w, step);
     const int from = AllToAllRecvPeer(r, w, step);
-    absl::Status s =
-        transport.SendRecv(to, input.subspan(out_blocks[to].offset, out_blocks[to].length), from,
-                           output.subspan(in_blocks[from].offset, in_blocks[from].length),
-                           deadline);
+    absl::Status s = transport.SendRecv(
+        to, input.subspan(out_blocks[to].offset, out_blocks[to].length), from,
+        output.subspan(in_blocks[from].offset, in_blocks[from].length), deadline);
     if (!s.ok()) return Annotate(s, kOp, step);
   }
   return absl::OkStatus();

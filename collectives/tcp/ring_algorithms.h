@@ -59,8 +59,8 @@ absl::Status RingAllReduce(Transport& transport, absl::Span<uint8_t> data, size_
 // reduction of everyone's block rank(); the other blocks are scratch
 // (clobbered).
 // REQUIRES: data.size() % (W * element_size) == 0.
-absl::Status RingReduceScatter(Transport& transport, absl::Span<uint8_t> data,
-                               size_t element_size, const ReduceFn& reduce, absl::Time deadline,
+absl::Status RingReduceScatter(Transport& transport, absl::Span<uint8_t> data, size_t element_size,
+                               const ReduceFn& reduce, absl::Time deadline,
                                const RingOptions& options = {});
 
 // In-place ring all-gather of W equal blocks: data is [W * block_bytes]; on

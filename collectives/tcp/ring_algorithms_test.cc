@@ -5,9 +5,8 @@
 
 #include "collectives/tcp/ring_algorithms.h"
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-
 #include <memory>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <tuple>
 #include <vector>
 
@@ -91,7 +90,7 @@ TEST_P(RingAlgorithmsTest, AllReduceIntSumExact) {
 }
 
 TEST_P(RingAlgorithmsTest, ReduceScatterEqualBlocks) {
-  const size_t block = count_;  // elements per rank
+  const size_t block = count_;                       // elements per rank
   std::vector<int32_t> expected(world_ * block, 0);  // [world, block]
   for (int r = 0; r < world_; ++r)
     for (size_t i = 0; i < expected.size(); ++i) expected[i] += IntInput(r, i) % 100000;
@@ -159,7 +158,7 @@ TEST_P(RingAlgorithmsTest, AllToAllUneven) {
       send[j] = PairBytes(r, j, count_);
       recv[j] = PairBytes(j, r, count_);
     }
-    std::vector<uint8_t> in(TotalLength(send));        // [sum(send)]
+    std::vector<uint8_t> in(TotalLength(send));         // [sum(send)]
     std::vector<uint8_t> out(TotalLength(recv), 0xEE);  // [sum(recv)]
     std::vector<Block> in_blocks = BlocksFromLengths(send);
     std::vector<Block> out_blocks = BlocksFromLengths(recv);
@@ -195,7 +194,7 @@ TEST(RingAlgorithmsSegmentsTest, SmallSegmentsAllReduceAndBroadcast) {
   auto meshes = testing::ConnectAll(*store, kWorld, options);
   ASSERT_TRUE(meshes.ok()) << meshes.status();
   RingOptions ring;
-  ring.max_segment_bytes = 60;  // 15 floats, not a divisor of anything here
+  ring.max_segment_bytes = 60;               // 15 floats, not a divisor of anything here
   std::vector<float> expected(kPrime, 0.f);  // [kPrime]
   for (int r = 0; r < kWorld; ++r)
     for (size_t i = 0; i < kPrime; ++i) expected[i] += FloatInput(r, i);
@@ -203,8 +202,8 @@ TEST(RingAlgorithmsSegmentsTest, SmallSegmentsAllReduceAndBroadcast) {
     std::vector<float> data(kPrime);  // [kPrime]
     for (size_t i = 0; i < kPrime; ++i) data[i] = FloatInput(r, i);
     absl::Time deadline = absl::Now() + absl::Seconds(30);
-    absl::Status s = RingAllReduce(*(*meshes)[r], AsBytes(data), sizeof(float),
-                                   SumReducer<float>(), deadline, ring);
+    absl::Status s = RingAllReduce(*(*meshes)[r], AsBytes(data), sizeof(float), SumReducer<float>(),
+                                   deadline, ring);
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_EQ(data, expected);
     std::vector<uint8_t> bytes(kPrime, r == 1 ? 0 : 0xEE);  // [kPrime]

@@ -5,12 +5,12 @@
 // benchmark lives in bench/.
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <algorithm>
 #include <cstdio>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -102,10 +102,11 @@ TEST(TcpGlooCompareTest, AllReduce16MiBAnd8BytesMatchesGloo) {
     // Rank 0's view; both ranks finish each collective within one hop.
     const double bulk_min = Min(t[0].bulk_ms), bulk_med = Median(t[0].bulk_ms);
     auto gbps = [](double ms) { return (16.0 * (1 << 20)) / (ms * 1e-3) / 1e9; };
-    std::printf("[tcp-vs-gloo] %-7s W=2 16 MiB fp32 all-reduce: min %.2f ms (algBw %.2f GB/s), "
-                "median %.2f ms (algBw %.2f GB/s); 8 B all-reduce: min %.1f us, median %.1f us\n",
-                name, bulk_min, gbps(bulk_min), bulk_med, gbps(bulk_med), Min(t[0].latency_us),
-                Median(t[0].latency_us));
+    std::printf(
+        "[tcp-vs-gloo] %-7s W=2 16 MiB fp32 all-reduce: min %.2f ms (algBw %.2f GB/s), "
+        "median %.2f ms (algBw %.2f GB/s); 8 B all-reduce: min %.1f us, median %.1f us\n",
+        name, bulk_min, gbps(bulk_min), bulk_med, gbps(bulk_med), Min(t[0].latency_us),
+        Median(t[0].latency_us));
   };
   report("TcpMesh", tcp_t);
   report("Gloo", gloo_t);

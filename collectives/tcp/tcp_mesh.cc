@@ -113,14 +113,12 @@ struct TcpMesh::InFrame {
 
 absl::Status TcpMesh::CheckOp(absl::string_view op, int peer) const {
   if (absl::Status poison = poison_status(); !poison.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("TcpMesh rank ", rank_, ": ", op,
-                                                      " on a poisoned mesh; first error: ",
-                                                      poison.ToString()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TcpMesh rank ", rank_, ": ", op, " on a poisoned mesh; first error: ", poison.ToString()));
   }
   if (peer < 0 || peer >= size_ || peer == rank_) {
-    return absl::InvalidArgumentError(absl::StrCat("TcpMesh rank ", rank_, ": ", op,
-                                                   " with invalid peer ", peer, " (size ", size_,
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TcpMesh rank ", rank_, ": ", op, " with invalid peer ", peer, " (size ", size_, ")"));
   }
   return absl::OkStatus();
 }
@@ -191,23 +189,29 @@ absl::Status TcpMesh::Transfer(absl::string_view op, OutFrame* out, InFrame* in,
       progress = false;
       if (out != nullptr && !out->done()) {
         switch (out->Step(out_fd)) {
-          case Io::kProgress: progress = true; break;
-          case Io::kWouldBlock: break;
+          case Io::kProgress:
+            progress = true;
+            break;
+          case Io::kWouldBlock:
+            break;
           case Io::kEof:
           case Io::kError: {
             const bool gone = IsPeerGoneErrno(out->err);
-            return Fail(gone ? absl::StatusCode::kUnavailable : absl::StatusCode::kInternal, op,
-                        absl::StrCat(gone ? "peer rank " : "sending to peer rank ", out->peer,
-                                     gone ? " is gone (send: " : " failed (",
-                                     ErrnoString(out->err), ")"),
-                        out, in, start, deadline);
+            return Fail(
+                gone ? absl::StatusCode::kUnavailable : absl::StatusCode::kInternal, op,
+                absl::StrCat(gone ? "peer rank " : "sending to peer rank ", out->peer,
+                             gone ? " is gone (send: " : " failed (", ErrnoString(out->err), ")"),
+                out, in, start, deadline);
           }
         }
       }
       if (in != nullptr && !in->done()) {
         switch (in->Step(in_fd)) {
-          case Io::kProgress: progress = true; break;
-          case Io::kWouldBlock: break;
+          case Io::kProgress:
+            progress = true;
+            break;
+          case Io::kWouldBlock:
+            break;
           case Io::kEof:
             return Fail(absl::StatusCode::kUnavailable, op,
                         absl::StrCat("peer rank ", in->peer,
@@ -215,11 +219,11 @@ absl::Status TcpMesh::Transfer(absl::string_view op, OutFrame* out, InFrame* in,
                         out, in, start, deadline);
           case Io::kError: {
             const bool gone = IsPeerGoneErrno(in->err);
-            return Fail(gone ? absl::StatusCode::kUnavailable : absl::StatusCode::kInternal, op,
-                        absl::StrCat(gone ? "peer rank " : "receiving from peer rank ", in->peer,
-                                     gone ? " is gone (recv: " : " failed (",
-                                     ErrnoString(in->err), ")"),
-                        out, in, start, deadline);
+            return Fail(
+                gone ? absl::StatusCode::kUnavailable : absl::StatusCode::kInternal, op,
+                absl::StrCat(gone ? "peer rank " : "receiving from peer rank ", in->peer,
+                             gone ? " is gone (recv: " : " failed (", ErrnoString(in->err), ")"),
+                out, in, start, deadline);
           }
         }
         if (!header_checked && in->header_done == sizeof(FrameHeader)) {
@@ -230,8 +234,7 @@ absl::Status TcpMesh::Transfer(absl::string_view op, OutFrame* out, InFrame* in,
             return Fail(absl::StatusCode::kInvalidArgument, op,
                         absl::StrCat("frame from peer rank ", in->peer, " has magic 0x",
                                      absl::Hex(h.magic), ", seq ", h.seq, ", ", h.nbytes,
-                                     " bytes; expected seq ", want_seq, " and ",
-                                     in->payload.size(),
+                                     " bytes; expected seq ", want_seq, " and ", in->payload.size(),
                                      " bytes (ranks disagree on the collective's sizes?)"),
                         out, in, start, deadline);
           }
@@ -263,8 +266,8 @@ absl::Status TcpMesh::Transfer(absl::string_view op, OutFrame* out, InFrame* in,
     }
     int rc = poll(fds, n_fds, PollTimeoutMs(deadline));
     if (rc < 0 && errno != EINTR) {
-      return Fail(absl::StatusCode::kInternal, op, absl::StrCat("poll: ", ErrnoString(errno)),
-                  out, in, start, deadline);
+      return Fail(absl::StatusCode::kInternal, op, absl::StrCat("poll: ", ErrnoString(errno)), out,
+                  in, start, deadline);
     }
     if (rc == 0 && absl::Now() >= deadline) {
       return Fail(absl::StatusCode::kDeadlineExceeded, op, "deadline exceeded", out, in, start,
@@ -311,7 +314,8 @@ absl::Status TcpMesh::Fail(absl::StatusCode code, absl::string_view op, absl::st
   }
   absl::StrAppend(&msg, " elapsed ",
                   absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Microseconds(1))),
-                  " of ", absl::FormatDuration(absl::Trunc(deadline - start, absl::Milliseconds(1))),
+                  " of ",
+                  absl::FormatDuration(absl::Trunc(deadline - start, absl::Milliseconds(1))),
                   " until the deadline");
   const std::string closed = ClosedPeers();
   if (!closed.empty()) absl::StrAppend(&msg, "; peers with closed connections: ", closed);

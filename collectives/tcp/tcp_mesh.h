@@ -124,8 +124,7 @@ class TcpMesh final : public Transport {
   TcpMesh(int rank, int size, std::string group_key);
 
   // Connect's two halves.
-  absl::Status ConnectLower(c10d::Store& store, const TcpMeshOptions& options,
-                            absl::Time deadline);
+  absl::Status ConnectLower(c10d::Store& store, const TcpMeshOptions& options, absl::Time deadline);
   absl::Status AcceptHigher(int listen_fd, absl::Time deadline);
   absl::Status Handshake(int fd, int expected_peer, absl::string_view where, absl::Time deadline,
                          int* peer_rank);

@@ -1,11 +1,10 @@
 // TcpMesh rendezvous and handshake (the data path is in tcp_mesh.cc).
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
 #include <cstring>
 #include <exception>
 #include <set>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -56,9 +55,9 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(c10d::Store& store, in
   const std::string& advertise =
       options.advertise_address.empty() ? options.bind_address : options.advertise_address;
   if (IsWildcard(advertise)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TcpMesh::Connect rank ", rank, ": bind_address '", options.bind_address,
-        "' is a wildcard; set advertise_address to an address peers can dial"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TcpMesh::Connect rank ", rank, ": bind_address '", options.bind_address,
+                     "' is a wildcard; set advertise_address to an address peers can dial"));
   }
   std::unique_ptr<TcpMesh> mesh(new TcpMesh(rank, size, options.group_key));
   if (size == 1) return mesh;
@@ -72,7 +71,8 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(c10d::Store& store, in
   }
   const std::string address = JoinHostPort(advertise, listener->port);
   try {
-    store.set(AddressKey(options.group_key, rank), std::vector<uint8_t>(address.begin(), address.end()));
+    store.set(AddressKey(options.group_key, rank),
+              std::vector<uint8_t>(address.begin(), address.end()));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("TcpMesh rank ", rank, ": store.set of its address failed: ", e.what()));
@@ -100,10 +100,10 @@ absl::Status TcpMesh::ConnectLower(c10d::Store& store, const TcpMeshOptions& opt
       std::vector<uint8_t> value = store.get(key);
       address.assign(value.begin(), value.end());
     } catch (const std::exception& e) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          ctx, ": peer rank ", p, " never published its address (store key '", key,
-          "') within connect_timeout ", absl::FormatDuration(options.connect_timeout),
-          "; did it start? store said: ", e.what()));
+      return absl::DeadlineExceededError(
+          absl::StrCat(ctx, ": peer rank ", p, " never published its address (store key '", key,
+                       "') within connect_timeout ", absl::FormatDuration(options.connect_timeout),
+                       "; did it start? store said: ", e.what()));
     }
     absl::StatusOr<std::pair<std::string, int>> host_port = SplitHostPort(address);
     if (!host_port.ok()) {
@@ -112,9 +112,9 @@ absl::Status TcpMesh::ConnectLower(c10d::Store& store, const TcpMeshOptions& opt
     }
     absl::StatusOr<ScopedFd> fd = ConnectUntil(host_port->first, host_port->second, deadline);
     if (!fd.ok()) {
-      return absl::Status(fd.status().code(), absl::StrCat(ctx, ": connecting to peer rank ", p,
-                                                           " at ", address, ": ",
-                                                           fd.status().message()));
+      return absl::Status(fd.status().code(),
+                          absl::StrCat(ctx, ": connecting to peer rank ", p, " at ", address, ": ",
+                                       fd.status().message()));
     }
     int peer_rank = -1;
     if (absl::Status s = Handshake(fd->get(), p, address, deadline, &peer_rank); !s.ok()) return s;
@@ -132,8 +132,8 @@ absl::Status TcpMesh::AcceptHigher(int listen_fd, absl::Time deadline) {
       return absl::Status(
           fd.status().code(),
           absl::StrCat("TcpMesh rank ", rank_, " (group '", group_key_, "'): peer rank(s) ",
-                       absl::StrJoin(missing, ","), " did not connect within connect_timeout: ",
-                       fd.status().message()));
+                       absl::StrJoin(missing, ","),
+                       " did not connect within connect_timeout: ", fd.status().message()));
     }
     int peer_rank = -1;
     if (absl::Status s = Handshake(fd->get(), -1, "an accepted connection", deadline, &peer_rank);
@@ -152,8 +152,8 @@ absl::Status TcpMesh::AcceptHigher(int listen_fd, absl::Time deadline) {
 
 absl::Status TcpMesh::Handshake(int fd, int expected_peer, absl::string_view where,
                                 absl::Time deadline, int* peer_rank) {
-  const std::string ctx = absl::StrCat("TcpMesh rank ", rank_, " (group '", group_key_,
-                                       "', size ", size_, ") handshake with ", where);
+  const std::string ctx = absl::StrCat("TcpMesh rank ", rank_, " (group '", group_key_, "', size ",
+                                       size_, ") handshake with ", where);
   HelloHeader mine{kHelloMagic, kHelloVersion, rank_, size_,
                    static_cast<uint32_t>(group_key_.size())};
   std::vector<uint8_t> out(sizeof(mine) + group_key_.size());
@@ -174,8 +174,8 @@ absl::Status TcpMesh::Handshake(int fd, int expected_peer, absl::string_view whe
                      ", the peer is not a TcpMesh (or has a different byte order)"));
   }
   if (theirs.version != kHelloVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(ctx, ": protocol version ", theirs.version,
-                                                      " != ours ", kHelloVersion));
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx, ": protocol version ", theirs.version, " != ours ", kHelloVersion));
   }
   if (theirs.key_len > kMaxGroupKeyBytes) {
     return absl::FailedPreconditionError(
@@ -189,9 +189,8 @@ absl::Status TcpMesh::Handshake(int fd, int expected_peer, absl::string_view whe
     return absl::Status(s.code(), absl::StrCat(ctx, ": reading group key: ", s.message()));
   }
   if (their_key != group_key_) {
-    return absl::FailedPreconditionError(absl::StrCat(ctx, ": peer rank ", theirs.rank,
-                                                      " is in group '", their_key,
-                                                      "', not ours"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx, ": peer rank ", theirs.rank, " is in group '", their_key, "', not ours"));
   }
   if (theirs.size != size_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -200,10 +199,10 @@ absl::Status TcpMesh::Handshake(int fd, int expected_peer, absl::string_view whe
   const bool rank_ok = expected_peer >= 0 ? theirs.rank == expected_peer
                                           : theirs.rank > rank_ && theirs.rank < size_;
   if (!rank_ok) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        ctx, ": peer claims rank ", theirs.rank, ", expected ",
-        expected_peer >= 0 ? absl::StrCat(expected_peer)
-                           : absl::StrCat("a rank in (", rank_, ", ", size_, ")")));
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx, ": peer claims rank ", theirs.rank, ", expected ",
+                     expected_peer >= 0 ? absl::StrCat(expected_peer)
+                                        : absl::StrCat("a rank in (", rank_, ", ", size_, ")")));
   }
   *peer_rank = theirs.rank;
   return absl::OkStatus();

@@ -10,11 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
-
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <vector>
 
 #include "absl/strings/str_cat.h"

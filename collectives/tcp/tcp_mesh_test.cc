@@ -8,9 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-
 #include <thread>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -23,8 +22,8 @@ namespace tpudist::collectives::tcp {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::ByteInput;
+using ::testing::HasSubstr;
 using testing::RunRanks;
 
 class TcpMeshTest : public ::testing::Test {
@@ -184,8 +183,8 @@ TEST_F(TcpMeshTest, SendRecvOverlappedRunsWorkExactlyOnce) {
   std::vector<int> runs(2, 0);
   RunRanks(2, [&](int r) {
     std::vector<uint8_t> out(3u << 20, static_cast<uint8_t>(r + 1)), in(3u << 20);
-    absl::Status s = m[r]->SendRecvOverlapped(1 - r, out, 1 - r, absl::MakeSpan(in),
-                                              [&] { ++runs[r]; }, Soon());
+    absl::Status s = m[r]->SendRecvOverlapped(
+        1 - r, out, 1 - r, absl::MakeSpan(in), [&] { ++runs[r]; }, Soon());
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_EQ(in.back(), 2 - r);
   });
@@ -193,13 +192,14 @@ TEST_F(TcpMeshTest, SendRecvOverlappedRunsWorkExactlyOnce) {
   // Still exactly once when the call fails up front or in flight.
   std::vector<uint8_t> buf(8);
   int bad_peer_runs = 0;
-  EXPECT_FALSE(
-      m[0]->SendRecvOverlapped(0, buf, 1, absl::MakeSpan(buf), [&] { ++bad_peer_runs; }, Soon())
-          .ok());
+  EXPECT_FALSE(m[0]->SendRecvOverlapped(
+                       0, buf, 1, absl::MakeSpan(buf), [&] { ++bad_peer_runs; }, Soon())
+                   .ok());
   EXPECT_EQ(bad_peer_runs, 1);
   int timeout_runs = 0;
-  EXPECT_EQ(m[0]->SendRecvOverlapped(1, buf, 1, absl::MakeSpan(buf), [&] { ++timeout_runs; },
-                                     absl::Now() + absl::Milliseconds(50))
+  EXPECT_EQ(m[0]->SendRecvOverlapped(
+                    1, buf, 1, absl::MakeSpan(buf), [&] { ++timeout_runs; },
+                    absl::Now() + absl::Milliseconds(50))
                 .code(),
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(timeout_runs, 1);
@@ -256,13 +256,14 @@ TEST_F(TcpMeshTest, HandshakeRejectsImpostor) {
   options.group_key = testing::UniqueKey("impostor");
   options.connect_timeout = absl::Seconds(3);
   const std::string addr = absl::StrCat("127.0.0.1:", listener->port);
-  store_->set(options.group_key + "/tcp_mesh/addr/0", std::vector<uint8_t>(addr.begin(), addr.end()));
+  store_->set(options.group_key + "/tcp_mesh/addr/0",
+              std::vector<uint8_t>(addr.begin(), addr.end()));
   std::thread impostor([&] {
     auto fd = AcceptUntil(listener->fd.get(), absl::Now() + absl::Seconds(3));
     if (!fd.ok()) return;
     const std::string junk = "HTTP/1.1 400 Bad Request\r\n\r\n";
-    (void)WriteAll(fd->get(), absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(junk.data()),
-                                                  junk.size()),
+    (void)WriteAll(fd->get(),
+                   absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(junk.data()), junk.size()),
                    absl::Now() + absl::Seconds(1));
     absl::SleepFor(absl::Milliseconds(200));
   });

@@ -48,10 +48,10 @@ TEST(TcpNetnsTest, RingAcrossThreeNamespaces) {
   // `run` sets up, runs one worker per namespace, and tears down via trap even
   // when a worker fails; the outer timeout bounds the whole thing.
   std::string out;
-  const int rc = Shell(absl::StrCat("TDH_TIMEOUT=60 timeout --kill-after=5 120 ", script,
-                                    " run 3 ", suffix, " -- ", TCP_NETNS_WORKER, " --store=", dir,
-                                    "/store --group=netns --count=262147"),
-                       &out);
+  const int rc = Shell(
+      absl::StrCat("TDH_TIMEOUT=60 timeout --kill-after=5 120 ", script, " run 3 ", suffix, " -- ",
+                   TCP_NETNS_WORKER, " --store=", dir, "/store --group=netns --count=262147"),
+      &out);
   std::string leftover;
   Shell(absl::StrCat(script, " down ", suffix, "; ip netns list | grep _", suffix, " || true"),
         &leftover);
@@ -59,8 +59,8 @@ TEST(TcpNetnsTest, RingAcrossThreeNamespaces) {
   std::printf("%s", out.c_str());
   EXPECT_EQ(rc, 0) << out;
   for (int host = 0; host < 3; ++host) {
-    EXPECT_THAT(out, ::testing::HasSubstr(absl::StrCat("host ", host, " OK addr 10.250.0.",
-                                                       host + 1)));
+    EXPECT_THAT(out,
+                ::testing::HasSubstr(absl::StrCat("host ", host, " OK addr 10.250.0.", host + 1)));
   }
   EXPECT_EQ(leftover, "") << "namespaces left behind";
 }

@@ -10,17 +10,16 @@
 //   --count=N      all-reduce elements and all-gather bytes per host
 //                  (default 1000003)
 
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "collectives/tcp/ring_algorithms.h"
 #include "collectives/tcp/tcp_mesh.h"
@@ -79,7 +78,8 @@ int Run(int argc, char** argv) {
       **mesh, absl::MakeSpan(reinterpret_cast<uint8_t*>(data.data()), count * sizeof(float)),
       sizeof(float),
       [](void* inout, const void* in, size_t n) {
-        for (size_t i = 0; i < n; ++i) static_cast<float*>(inout)[i] += static_cast<const float*>(in)[i];
+        for (size_t i = 0; i < n; ++i)
+          static_cast<float*>(inout)[i] += static_cast<const float*>(in)[i];
       },
       deadline);
   absl::Duration ar_time = absl::Now() - t0;

@@ -116,9 +116,9 @@ absl::StatusOr<Listener> ListenTcp(const std::string& address, int port, int bac
   if (getsockname(listener.fd.get(), reinterpret_cast<sockaddr*>(&bound), &bound_len) != 0) {
     return ErrnoStatus("getsockname", errno);
   }
-  listener.port = ntohs(bound.ss_family == AF_INET6
-                            ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  listener.port =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   return listener;
 }
 
@@ -159,8 +159,8 @@ absl::StatusOr<ScopedFd> ConnectUntil(const std::string& host, int port, absl::T
     if (err == EINPROGRESS) {
       absl::StatusOr<short> ready = PollUntil(fd.get(), POLLOUT, deadline);
       if (!ready.ok()) {
-        return absl::DeadlineExceededError(absl::StrCat("connect to ", host, ":", port,
-                                                        " did not complete before the deadline"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("connect to ", host, ":", port, " did not complete before the deadline"));
       }
       socklen_t err_len = sizeof(err);
       getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &err_len);

@@ -18,7 +18,7 @@ void RunRanks(int world, const std::function<void(int rank)>& fn) {
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<TcpMesh>>> ConnectAll(c10d::Store& store, int world,
-                                                                  const TcpMeshOptions& options) {
+                                                                 const TcpMeshOptions& options) {
   std::vector<std::unique_ptr<TcpMesh>> meshes(world);
   absl::Mutex mu;
   absl::Status first;

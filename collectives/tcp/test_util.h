@@ -28,7 +28,7 @@ void RunRanks(int world, const std::function<void(int rank)>& fn);
 // Connects `world` meshes over `store` concurrently (one thread per rank).
 // Returns the first error if any rank fails.
 absl::StatusOr<std::vector<std::unique_ptr<TcpMesh>>> ConnectAll(c10d::Store& store, int world,
-                                                                  const TcpMeshOptions& options);
+                                                                 const TcpMeshOptions& options);
 
 // A group key unique within this process run: "<prefix>-<pid>-<n>".
 std::string UniqueKey(const std::string& prefix);
