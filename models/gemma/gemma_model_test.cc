@@ -260,3 +260,24 @@ TEST(GemmaModel, LossIgnoresMinus100AndShifts) {
 
 }  // namespace
 }  // namespace tpudist::models::gemma
+
+namespace tpudist::models::gemma {
+namespace {
+
+// A sharding wrapper swaps parameter storage with set_data between forward
+// calls; the model must read the registered tensors every time.
+TEST(GemmaModel, SeesParameterSwapsBySetData) {
+  GemmaForCausalLM a = MakeTiny(21, 1.0), b = MakeTiny(21, 1.0);
+  at::Tensor ids = at::randint(3, 500, {1, 9}, at::kLong);
+  at::Tensor before = b->forward(ids).logits;
+  at::NoGradGuard ng;
+  for (auto& p : a->named_parameters(true)) p.value().mul_(0.7);
+  for (auto& p : b->named_parameters(true)) p.value().set_data(p.value().detach().clone() * 0.7);
+  for (auto& buf : b->named_buffers(true)) buf.value().set_data(buf.value().clone());
+  at::Tensor after = b->forward(ids).logits;
+  EXPECT_FALSE(at::allclose(before, after));
+  EXPECT_TRUE(at::allclose(a->forward(ids).logits, after, 1e-6, 1e-6));
+}
+
+}  // namespace
+}  // namespace tpudist::models::gemma
