@@ -44,7 +44,7 @@ TEST(TinyModel, LoadsAndTokenizerFitsConfig) {
   EXPECT_EQ((*tok)->eos_id(), 1);
   EXPECT_EQ((*tok)->bos_id(), 2);
   EXPECT_FALSE((*tok)->add_bos());
-  const std::string text = "### Instruction:\nWhat is two plus two?\n\n### Response:\nTwo plus two is four.";
+  const std::string text = "Instruction: What is two plus two?\nResponse: Two plus two is four.";
   std::vector<int64_t> ids = (*tok)->Encode(text);
   EXPECT_EQ((*tok)->Decode(ids), text);
   EXPECT_LT(ids.size(), text.size() / 3);  // merges learned on the corpus apply
