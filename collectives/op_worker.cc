@@ -23,6 +23,21 @@ void OpWorker::Enqueue(std::function<void()> op) {
   cv_.notify_one();
 }
 
+bool OpWorker::RunInlineIfIdle(const std::function<void()>& op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (busy_ || !queue_.empty() || stop_) return false;
+    busy_ = true;
+  }
+  op();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
+  return true;
+}
+
 void OpWorker::Loop() {
   while (true) {
     std::function<void()> op;
@@ -30,13 +45,18 @@ void OpWorker::Loop() {
       std::unique_lock<std::mutex> lock(mu_);
       // Idle wait, re-checked every 100 ms so no wait is unbounded.
       while (!cv_.wait_for(lock, std::chrono::milliseconds(100),
-                           [&] { return stop_ || !queue_.empty(); })) {
+                           [&] { return !busy_ && (stop_ || !queue_.empty()); })) {
       }
       if (queue_.empty()) return;
       op = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
     op();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+    }
   }
 }
 

@@ -294,7 +294,20 @@ TEST(ProcessGroupSingleTest, AsyncOpsRunInIssueOrder) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("ord");
   RunThreads(2, [&](int rank) {
-    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, SmallOptions(job));
+    auto o = SmallOptions(job);
+    o.inline_max_bytes = -1;  // every op on the worker thread
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
+    // Really async: rank 0's call returns while rank 1 has not joined yet.
+    std::vector<at::Tensor> big = {at::ones({5000}, at::kFloat)};
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto start = std::chrono::steady_clock::now();
+    auto pending = pg->allreduce(big);
+    if (rank == 0) {
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+      EXPECT_FALSE(pending->isCompleted());
+    }
+    pending->wait();
+    EXPECT_TRUE(at::equal(big[0], at::full({5000}, 2.0f)));
     std::vector<std::vector<at::Tensor>> bufs;
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (int i = 0; i < 8; ++i) {

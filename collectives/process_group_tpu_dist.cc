@@ -106,7 +106,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     const char* name, c10d::OpType type, std::chrono::milliseconds timeout,
     int64_t bytes, std::vector<at::Tensor> outputs, OpBody body) {
   auto work = c10::make_intrusive<TpuDistWork>(rank_, type, std::move(outputs), timeout);
-  worker_->Enqueue([this, work, name, timeout, bytes, body = std::move(body)] {
+  std::function<void()> run = [this, work, name, timeout, bytes, body = std::move(body)] {
     if (!setup_status_.ok()) return work->Finish(setup_status_);
     shm::OpContext ctx;
     ctx.name = name;
@@ -120,7 +120,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
       s = comm_->Poison(absl::InternalError(absl::StrCat(name, ": ", e.what())));
     }
     work->Finish(s);
-  });
+  };
+  // Latency-bound collectives skip the two thread handoffs when the queue is
+  // idle (issue order is unaffected). Point-to-point never runs inline: a
+  // recv issued before its matching send must not block the issuer.
+  const bool p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV;
+  if (!p2p && bytes <= options_.inline_max_bytes && worker_->RunInlineIfIdle(run)) {
+    return work;
+  }
+  worker_->Enqueue(std::move(run));
   return work;
 }
 

@@ -23,7 +23,10 @@
 //
 // Execution: every op call validates its local arguments (throwing
 // c10::Error on misuse, like Gloo), then is queued on the group's single
-// worker thread and returns an async Work. Ops run in issue order. Errors
+// worker thread and returns an async Work. Ops run in issue order. Small
+// collectives (<= Options::inline_max_bytes) run on the calling thread when
+// nothing is queued, saving two thread handoffs; their Work is already
+// complete when returned. Errors
 // (cross-rank mismatch, peer death, timeout) fail the Work on every rank and
 // poison the group: later ops fail fast with the same cause.
 //
@@ -67,6 +70,10 @@ class ProcessGroupTpuDist : public c10d::ProcessGroup {
     int64_t shm_slot_bytes = 1 << 20;       // per rank per slot
     int shm_num_slots = 4;
     int64_t small_allreduce_bytes = 64 << 10;  // one-shot allreduce limit
+    // Collectives of at most this many bytes run on the calling thread when
+    // the group's queue is idle (their Work is complete on return); larger
+    // ones always run on the worker thread so they overlap compute. -1: never.
+    int64_t inline_max_bytes = 16 << 10;
   };
 
   // Collective over `store`; see the file comment. Throws c10::Error when the

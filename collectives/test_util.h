@@ -31,6 +31,7 @@ inline ProcessGroupTpuDist::Options SmallOptions(const std::string& job) {
   o.job_id = job;
   o.shm_slot_bytes = 4096;
   o.small_allreduce_bytes = 1024;
+  o.inline_max_bytes = 1024;  // tiny ops inline, the rest on the worker
   return o;
 }
 

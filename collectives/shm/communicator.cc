@@ -120,18 +120,20 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
   const size_t bytes = kControlBytes + comm->slot_stride_ * options.num_slots;
   const auto timeout = ToChrono(options.setup_timeout);
   try {
-    // A random nonce from rank 0 keeps segment names unique per group
-    // instance even when job ids and group names repeat.
+    // Rank 0 picks the name prefix: its job id plus a random nonce, which
+    // keeps names unique per group instance even when job ids and group
+    // names repeat. Everyone else uses rank 0's choice.
     if (rank == 0) {
       std::random_device rd;
       const uint64_t nonce = (uint64_t{rd()} << 32) ^ rd() ^ getpid();
-      store.set("shm/nonce", Bytes(absl::StrFormat("%016x", nonce)));
+      const std::string hex = absl::StrFormat("%016x", nonce);
+      store.set("shm/prefix", Bytes(options.job_id.empty()
+                                        ? hex
+                                        : absl::StrCat(options.job_id, ".", hex)));
     }
-    store.wait({"shm/nonce"}, timeout);
-    const std::vector<uint8_t> n = store.get("shm/nonce");
-    const std::string nonce(n.begin(), n.end());
-    const std::string job =
-        options.job_id.empty() ? nonce : absl::StrCat(options.job_id, ".", nonce);
+    store.wait({"shm/prefix"}, timeout);
+    const std::vector<uint8_t> p = store.get("shm/prefix");
+    const std::string job(p.begin(), p.end());
     auto name = [&](int r) { return SegmentName(job, options.group_name, r); };
 
     absl::StatusOr<std::unique_ptr<Segment>> own = Segment::Create(name(rank), bytes);

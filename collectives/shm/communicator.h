@@ -53,7 +53,7 @@ class Store;
 namespace tpudist::collectives::shm {
 
 struct CommOptions {
-  std::string job_id;      // part of segment names; "" -> random per group
+  std::string job_id;      // rank 0's value prefixes segment names (+ nonce)
   std::string group_name = "default";
   int64_t slot_bytes = 1 << 20;  // data bytes per slot; >= 64 * world
   int num_slots = 4;             // >= 2
