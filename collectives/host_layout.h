@@ -32,8 +32,8 @@ HostLayout ComputeHostLayout(absl::Span<const std::string> host_ids);
 
 // This process's host id: `configured` if non-empty, else env
 // TPU_DIST_HOST_ID, else "<hostname>/<boot_id>" (boot_id from
-// /proc/sys/kernel/random/boot_id), which differs between machines and
-// between network namespaces' emulated hosts only via TPU_DIST_HOST_ID.
+// /proc/sys/kernel/random/boot_id). Emulated hosts on one machine (network
+// namespaces) share the boot id, so they must set TPU_DIST_HOST_ID.
 std::string DefaultHostId(const std::string& configured);
 
 }  // namespace tpudist::collectives
