@@ -83,7 +83,7 @@ absl::StatusOr<GemmaConfig> ParseText(const json& t, absl::string_view source) {
   TPU_RETURN_IF_ERROR(ReadInt(t, source, "global_head_dim", false, &c.global_head_dim));
   TPU_RETURN_IF_ERROR(ReadInt(t, source, "hidden_size_per_layer_input", false,
                               &c.hidden_size_per_layer_input));
-  c.vocab_size_per_layer_input = c.vocab_size;
+  c.vocab_size_per_layer_input = 262144;  // HF default, independent of vocab_size
   TPU_RETURN_IF_ERROR(ReadInt(t, source, "vocab_size_per_layer_input", false,
                               &c.vocab_size_per_layer_input));
   TPU_RETURN_IF_ERROR(ReadInt(t, source, "sliding_window", false, &c.sliding_window));
@@ -125,6 +125,10 @@ absl::StatusOr<GemmaConfig> ParseText(const json& t, absl::string_view source) {
   if (auto it = t.find("attention_k_eq_v"); it != t.end() && it->is_boolean() && it->get<bool>()) {
     return FieldError(source, "attention_k_eq_v", "k_eq_v attention is not supported");
   }
+  if (auto it = t.find("use_bidirectional_attention"); it != t.end() && it->is_string() &&
+                                                      it->get<std::string>() == "all") {
+    return FieldError(source, "use_bidirectional_attention", "bidirectional attention is not supported");
+  }
   if (auto it = t.find("layer_types"); it != t.end() && !it->is_null()) {
     if (!it->is_array()) return FieldError(source, "layer_types", "not a list");
     for (const auto& e : *it) {
@@ -138,16 +142,13 @@ absl::StatusOr<GemmaConfig> ParseText(const json& t, absl::string_view source) {
       }
     }
   } else {
-    // HF derivation: every `sliding_window_pattern`-th layer is full, and the
-    // last layer is always full.
-    int64_t pattern = 5;
-    TPU_RETURN_IF_ERROR(ReadInt(t, source, "sliding_window_pattern", false, &pattern));
-    if (pattern <= 0) return FieldError(source, "sliding_window_pattern", "must be positive");
+    // HF Gemma4TextConfig derivation: a fixed 5:1 pattern (every 6th layer full).
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      c.layer_types.push_back((i + 1) % pattern == 0 ? LayerType::kFull : LayerType::kSliding);
+      c.layer_types.push_back((i + 1) % 6 == 0 ? LayerType::kFull : LayerType::kSliding);
     }
-    if (!c.layer_types.empty()) c.layer_types.back() = LayerType::kFull;
   }
+  // HF forces the last layer to full attention (with a warning) in both cases.
+  if (!c.layer_types.empty()) c.layer_types.back() = LayerType::kFull;
   c.full_rope = RopeParameters{"proportional", 1e6, 0.25};
   if (auto it = t.find("rope_parameters"); it != t.end() && !it->is_null()) {
     if (!it->is_object()) return FieldError(source, "rope_parameters", "not an object");

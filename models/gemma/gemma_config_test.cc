@@ -72,14 +72,24 @@ TEST(GemmaConfig, ParsesE2BStyleWrapper) {
 TEST(GemmaConfig, DerivesLayerTypesWhenAbsent) {
   json j = GemmaConfigToHfJson(GemmaTinyConfig(), false);
   j.erase("layer_types");
-  j["num_hidden_layers"] = 7;
+  j["num_hidden_layers"] = 8;
   j["num_kv_shared_layers"] = 0;
-  j["sliding_window_pattern"] = 3;
   auto c = GemmaConfigFromJson(j, "cfg");
   ASSERT_TRUE(c.ok()) << c.status();
-  std::vector<LayerType> want = {LayerType::kSliding, LayerType::kSliding, LayerType::kFull, LayerType::kSliding,
-                                 LayerType::kSliding, LayerType::kFull, LayerType::kFull};
-  EXPECT_EQ(c->layer_types, want);
+  // HF: every 6th layer full (5:1), and the last layer forced to full.
+  const LayerType s = LayerType::kSliding, f = LayerType::kFull;
+  EXPECT_EQ(c->layer_types, (std::vector<LayerType>{s, s, s, s, s, f, s, f}));
+  // An explicit list whose last layer is sliding is also forced.
+  json k = GemmaConfigToHfJson(GemmaTinyConfig(), false);
+  k["layer_types"][5] = "sliding_attention";
+  k["num_kv_shared_layers"] = 0;
+  auto d = GemmaConfigFromJson(k, "cfg");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->layer_types[5], f);
+  // vocab_size_per_layer_input defaults to HF's 262144, not vocab_size.
+  json m = GemmaConfigToHfJson(GemmaTinyConfig(), false);
+  m.erase("vocab_size_per_layer_input");
+  EXPECT_EQ(GemmaConfigFromJson(m, "cfg")->vocab_size_per_layer_input, 262144);
 }
 
 TEST(GemmaConfig, ErrorsNameFileAndField) {
