@@ -10,6 +10,7 @@
 //   collectives_bench                 # 2 ranks
 //   collectives_bench --world=4       # scaling check
 //   collectives_bench --smoke         # a couple of iterations (ctest)
+//   collectives_bench --slot_bytes=N  # shm slot size experiment
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -36,6 +37,7 @@ using Clock = std::chrono::steady_clock;
 struct Flags {
   int world = 2;
   bool smoke = false;
+  int64_t slot_bytes = 0;  // 0: the group's default
 };
 
 // Everything one rank needs; owned by main, captured by the benchmarks.
@@ -55,6 +57,8 @@ Flags ParseAndStrip(int* argc, char** argv) {
     const std::string a = argv[i];
     if (a.rfind("--world=", 0) == 0) {
       f.world = std::stoi(a.substr(8));
+    } else if (a.rfind("--slot_bytes=", 0) == 0) {
+      f.slot_bytes = std::stoll(a.substr(13));
     } else if (a == "--smoke") {
       f.smoke = true;
     } else {
@@ -154,6 +158,7 @@ int main(int argc, char** argv) {
   ProcessGroupTpuDist::Options options;
   options.timeout = std::chrono::seconds(120);
   options.job_id = job;
+  if (flags.slot_bytes > 0) options.shm_slot_bytes = flags.slot_bytes;
   env.ours = c10::make_intrusive<ProcessGroupTpuDist>(store, env.rank, flags.world, options);
   auto gloo_opts = c10d::ProcessGroupGloo::Options::create();
   gloo_opts->timeout = std::chrono::seconds(120);

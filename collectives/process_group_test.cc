@@ -290,6 +290,24 @@ TEST(ProcessGroupSingleTest, NonContiguousInputsAndFuture) {
   });
 }
 
+TEST(ProcessGroupSingleTest, OneShotAllreduceSpanningSeveralSlots) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("os");
+  RunThreads(3, [&](int rank) {
+    auto o = SmallOptions(job);
+    o.small_allreduce_bytes = 1 << 20;  // one-shot even though > 4 KiB slot
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 3, o);
+    for (at::ScalarType type : {at::kFloat, at::kBFloat16, at::kLong}) {
+      std::vector<at::Tensor> t = {Input(rank, 5003, type)};
+      pg->allreduce(t)->wait();
+      EXPECT_TRUE(at::equal(t[0], Oracle({Input(0, 5003, type), Input(1, 5003, type),
+                                          Input(2, 5003, type)},
+                                         c10d::ReduceOp::SUM)))
+          << c10::toString(type);
+    }
+  });
+}
+
 TEST(ProcessGroupSingleTest, AsyncOpsRunInIssueOrder) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("ord");

@@ -66,16 +66,26 @@ absl::Status AllReduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
   const OpHeader header = MakeHeader(spec, OpKind::kAllreduce, op, -1, true);
   const int64_t world = comm.size();
   const int64_t slot_elems = comm.slot_bytes() / static_cast<int64_t>(es);
-  if (bytes <= std::min(small_bytes, comm.slot_bytes())) {
-    // One-shot: every rank copies its whole buffer into its slot, publishes,
-    // and then reduces all W slots (in rank order, so results are identical
-    // on every rank) straight into its own buffer. One sync per op; the
-    // rotating slots replace a trailing barrier.
+  if (bytes <= small_bytes) {
+    // One-shot, per chunk of slot_elems: every rank copies the chunk into
+    // its slot, publishes, and then reduces all W slots (in rank order, so
+    // results are identical on every rank) straight into its own buffer. One
+    // sync per chunk; the rotating slots replace a trailing barrier. Only for
+    // small messages: every rank reads all W slots. (Measured at W = 2,
+    // 16 MiB: 1.2-1.9x slower than reduce-scatter + all-gather, which reads
+    // only half of the peer's cache-hot data across cores.)
     return RunPhases(
-        comm, spec, header, 1,
-        [&](int64_t, void* slot) { std::memcpy(slot, data, bytes); },
-        [&](int64_t) {
-          ReduceInto(spec.dtype, op, data, PeerSlots(comm, 0), spec.count);
+        comm, spec, header, NumChunks(spec.count, slot_elems),
+        [&](int64_t i, void* slot) {
+          if (spec.count == 0) return;
+          const Range c = ChunkRange(spec.count, slot_elems, i);
+          std::memcpy(slot, At(data, c.begin * es), c.size * es);
+        },
+        [&](int64_t i) {
+          if (spec.count == 0) return absl::OkStatus();
+          const Range c = ChunkRange(spec.count, slot_elems, i);
+          ReduceInto(spec.dtype, op, At(data, c.begin * es), PeerSlots(comm, 0),
+                     c.size);
           return absl::OkStatus();
         });
   }

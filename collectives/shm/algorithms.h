@@ -35,8 +35,8 @@ struct OpSpec {
 };
 
 // In-place all-reduce of `count` elements at `data` ([count]). Messages of at
-// most `small_bytes` (<= slot_bytes) take the one-shot path; larger ones the
-// chunked reduce-scatter + all-gather path.
+// most `small_bytes` take the one-shot path (chunked if larger than a slot);
+// larger ones the chunked reduce-scatter + all-gather path.
 absl::Status AllReduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
                        void* data, int64_t small_bytes);
 

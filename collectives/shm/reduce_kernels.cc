@@ -81,22 +81,28 @@ void ReduceSame(ReduceKind kind, void* out, absl::Span<const void* const> in,
                                T>;
   const bool wrap = std::is_integral_v<T> && !std::is_same_v<U, T> &&
                     (kind == ReduceKind::kSum || kind == ReduceKind::kProduct);
+  // Blocked: the accumulator block stays in L1 while all W inputs are folded
+  // in, so the output is written exactly once.
+  alignas(64) T acc[kBlock];
   T* o = static_cast<T*>(out);
-  std::memcpy(o, in[0], count * sizeof(T));
-  for (size_t k = 1; k < in.size(); ++k) {
-    const T* src = static_cast<const T*>(in[k]);
-    if (wrap) {
-      Fold<U>(kind, reinterpret_cast<U*>(o), reinterpret_cast<const U*>(src),
-              count);
-    } else {
-      Fold<T>(kind, o, src, count);
+  for (int64_t b = 0; b < count; b += kBlock) {
+    const int64_t n = std::min(kBlock, count - b);
+    std::memcpy(acc, static_cast<const T*>(in[0]) + b, n * sizeof(T));
+    for (size_t k = 1; k < in.size(); ++k) {
+      const T* src = static_cast<const T*>(in[k]) + b;
+      if (wrap) {
+        Fold<U>(kind, reinterpret_cast<U*>(acc), reinterpret_cast<const U*>(src), n);
+      } else {
+        Fold<T>(kind, acc, src, n);
+      }
     }
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    if (divide) {
-      const T w = static_cast<T>(in.size());
-      for (int64_t i = 0; i < count; ++i) o[i] /= w;
+    if constexpr (std::is_floating_point_v<T>) {
+      if (divide) {
+        const T w = static_cast<T>(in.size());
+        for (int64_t i = 0; i < n; ++i) acc[i] /= w;
+      }
     }
+    std::memcpy(o + b, acc, n * sizeof(T));
   }
 }
 
