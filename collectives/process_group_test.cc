@@ -190,7 +190,8 @@ TEST_P(ProcessGroupTest, EveryOpMatchesTheOracle) {
             << "alltoall_base even";
       }
       auto sends = [&](int src, int dst) -> int64_t {
-        return (src + 2 * dst + count) % 5;
+        // Uneven (some zero) and, for the large count, several phases long.
+        return ((src + 2 * dst + count) % 5) * (1 + count / 100);
       };
       auto uneven_in = [&](int src) {
         int64_t rows = 0;
@@ -305,6 +306,33 @@ TEST(ProcessGroupSingleTest, OneShotAllreduceSpanningSeveralSlots) {
                                          c10d::ReduceOp::SUM)))
           << c10::toString(type);
     }
+  });
+}
+
+// FSDP-style in-place use: the input is the own slice of the output
+// (_allgather_base) or the output is the own slice of the input
+// (_reduce_scatter_base). Sizes span several 4 KiB slots.
+TEST(ProcessGroupSingleTest, InPlaceBaseCollectives) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("ip");
+  const int world = 3;
+  const int64_t n = 2003;
+  RunThreads(world, [&](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world, SmallOptions(job));
+    at::Tensor flat = at::zeros({world * n}, at::kFloat);
+    at::Tensor mine = flat.narrow(0, rank * n, n);
+    mine.copy_(Input(rank, n, at::kFloat));
+    pg->_allgather_base(flat, mine)->wait();
+    std::vector<at::Tensor> pieces;
+    for (int r = 0; r < world; ++r) pieces.push_back(Input(r, n, at::kFloat));
+    EXPECT_TRUE(at::equal(flat, at::cat(pieces)));
+
+    auto full = [&](int r) { return Input(r, world * n, at::kFloat, 4); };
+    at::Tensor in = full(rank);
+    at::Tensor out = in.narrow(0, rank * n, n);
+    pg->_reduce_scatter_base(out, in)->wait();
+    at::Tensor expect = Oracle({full(0), full(1), full(2)}, c10d::ReduceOp::SUM);
+    EXPECT_TRUE(at::equal(out, expect.narrow(0, rank * n, n)));
   });
 }
 
