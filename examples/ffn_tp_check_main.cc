@@ -1,8 +1,11 @@
 // ffn_tp_check: DTensor tensor-parallel parity of a feed-forward block on
 // every rank of a (possibly emulated) slice, then an all_reduce check.
 //
-//   tpurun --accelerator-type TPU-V6E --topology 4x4 --hosts-emulated -- \
-//       build/examples/ffn_tp_check
+//   tpurun --accelerator-type TPU-V6E --topology 4x4 --hosts-emulated --
+//       build/examples/ffn_tp_check [--backend gloo]
+//
+// --backend gloo: the tpu_dist group does not span (emulated) hosts yet;
+// on one host (--topology 2x2) tpu_dist runs as is.
 //
 // Each rank: seed 42, builds FeedForward(hidden) = x + w2(SiLU(w1(x))) (no
 // bias) and computes it on one device (the reference, forward + backward);

@@ -26,7 +26,9 @@ TEST(ShardMathTest, MatchesTorchChunk) {
       for (int64_t i = 0; i < n; ++i) {
         const ChunkExtent e = ChunkOf(size, n, i);
         EXPECT_EQ(e.size, expected[i]) << "size " << size << " n " << n << " i " << i;
-        if (e.size > 0) EXPECT_EQ(e.offset, offset);
+        if (e.size > 0) {
+          EXPECT_EQ(e.offset, offset);
+        }
         offset += e.size;
       }
     }
