@@ -30,11 +30,15 @@ bool OpWorker::RunInlineIfIdle(const std::function<void()>& op) {
     busy_ = true;
   }
   op();
+  bool pending;
   {
     std::lock_guard<std::mutex> lock(mu_);
     busy_ = false;
+    pending = !queue_.empty();
   }
-  cv_.notify_all();
+  // Wake the worker only if ops queued up meanwhile: an idle worker woken
+  // for nothing costs a context switch per inline op.
+  if (pending) cv_.notify_all();
   return true;
 }
 
