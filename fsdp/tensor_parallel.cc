@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "fsdp/dtensor.h"
 #include "fsdp/mesh_collectives.h"
+#include "fsdp/shard_math.h"
 
 namespace tpudist::fsdp {
 namespace {
@@ -143,7 +144,7 @@ class Rowwise : public ParallelStyle {
           Convert(input, mesh, in, Placement::Replicate(), Placement::Replicate());
       if (!ids.ok()) return ids.status();
       const int64_t rows = emb->weight.size(0);
-      const int64_t start = mesh.LocalRank(0) * ((w[0] + mesh.size(0) - 1) / mesh.size(0));
+      const int64_t start = ChunkOf(w[0], mesh.size(0), mesh.LocalRank(0)).offset;
       const at::Tensor outside = (*ids < start).logical_or(*ids >= start + rows);
       const at::Tensor local_ids = (*ids - start).masked_fill(outside, 0);
       if (rows == 0) {  // an empty tail shard of the vocab
@@ -181,6 +182,10 @@ class Sequence : public ParallelStyle {
                                      const at::Tensor& input) const override {
     // Input and output are this rank's sequence shard; the module is
     // position-wise (norms, dropout), so it runs on the shard as is.
+    if (input.dim() <= dim_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SequenceParallel(sequence_dim=", dim_, ") got a ", input.dim(), "-d input"));
+    }
     return layer.inner->forward(input);
   }
 
