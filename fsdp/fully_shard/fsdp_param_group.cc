@@ -121,6 +121,41 @@ absl::Status FsdpParamGroup::WaitWork(const c10::intrusive_ptr<c10d::Work>& work
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<at::Tensor>> FsdpParamGroup::GatherFullMaster() {
+  at::Tensor in = flat_shard_.clone();
+  at::Tensor out = at::empty({world_ * layout_.shard_numel}, in.options());
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = mesh_.Group(0)->_allgather_base(out, in);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("FullyShard(", label_, "): state-dict all-gather on rank ",
+                                            rank_, " failed: ", e.what()));
+  }
+  absl::Status s = WaitWork(work, "state-dict all-gather");
+  if (!s.ok()) return s;
+  return UnpackAllGather(out, layout_);
+}
+
+absl::Status FsdpParamGroup::SetShardsFromFull(absl::Span<const at::Tensor> full) {
+  if (state_ != State::kSharded) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("FullyShard(", label_, "): loading state while parameters are unsharded"));
+  }
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size() && i < full.size(); ++i) {
+    if (!full[i].defined()) continue;
+    const FlatParamEntry& e = layout_.entries[i];
+    if (full[i].sizes() != at::IntArrayRef(e.shape)) {
+      return absl::InvalidArgumentError(absl::StrCat("FullyShard(", label_, "): ", params_[i].name,
+                                                     " has shape ", c10::str(full[i].sizes()),
+                                                     ", the model has ", c10::str(at::IntArrayRef(e.shape))));
+    }
+    const ChunkExtent rows = ShardRows(e, world_, rank_);
+    params_[i].shard.copy_(full[i].narrow(0, rows.offset, rows.size));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FsdpParamGroup::StartUnshard() {
   if (state_ != State::kSharded) return absl::OkStatus();
   gather_in_ = flat_shard_.to(param_dtype_);  // copy even when the dtype matches
@@ -135,6 +170,7 @@ absl::Status FsdpParamGroup::StartUnshard() {
   }
   ++num_all_gathers_;
   state_ = State::kGathering;
+  if (memory_observer_) memory_observer_(gathered_bytes());
   Trace("all_gather_issued");
   return absl::OkStatus();
 }
@@ -153,7 +189,7 @@ absl::Status FsdpParamGroup::WaitUnshard() {
   gather_out_ = at::Tensor();
   for (size_t i = 0; i < params_.size(); ++i) params_[i].param.set_data(full[i]);
   state_ = State::kUnsharded;
-  if (memory_observer_) memory_observer_(full_param_bytes());
+  if (memory_observer_) memory_observer_(full_param_bytes() - gathered_bytes());
   Trace("unsharded");
   if (torch::autograd::GradMode::is_enabled()) HookGradAccumulators();
   return absl::OkStatus();
@@ -180,6 +216,7 @@ absl::Status FsdpParamGroup::Reshard() {
     gather_in_ = at::Tensor();
     gather_out_ = at::Tensor();
     state_ = State::kSharded;
+    if (memory_observer_) memory_observer_(-gathered_bytes());
     return s;
   }
   for (Param& p : params_) p.param.set_data(p.shard);

@@ -39,6 +39,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "fsdp/device_mesh.h"
 #include "fsdp/dtensor.h"
 #include "fsdp/fully_shard/flat_param_math.h"
@@ -78,6 +79,13 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   const at::Tensor& shard(size_t i) const { return params_[i].shard; }
   absl::StatusOr<DTensor> ShardedParam(size_t i) const;
 
+  // Master (original dtype) full parameters, by one blocking all-gather of
+  // the flat shards. Collective. Returns full[i]: [entries[i].shape].
+  absl::StatusOr<std::vector<at::Tensor>> GatherFullMaster();
+  // Overwrites this rank's shards with its rows of full[i] ([entries[i]
+  // .shape]; undefined = keep). FailedPrecondition unless kSharded.
+  absl::Status SetShardsFromFull(absl::Span<const at::Tensor> full);
+
   // Issues the all-gather (no-op unless kSharded). Then kGathering.
   absl::Status StartUnshard();
   // Completes the all-gather (issuing it first if needed) and installs the
@@ -106,8 +114,12 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   int64_t num_all_gathers() const { return num_all_gathers_; }
   int64_t num_reduce_scatters() const { return num_reduce_scatters_; }
   int64_t full_param_bytes() const;  // all full params in param_dtype
+  int64_t gathered_bytes() const {   // the padded all-gather output
+    return world_ * layout_.shard_numel * static_cast<int64_t>(c10::elementSize(param_dtype_));
+  }
   int64_t shard_bytes() const { return flat_shard_.nbytes(); }
-  // Called with +bytes on unshard and -bytes on reshard.
+  // Called with the change in bytes of unsharded storage alive: the
+  // all-gather output from issue, then the full params until reshard.
   void set_memory_observer(std::function<void(int64_t)> f) { memory_observer_ = std::move(f); }
   // Called with an event name ("all_gather_issued", ...).
   void set_trace(std::function<void(const std::string&)> f) { trace_ = std::move(f); }

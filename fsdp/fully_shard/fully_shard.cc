@@ -255,7 +255,7 @@ absl::StatusOr<FsdpModule> FullyShard(const std::shared_ptr<torch::nn::Module>& 
                                       const DeviceMesh& mesh, const FullyShardOptions& options) {
   if (module == nullptr) return absl::InvalidArgumentError("FullyShard: null module");
   models::HookableModule* hookable = models::AsHookable(*module);
-  const std::string label = module->name();
+  const std::string label = options.label.empty() ? module->name() : options.label;
   if (hookable == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "FullyShard(", label, "): the module must derive from tpudist::models::HookableModule and "

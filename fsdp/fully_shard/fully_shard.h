@@ -62,6 +62,7 @@ struct FullyShardOptions {
   // Not sharded, not gathered, grads not reduced (e.g. a frozen embedding).
   std::vector<at::Tensor> ignored_params;
   bool prefetch = true;  // forward and backward prefetch of the next group
+  std::string label;     // for errors and traces; "" = module->name()
 };
 
 // Per-iteration counters the root keeps; for tests and benchmarks.

@@ -98,7 +98,10 @@ at::Tensor MlpStackImpl::forward(const at::Tensor& x) {
 }
 
 AttentionImpl::AttentionImpl(int64_t d) {
-  qkv = register_module("qkv", torch::nn::Linear(d, 3 * d));
+  // No qkv bias: the key bias has a mathematically zero gradient (softmax is
+  // shift-invariant), so its grad is rounding noise that AdamW amplifies to
+  // +-lr steps, and no two summation orders would agree on it.
+  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(d, 3 * d).bias(false)));
   proj = register_module("proj", torch::nn::Linear(d, d));
 }
 
@@ -130,7 +133,7 @@ at::Tensor BlockImpl::forward(const at::Tensor& tokens) {
 }
 
 void CopyParams(torch::nn::Module& src, torch::nn::Module& dst) {
-  torch::autograd::NoGradGuard ng;
+  at::NoGradGuard ng;
   auto s = src.named_parameters();
   auto d = dst.named_parameters();
   for (const auto& item : s) d[item.key()].copy_(item.value());
