@@ -97,49 +97,66 @@ class ProcessGroupTpuDist : public c10d::ProcessGroup {
   // OK, or the error that poisoned the group.
   absl::Status status() const;
 
+  // Shapes: W = world size, [n...] = any shape with n elements per rank.
+  // tensors: {[n...]}, in place; root's contents win.
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
       const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  // tensors: {[n...]}, in place.
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  // tensors: {[n...]}, in place on root; other ranks' tensors unchanged.
   c10::intrusive_ptr<c10d::Work> reduce(
       std::vector<at::Tensor>& tensors,
       const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  // outputs: {W x [n...]}; inputs: {[n...]}.
   c10::intrusive_ptr<c10d::Work> allgather(
       std::vector<std::vector<at::Tensor>>& outputs,
       std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  // output: [W * n] (any shape with W * n elements); input: [n...], may be
+  // the own slice of output.
   c10::intrusive_ptr<c10d::Work> _allgather_base(
       at::Tensor& output, at::Tensor& input,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  // outputs: root {W x [n...]}, others {} ; inputs: {[n...]}.
   c10::intrusive_ptr<c10d::Work> gather(
       std::vector<std::vector<at::Tensor>>& outputs,
       std::vector<at::Tensor>& inputs,
       const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  // outputs: {[n...]}; inputs: root {W x [n...]}, others {}.
   c10::intrusive_ptr<c10d::Work> scatter(
       std::vector<at::Tensor>& outputs,
       std::vector<std::vector<at::Tensor>>& inputs,
       const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  // outputs: {[n...]}; inputs: {W x [n...]}, inputs[r] reduced into rank r.
   c10::intrusive_ptr<c10d::Work> reduce_scatter(
       std::vector<at::Tensor>& outputs,
       std::vector<std::vector<at::Tensor>>& inputs,
       const c10d::ReduceScatterOptions& opts =
           c10d::ReduceScatterOptions()) override;
+  // output: [n...]; input: [W * n] (rank r gets slice r), output may be the
+  // own slice of input.
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input,
       const c10d::ReduceScatterOptions& opts =
           c10d::ReduceScatterOptions()) override;
+  // output: [rows_out, ...]; input: [rows_in, ...] (same trailing shape);
+  // split sizes count dim-0 rows per peer, empty = even split.
   c10::intrusive_ptr<c10d::Work> alltoall_base(
       at::Tensor& output, at::Tensor& input,
       std::vector<int64_t>& output_split_sizes,
       std::vector<int64_t>& input_split_sizes,
       const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  // outputs: W x [from peer r]; inputs: W x [to peer r]; any sizes, each
+  // pair's byte counts must agree.
   c10::intrusive_ptr<c10d::Work> alltoall(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  // tensors: {[n...]}; the matching recv must have the same byte size.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
                                       int dst_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
