@@ -40,6 +40,14 @@ GemmaAttentionImpl::GemmaAttentionImpl(const GemmaConfig& config, int64_t layer)
 
 at::Tensor GemmaAttentionImpl::forward(const at::Tensor& hidden, const at::Tensor& cos,
                                        const at::Tensor& sin, const at::Tensor& mask, SharedKv* shared) {
+  return RunForwardHooks({hidden, cos, sin, mask}, [&](const std::vector<at::Tensor>& in) {
+           return std::vector<at::Tensor>{Body(in[0], in[1], in[2], in[3], shared)};
+         })
+      .at(0);
+}
+
+at::Tensor GemmaAttentionImpl::Body(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
+                                    const at::Tensor& mask, SharedKv* shared) {
   const int64_t b = hidden.size(0), s = hidden.size(1);
   at::Tensor q = q_proj->forward(hidden).view({b, s, -1, head_dim_});  // [B, S, H, D]
   q = ApplyRope(q_norm->forward(q), cos, sin).transpose(1, 2);         // [B, H, S, D]

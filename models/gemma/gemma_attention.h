@@ -14,6 +14,9 @@
 // forward (no cached derived tensors), so a sharding wrapper may set_data them
 // between calls.
 //
+// A HookableModule: forward runs its tensor arguments through registered
+// hooks (FullyShard, mixed precision) before the body.
+//
 // Thread-safety: like any torch::nn::Module; not safe for concurrent forward
 // calls that share one SharedKv.
 #ifndef TPU_DIST_MODELS_GEMMA_GEMMA_ATTENTION_H_
@@ -24,6 +27,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "models/common/module_hooks.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/rms_norm.h"
 
@@ -41,7 +45,7 @@ struct SharedKv {
 // key/value: [B, KV, S, D] -> [B, KV * groups, S, D].
 at::Tensor RepeatKv(const at::Tensor& x, int64_t groups);
 
-class GemmaAttentionImpl : public torch::nn::Module {
+class GemmaAttentionImpl : public tpudist::models::HookableModule {
  public:
   GemmaAttentionImpl(const GemmaConfig& config, int64_t layer);
 
@@ -65,6 +69,11 @@ class GemmaAttentionImpl : public torch::nn::Module {
   RMSNorm v_norm{nullptr};            // no weight; null on shared layers
 
  private:
+  // The forward body on the (possibly hook-rewritten) tensors.
+  // hidden: [B, S, hidden]; cos, sin: [B, S, D]; mask: [B or 1, 1, S, S].
+  at::Tensor Body(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
+                  SharedKv* shared);
+
   LayerType type_;
   int64_t num_heads_;
   int64_t num_kv_heads_;

@@ -18,7 +18,9 @@ GemmaMlpImpl::GemmaMlpImpl(int64_t hidden, int64_t intermediate) {
 }
 
 at::Tensor GemmaMlpImpl::forward(const at::Tensor& x) {
-  return down_proj->forward(GeluTanh(gate_proj->forward(x)) * up_proj->forward(x));
+  return RunForward(x, [this](const at::Tensor& in) {
+    return down_proj->forward(GeluTanh(gate_proj->forward(in)) * up_proj->forward(in));
+  });
 }
 
 GemmaDecoderLayerImpl::GemmaDecoderLayerImpl(const GemmaConfig& config, int64_t layer) {
@@ -42,6 +44,15 @@ GemmaDecoderLayerImpl::GemmaDecoderLayerImpl(const GemmaConfig& config, int64_t 
 at::Tensor GemmaDecoderLayerImpl::forward(const at::Tensor& hidden, const at::Tensor& per_layer_input,
                                           const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                                           SharedKv* shared) {
+  return RunForwardHooks({hidden, per_layer_input, cos, sin, mask}, [&](const std::vector<at::Tensor>& in) {
+           return std::vector<at::Tensor>{Body(in[0], in[1], in[2], in[3], in[4], shared)};
+         })
+      .at(0);
+}
+
+at::Tensor GemmaDecoderLayerImpl::Body(const at::Tensor& hidden, const at::Tensor& per_layer_input,
+                                       const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
+                                       SharedKv* shared) {
   at::Tensor h = hidden;
   at::Tensor a = self_attn->forward(input_layernorm->forward(h), cos, sin, mask, shared);
   h = h + post_attention_layernorm->forward(a);

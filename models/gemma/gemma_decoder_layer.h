@@ -9,7 +9,8 @@
 // are twice as wide when use_double_wide_mlp.
 //
 // Submodule/parameter names match HF. `layer_scalar` is a persistent buffer
-// [1] loaded from checkpoints.
+// [1] loaded from checkpoints. Both modules are HookableModules (FullyShard
+// wraps `mlp` and whole layers from outside).
 #ifndef TPU_DIST_MODELS_GEMMA_GEMMA_DECODER_LAYER_H_
 #define TPU_DIST_MODELS_GEMMA_GEMMA_DECODER_LAYER_H_
 
@@ -18,13 +19,14 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "models/common/module_hooks.h"
 #include "models/gemma/gemma_attention.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/rms_norm.h"
 
 namespace tpudist::models::gemma {
 
-class GemmaMlpImpl : public torch::nn::Module {
+class GemmaMlpImpl : public tpudist::models::HookableModule {
  public:
   GemmaMlpImpl(int64_t hidden, int64_t intermediate);
   // x: [..., hidden] -> [..., hidden]
@@ -36,7 +38,7 @@ class GemmaMlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GemmaMlp);
 
-class GemmaDecoderLayerImpl : public torch::nn::Module {
+class GemmaDecoderLayerImpl : public tpudist::models::HookableModule {
  public:
   GemmaDecoderLayerImpl(const GemmaConfig& config, int64_t layer);
 
@@ -56,6 +58,11 @@ class GemmaDecoderLayerImpl : public torch::nn::Module {
   torch::nn::Linear per_layer_projection{nullptr};  // weight [hidden, P]
   RMSNorm post_per_layer_input_norm{nullptr};       // [hidden]
   at::Tensor layer_scalar;                          // [1] buffer
+
+ private:
+  // Same arguments as forward, after the hooks.
+  at::Tensor Body(const at::Tensor& hidden, const at::Tensor& per_layer_input, const at::Tensor& cos,
+                  const at::Tensor& sin, const at::Tensor& mask, SharedKv* shared);
 };
 TORCH_MODULE(GemmaDecoderLayer);
 

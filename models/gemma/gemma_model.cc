@@ -54,6 +54,11 @@ at::Tensor GemmaTextModelImpl::PerLayerInputs(const at::Tensor& input_ids, const
 }
 
 at::Tensor GemmaTextModelImpl::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask) {
+  return RunForward(input_ids, attention_mask,
+                    [this](const at::Tensor& ids, const at::Tensor& mask) { return Body(ids, mask); });
+}
+
+at::Tensor GemmaTextModelImpl::Body(const at::Tensor& input_ids, const at::Tensor& attention_mask) {
   TORCH_CHECK(input_ids.dim() == 2, "GemmaTextModel: input_ids must be [B, S], got ", input_ids.sizes());
   const int64_t b = input_ids.size(0), s = input_ids.size(1);
   at::Tensor h = ScaledEmbedding(embed_tokens, input_ids, std::sqrt(static_cast<double>(config_.hidden_size)));
@@ -84,6 +89,16 @@ GemmaForCausalLMImpl::GemmaForCausalLMImpl(const GemmaConfig& config) {
 
 CausalLMOutput GemmaForCausalLMImpl::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                                              const at::Tensor& labels) {
+  std::vector<at::Tensor> out =
+      RunForwardHooks({input_ids, attention_mask, labels}, [this](const std::vector<at::Tensor>& in) {
+        CausalLMOutput o = Body(in[0], in[1], in[2]);
+        return std::vector<at::Tensor>{o.logits, o.loss};
+      });
+  return CausalLMOutput{out.at(0), out.at(1)};
+}
+
+CausalLMOutput GemmaForCausalLMImpl::Body(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                                          const at::Tensor& labels) {
   at::Tensor h = model->forward(input_ids, attention_mask);
   at::Tensor logits = at::linear(h, model->embed_tokens->weight);  // tied lm_head
   if (const auto& cap = model->config().final_logit_softcapping; cap.has_value()) {

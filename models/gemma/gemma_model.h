@@ -21,6 +21,13 @@
 //   logits = softcap * tanh(h @ E^T / softcap), then upcast to fp32
 //   loss = mean CE(logits[:, :-1], labels[:, 1:]) over labels != -100
 //
+// GemmaTextModel, GemmaForCausalLM, the decoder layers, their attention and
+// MLP are HookableModules (models/common/module_hooks.h): hooks registered
+// from outside (FullyShard, mixed precision) see and may rewrite each
+// forward's tensor arguments and outputs. The tied lm_head and the loss run
+// inside GemmaForCausalLM's forward body, so the embedding is only used
+// inside the root module's forward.
+//
 // Thread-safety: as torch::nn::Module. The model makes no distributed calls.
 #ifndef TPU_DIST_MODELS_GEMMA_GEMMA_MODEL_H_
 #define TPU_DIST_MODELS_GEMMA_GEMMA_MODEL_H_
@@ -34,6 +41,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "models/common/module_hooks.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/gemma_decoder_layer.h"
 #include "models/gemma/rms_norm.h"
@@ -42,7 +50,7 @@ namespace tpudist::models::gemma {
 
 inline constexpr int64_t kIgnoreIndex = -100;
 
-class GemmaTextModelImpl : public torch::nn::Module {
+class GemmaTextModelImpl : public tpudist::models::HookableModule {
  public:
   explicit GemmaTextModelImpl(const GemmaConfig& config);
 
@@ -64,6 +72,9 @@ class GemmaTextModelImpl : public torch::nn::Module {
   RMSNorm norm{nullptr};                                 // [hidden]
 
  private:
+  // input_ids: [B, S]; attention_mask: [B, S] or undefined.
+  at::Tensor Body(const at::Tensor& input_ids, const at::Tensor& attention_mask);
+
   GemmaConfig config_;
 };
 TORCH_MODULE(GemmaTextModel);
@@ -73,7 +84,7 @@ struct CausalLMOutput {
   at::Tensor loss;    // [] fp32; undefined when no labels were given
 };
 
-class GemmaForCausalLMImpl : public torch::nn::Module {
+class GemmaForCausalLMImpl : public tpudist::models::HookableModule {
  public:
   explicit GemmaForCausalLMImpl(const GemmaConfig& config);
 
@@ -85,6 +96,10 @@ class GemmaForCausalLMImpl : public torch::nn::Module {
   const GemmaConfig& config() const { return model->config(); }
 
   GemmaTextModel model{nullptr};
+
+ private:
+  // Same arguments as forward, after the hooks.
+  CausalLMOutput Body(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& labels);
 };
 TORCH_MODULE(GemmaForCausalLM);
 

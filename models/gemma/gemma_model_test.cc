@@ -281,3 +281,40 @@ TEST(GemmaModel, SeesParameterSwapsBySetData) {
 
 }  // namespace
 }  // namespace tpudist::models::gemma
+
+namespace tpudist::models::gemma {
+namespace {
+
+// FullyShard and mixed precision attach through HookableModule hooks: every
+// composite module runs them. A post-hook zeroing each MLP output must equal
+// zeroing each down_proj weight.
+TEST(GemmaModel, ModulesRunForwardHooks) {
+  GemmaForCausalLM hooked = MakeTiny(31, 1.0), zeroed = MakeTiny(31, 1.0);
+  at::Tensor ids = at::randint(3, 500, {2, 7}, at::kLong);
+  int root_calls = 0, layer_calls = 0, attn_calls = 0;
+  hooked->RegisterPreForwardHook([&](models::HookableModule&, std::vector<at::Tensor>& in) {
+    ++root_calls;
+    EXPECT_EQ(in.size(), 3u);
+  });
+  hooked->model->RegisterPreForwardHook([&](models::HookableModule&, std::vector<at::Tensor>&) { ++root_calls; });
+  for (size_t i = 0; i < hooked->model->layers->size(); ++i) {
+    auto& layer = hooked->model->layers->at<GemmaDecoderLayerImpl>(i);
+    layer.RegisterPreForwardHook([&](models::HookableModule&, std::vector<at::Tensor>&) { ++layer_calls; });
+    layer.self_attn->RegisterPreForwardHook([&](models::HookableModule&, std::vector<at::Tensor>&) { ++attn_calls; });
+    layer.mlp->RegisterPostForwardHook(
+        [](models::HookableModule&, const std::vector<at::Tensor>&, std::vector<at::Tensor>& out) {
+          out[0] = at::zeros_like(out[0]);
+        });
+    at::NoGradGuard ng;
+    zeroed->model->layers->at<GemmaDecoderLayerImpl>(i).mlp->down_proj->weight.zero_();
+  }
+  at::NoGradGuard ng;
+  at::Tensor a = hooked->forward(ids).logits;
+  EXPECT_EQ(root_calls, 2);
+  EXPECT_EQ(layer_calls, 6);
+  EXPECT_EQ(attn_calls, 6);
+  EXPECT_TRUE(at::allclose(a, zeroed->forward(ids).logits, 1e-6, 1e-6));
+}
+
+}  // namespace
+}  // namespace tpudist::models::gemma
