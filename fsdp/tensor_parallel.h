@@ -71,8 +71,9 @@ class ParallelStyle {
   // broadcasting from the mesh's first rank as PyTorch's src_data_rank=0.
   // InvalidArgument for a module type the style does not support.
   virtual absl::Status Partition(torch::nn::Module& module, const DeviceMesh& mesh) const = 0;
-  // input: this rank's piece of the input in the style's input layout.
-  // Returns this rank's piece of the output in the style's output layout.
+  // input: [..., features] this rank's piece of the input in the style's
+  // input layout. Returns [..., out features] this rank's piece of the output
+  // in the style's output layout.
   virtual absl::StatusOr<at::Tensor> Forward(const LayerContext& layer,
                                              const at::Tensor& input) const = 0;
   virtual std::string Name() const = 0;
