@@ -117,6 +117,30 @@ TEST(FaultTest, MissingRankTimesOutNamingItAndPeersAbortFast) {
   });
 }
 
+TEST(FaultTest, MismatchedShmLayoutFailsConstruction) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("lay");
+  RunThreads(2, [&](int rank) {
+    auto o = SmallOptions(job);
+    o.timeout = std::chrono::seconds(5);
+    o.shm_slot_bytes = rank == 0 ? 4096 : 8192;
+    try {
+      c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
+      ADD_FAILURE() << "rank " << rank << " constructed a mismatched group";
+    } catch (const c10::Error& e) {
+      // Rank 1 sees rank 0's segment too small. Rank 0 either sees rank 1's
+      // layout, or (if rank 1 already failed and unlinked) no segment.
+      if (rank == 1) {
+        EXPECT_THAT(e.what(), HasSubstr("is smaller than"));
+      } else {
+        EXPECT_THAT(e.what(), ::testing::AnyOf(HasSubstr("uses 4 slots of 8192 bytes"),
+                                               HasSubstr("No such file")));
+      }
+    }
+  });
+  EXPECT_THAT(ShmEntries("tpud_" + job), IsEmpty());
+}
+
 TEST(FaultTest, GroupSpanningHostsIsUnimplemented) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("mh");

@@ -91,6 +91,9 @@ struct Communicator::Control {
   uint64_t magic;
   int32_t pid;
   int32_t rank;
+  int64_t slot_bytes;  // layout parameters, checked by every peer
+  int32_t num_slots;
+  int32_t world;
   alignas(64) std::atomic<uint32_t> phase;
   alignas(64) std::atomic<uint32_t> waiters;
   alignas(64) std::atomic<uint32_t> abort;
@@ -141,6 +144,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     Control* me = static_cast<Control*>((*own)->data());
     me->pid = getpid();
     me->rank = rank;
+    me->slot_bytes = options.slot_bytes;
+    me->num_slots = options.num_slots;
+    me->world = size;
     me->magic = kMagic;
     comm->segments_[rank] = std::move(*own);
     store.set(absl::StrCat("shm/ready/", rank), Bytes("1"));
@@ -149,8 +155,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
       store.wait({absl::StrCat("shm/ready/", r)}, timeout);
       absl::StatusOr<std::unique_ptr<Segment>> peer = Segment::Open(name(r), bytes);
       if (!peer.ok()) return peer.status();
-      if (static_cast<Control*>((*peer)->data())->magic != kMagic) {
+      const Control* pc = static_cast<const Control*>((*peer)->data());
+      if (pc->magic != kMagic) {
         return absl::InternalError(absl::StrCat("segment ", name(r), " has a bad magic"));
+      }
+      if (pc->slot_bytes != options.slot_bytes || pc->num_slots != options.num_slots ||
+          pc->world != size || pc->rank != r) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shm setup of group '", options.group_name, "' on rank ", rank,
+            ": rank ", r, " uses ", pc->num_slots, " slots of ", pc->slot_bytes,
+            " bytes for world ", pc->world, ", this rank ", options.num_slots,
+            " slots of ", options.slot_bytes, " bytes for world ", size));
       }
       comm->segments_[r] = std::move(*peer);
     }
