@@ -36,6 +36,7 @@ struct Problem {
 struct Trace {
   std::vector<double> losses;
   std::map<std::string, at::Tensor> final_params;  // full
+  std::map<std::string, at::Tensor> first_grads;   // full, after step 0's backward
 };
 
 torch::optim::AdamW MakeAdamW(torch::nn::Module& m) {
@@ -51,6 +52,9 @@ Trace TrainOracle(const Problem& p, const std::shared_ptr<torch::nn::Module>& in
     opt.zero_grad();
     at::Tensor loss = at::mse_loss(p.forward(*model, p.x), p.y);
     loss.backward();
+    if (s == 0) {
+      for (const auto& item : model->named_parameters()) t.first_grads[item.key()] = item.value().grad().clone();
+    }
     opt.step();
     t.losses.push_back(loss.item<double>());
   }
@@ -91,6 +95,14 @@ void ExpectParity(const Problem& p, int world) {
       opt.zero_grad();
       at::Tensor loss = at::mse_loss(p.forward(*model, x), y);
       loss.backward();
+      if (s == 0) {  // AdamW hides a grad scale error; check the grads themselves
+        for (const auto& item : model->named_parameters()) {
+          const auto chunks = oracle.first_grads.at(item.key()).chunk(world, 0);
+          if (r.rank >= static_cast<int>(chunks.size())) continue;
+          ASSERT_TRUE(item.value().grad().defined()) << item.key();
+          EXPECT_LE(RelErr(item.value().grad(), chunks[r.rank]), 1e-5) << "world " << world << " " << item.key();
+        }
+      }
       opt.step();
       const double avg = AvgOverRanks(mesh, loss.item<double>());
       EXPECT_NEAR(avg, oracle.losses[s], 1e-5 * std::abs(oracle.losses[s]))
