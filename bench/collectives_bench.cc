@@ -11,6 +11,7 @@
 //   collectives_bench --world=4       # scaling check
 //   collectives_bench --smoke         # a couple of iterations (ctest)
 //   collectives_bench --slot_bytes=N  # shm slot size experiment
+//   collectives_bench --spin=N --yield=M  # wait back-off experiment
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -38,6 +39,8 @@ struct Flags {
   int world = 2;
   bool smoke = false;
   int64_t slot_bytes = 0;  // 0: the group's default
+  int spin = -1;           // -1: the group's default
+  int yield = -1;
 };
 
 // Everything one rank needs; owned by main, captured by the benchmarks.
@@ -59,6 +62,10 @@ Flags ParseAndStrip(int* argc, char** argv) {
       f.world = std::stoi(a.substr(8));
     } else if (a.rfind("--slot_bytes=", 0) == 0) {
       f.slot_bytes = std::stoll(a.substr(13));
+    } else if (a.rfind("--spin=", 0) == 0) {
+      f.spin = std::stoi(a.substr(7));
+    } else if (a.rfind("--yield=", 0) == 0) {
+      f.yield = std::stoi(a.substr(8));
     } else if (a == "--smoke") {
       f.smoke = true;
     } else {
@@ -159,6 +166,8 @@ int main(int argc, char** argv) {
   options.timeout = std::chrono::seconds(120);
   options.job_id = job;
   if (flags.slot_bytes > 0) options.shm_slot_bytes = flags.slot_bytes;
+  if (flags.spin >= 0) options.wait.spin_iters = flags.spin;
+  if (flags.yield >= 0) options.wait.yield_iters = flags.yield;
   env.ours = c10::make_intrusive<ProcessGroupTpuDist>(store, env.rank, flags.world, options);
   auto gloo_opts = c10d::ProcessGroupGloo::Options::create();
   gloo_opts->timeout = std::chrono::seconds(120);

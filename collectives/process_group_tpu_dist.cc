@@ -68,6 +68,7 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
     comm_options.slot_bytes = options_.shm_slot_bytes;
     comm_options.num_slots = options_.shm_num_slots;
     comm_options.setup_timeout = absl::FromChrono(options_.timeout);
+    comm_options.wait = options_.wait;
     comm_ = ValueOrThrow(shm::Communicator::Create(*store_, rank, size, comm_options));
   }
   worker_ = std::make_unique<OpWorker>();

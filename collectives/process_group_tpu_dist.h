@@ -74,6 +74,8 @@ class ProcessGroupTpuDist : public c10d::ProcessGroup {
     // the group's queue is idle (their Work is complete on return); larger
     // ones always run on the worker thread so they overlap compute. -1: never.
     int64_t inline_max_bytes = 16 << 10;
+    // Spin / yield / futex back-off of the shm waits (collectives/shm/wait.h).
+    shm::WaitPolicy wait;
   };
 
   // Collective over `store`; see the file comment. Throws c10::Error when the
