@@ -67,7 +67,7 @@ class ProcessGroupTpuDist : public c10d::ProcessGroup {
     std::string group_name = "default";
     std::string host_id;  // "" -> DefaultHostId()
     std::string job_id;   // part of shm segment names; "" -> env TPU_DIST_JOB_ID
-    int64_t shm_slot_bytes = 1 << 20;       // per rank per slot
+    int64_t shm_slot_bytes = 256 << 10;  // per rank per slot (measured best; L2-sized chunks)
     int shm_num_slots = 4;
     int64_t small_allreduce_bytes = 64 << 10;  // one-shot allreduce limit
     // Collectives of at most this many bytes run on the calling thread when

@@ -55,7 +55,7 @@ namespace tpudist::collectives::shm {
 struct CommOptions {
   std::string job_id;      // rank 0's value prefixes segment names (+ nonce)
   std::string group_name = "default";
-  int64_t slot_bytes = 1 << 20;  // data bytes per slot; >= 64 * world
+  int64_t slot_bytes = 256 << 10;  // data bytes per slot; >= 64 * world
   int num_slots = 4;             // >= 2
   absl::Duration setup_timeout = absl::Minutes(5);
   WaitPolicy wait;
