@@ -7,6 +7,7 @@
 
 #include "collectives/process_group_tpu_dist.h"
 #include "collectives/test_util.h"
+#include "torch/csrc/distributed/c10d/TCPStore.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -333,6 +334,30 @@ TEST(ProcessGroupSingleTest, InPlaceBaseCollectives) {
     pg->_reduce_scatter_base(out, in)->wait();
     at::Tensor expect = Oracle({full(0), full(1), full(2)}, c10d::ReduceOp::SUM);
     EXPECT_TRUE(at::equal(out, expect.narrow(0, rank * n, n)));
+  });
+}
+
+// The group works over a TCPStore too (loopback, server on an ephemeral
+// port chosen by the kernel).
+TEST(ProcessGroupSingleTest, WorksOverTcpStore) {
+  c10d::TCPStoreOptions server_opts;
+  server_opts.port = 0;
+  server_opts.isServer = true;
+  server_opts.waitWorkers = false;
+  server_opts.timeout = std::chrono::seconds(20);
+  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", server_opts);
+  const std::string job = UniqueJob("tcp");
+  RunThreads(3, [&](int rank) {
+    c10d::TCPStoreOptions o;
+    o.port = server->getPort();
+    o.waitWorkers = false;
+    o.timeout = std::chrono::seconds(20);
+    c10::intrusive_ptr<c10d::Store> store = server;
+    if (rank != 0) store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 3, SmallOptions(job));
+    std::vector<at::Tensor> t = {at::full({3000}, float(rank + 1), at::kFloat)};
+    pg->allreduce(t)->wait();
+    EXPECT_TRUE(at::equal(t[0], at::full({3000}, 6.0f)));
   });
 }
 
