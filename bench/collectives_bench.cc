@@ -10,7 +10,7 @@
 //   collectives_bench                 # 2 ranks
 //   collectives_bench --world=4       # scaling check
 //   collectives_bench --smoke         # a couple of iterations (ctest)
-//   collectives_bench --slot_bytes=N  # shm slot size experiment
+//   collectives_bench --slot_bytes=N --slots=K  # shm slot experiments
 //   collectives_bench --spin=N --yield=M  # wait back-off experiment
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
@@ -39,6 +39,7 @@ struct Flags {
   int world = 2;
   bool smoke = false;
   int64_t slot_bytes = 0;  // 0: the group's default
+  int slots = 0;           // 0: the group's default
   int spin = -1;           // -1: the group's default
   int yield = -1;
 };
@@ -62,6 +63,8 @@ Flags ParseAndStrip(int* argc, char** argv) {
       f.world = std::stoi(a.substr(8));
     } else if (a.rfind("--slot_bytes=", 0) == 0) {
       f.slot_bytes = std::stoll(a.substr(13));
+    } else if (a.rfind("--slots=", 0) == 0) {
+      f.slots = std::stoi(a.substr(8));
     } else if (a.rfind("--spin=", 0) == 0) {
       f.spin = std::stoi(a.substr(7));
     } else if (a.rfind("--yield=", 0) == 0) {
@@ -166,6 +169,7 @@ int main(int argc, char** argv) {
   options.timeout = std::chrono::seconds(120);
   options.job_id = job;
   if (flags.slot_bytes > 0) options.shm_slot_bytes = flags.slot_bytes;
+  if (flags.slots > 0) options.shm_num_slots = flags.slots;
   if (flags.spin >= 0) options.wait.spin_iters = flags.spin;
   if (flags.yield >= 0) options.wait.yield_iters = flags.yield;
   env.ours = c10::make_intrusive<ProcessGroupTpuDist>(store, env.rank, flags.world, options);

@@ -56,7 +56,7 @@ struct CommOptions {
   std::string job_id;      // rank 0's value prefixes segment names (+ nonce)
   std::string group_name = "default";
   int64_t slot_bytes = 256 << 10;  // data bytes per slot; >= 64 * world
-  int num_slots = 4;             // >= 2
+  int num_slots = 8;             // >= 2
   absl::Duration setup_timeout = absl::Minutes(5);
   WaitPolicy wait;
 };
