@@ -45,7 +45,12 @@ TEST(FaultTest, MismatchedShapesFailOnEveryRankNamingThem) {
   RunThreads(3, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 3, SmallOptions(job));
     std::vector<at::Tensor> t = {at::ones({rank == 2 ? 11 : 10}, at::kFloat)};
-    const std::string err = ErrorOf(pg->allreduce(t));
+    auto work = pg->allreduce(t);
+    const std::string err = ErrorOf(work);
+    EXPECT_TRUE(work->isCompleted());
+    EXPECT_FALSE(work->isSuccess());
+    EXPECT_NE(work->exception(), nullptr);
+    EXPECT_TRUE(work->getFuture()->hasError());
     EXPECT_THAT(err, HasSubstr("allreduce"));
     EXPECT_THAT(err, HasSubstr("mismatched"));
     EXPECT_THAT(err, HasSubstr("rank 2: allreduce #1 dtype=float32 shape=[11]"));

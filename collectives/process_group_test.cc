@@ -377,8 +377,14 @@ TEST(ProcessGroupSingleTest, AsyncOpsRunInIssueOrder) {
       EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
       EXPECT_FALSE(pending->isCompleted());
     }
+    if (rank == 0) {
+      // A short wait on a pending op times out without failing the op.
+      EXPECT_THROW(pending->wait(std::chrono::milliseconds(20)), std::exception);
+    }
     pending->wait();
     EXPECT_TRUE(at::equal(big[0], at::full({5000}, 2.0f)));
+    EXPECT_TRUE(pending->isSuccess());
+    EXPECT_EQ(pending->exception(), nullptr);
     std::vector<std::vector<at::Tensor>> bufs;
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (int i = 0; i < 8; ++i) {
