@@ -1,5 +1,5 @@
 // Faults and bad input: mismatched calls, a killed rank (forked processes),
-// a missing rank (timeout), poisoning, groups spanning hosts, and /dev/shm
+// a missing rank (timeout), poisoning, the host layout, and /dev/shm
 // hygiene after normal and failed runs.
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -144,21 +144,6 @@ TEST(FaultTest, MismatchedShmLayoutFailsConstruction) {
     }
   });
   EXPECT_THAT(ShmEntries("tpud_" + job), IsEmpty());
-}
-
-TEST(FaultTest, GroupSpanningHostsIsUnimplemented) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = UniqueJob("mh");
-  RunThreads(3, [&](int rank) {
-    auto o = SmallOptions(job);
-    o.host_id = rank == 1 ? "hostB" : "hostA";
-    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 3, o);
-    EXPECT_EQ(pg->host_layout().num_hosts(), 2);
-    std::vector<at::Tensor> t = {at::ones({4}, at::kFloat)};
-    const std::string err = ErrorOf(pg->allreduce(t));
-    EXPECT_THAT(err, HasSubstr("UNIMPLEMENTED"));
-    EXPECT_THAT(err, HasSubstr("spans 2 hosts (ranks per host: 2,1)"));
-  });
 }
 
 TEST(HostLayoutTest, GroupsRanksByHostInFirstAppearanceOrder) {

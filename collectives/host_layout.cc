@@ -1,5 +1,7 @@
 #include "collectives/host_layout.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -7,6 +9,8 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace tpudist::collectives {
@@ -41,6 +45,41 @@ std::string DefaultHostId(const std::string& configured) {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::getline(in, boot);
   return absl::StrCat(host, "/", absl::StripAsciiWhitespace(boot));
+}
+
+bool IsNumericAddress(const std::string& s) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
+}
+
+BindAddress ResolveBindAddress(const std::string& configured, const std::string& host_id) {
+  if (!configured.empty()) return {configured, ""};
+  if (const char* env = std::getenv("TPU_DIST_BIND_ADDRESS"); env && *env) return {env, ""};
+  const char* hosts = std::getenv("TPU_WORKER_HOSTNAMES");
+  const char* id = std::getenv("TPU_WORKER_ID");
+  int index = -1;
+  if (hosts && id && absl::SimpleAtoi(id, &index) && index >= 0) {
+    std::vector<std::string> list = absl::StrSplit(hosts, ',');
+    if (index < static_cast<int>(list.size())) {
+      const std::string entry(absl::StripAsciiWhitespace(list[index]));
+      if (IsNumericAddress(entry)) return {entry, ""};
+    }
+  }
+  if (IsNumericAddress(host_id)) return {host_id, ""};
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  addrinfo hints = {};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string advertise = "127.0.0.1";
+  if (getaddrinfo(name, nullptr, &hints, &res) == 0 && res != nullptr) {
+    char text[INET_ADDRSTRLEN] = {};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(res->ai_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text))) advertise = text;
+    freeaddrinfo(res);
+  }
+  return {"0.0.0.0", advertise};
 }
 
 }  // namespace tpudist::collectives

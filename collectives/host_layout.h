@@ -1,8 +1,7 @@
 // Which ranks of a group share a host, computed from the host ids that every
-// rank publishes through the store. The hierarchical path (intra-host shm
-// reduce -> inter-host TCP among leaders -> intra-host broadcast) is planned
-// on this layout; today the process group uses it to decide shm-only vs
-// "spans hosts" (Unimplemented until the TCP path is integrated).
+// rank publishes through the store, and which address a rank binds for the
+// inter-host (TCP) path. The process group uses the layout to choose shm-only
+// (one host) or the hierarchical shm + TCP backend (hierarchical_backend.h).
 //
 // Thread-safety: pure functions / value types.
 #ifndef TPU_DIST_COLLECTIVES_HOST_LAYOUT_H_
@@ -35,6 +34,25 @@ HostLayout ComputeHostLayout(absl::Span<const std::string> host_ids);
 // /proc/sys/kernel/random/boot_id). Emulated hosts on one machine (network
 // namespaces) share the boot id, so they must set TPU_DIST_HOST_ID.
 std::string DefaultHostId(const std::string& configured);
+
+// Where this rank's TCP listeners bind and what peers dial.
+struct BindAddress {
+  std::string bind;       // numeric IPv4/IPv6
+  std::string advertise;  // "" = bind
+};
+
+// The inter-host address of this process, first match wins:
+//   1. `configured` (Options::bind_address) if non-empty;
+//   2. env TPU_DIST_BIND_ADDRESS;
+//   3. TPU_WORKER_HOSTNAMES[TPU_WORKER_ID] if that entry is a numeric IP;
+//   4. `host_id` if it is a numeric IP (tpurun --hosts-emulated sets
+//      TPU_DIST_HOST_ID=127.0.1.<h+1>, the emulated host's own address);
+//   5. "0.0.0.0", advertised as the first IPv4 address gethostname()
+//      resolves to (127.0.0.1 if it resolves to nothing).
+BindAddress ResolveBindAddress(const std::string& configured, const std::string& host_id);
+
+// True if `s` parses as a numeric IPv4 or IPv6 address. Pure.
+bool IsNumericAddress(const std::string& s);
 
 }  // namespace tpudist::collectives
 

@@ -1,65 +1,82 @@
 #include "collectives/op_worker.h"
 
 #include <chrono>
+#include <utility>
 
 namespace tpudist::collectives {
 
-OpWorker::OpWorker() : thread_([this] { Loop(); }) {}
+OpWorker::OpWorker()
+    : state_(std::make_shared<State>()), thread_([s = state_] { Loop(s); }) {}
 
 OpWorker::~OpWorker() {
+  const bool on_worker = std::this_thread::get_id() == thread_.get_id();
+  std::deque<std::function<void()>> dropped;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stop = true;
+    if (on_worker) dropped.swap(state_->queue);
   }
-  cv_.notify_all();
-  thread_.join();
+  state_->cv.notify_all();
+  dropped.clear();  // outside the lock: closures may release more objects
+  if (on_worker) {
+    // Joining ourselves would throw EDEADLK; the thread owns `state_` too and
+    // returns once the current op unwinds.
+    thread_.detach();
+  } else {
+    thread_.join();
+  }
 }
 
 void OpWorker::Enqueue(std::function<void()> op) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(op));
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->queue.push_back(std::move(op));
   }
-  cv_.notify_one();
+  state_->cv.notify_one();
 }
 
 bool OpWorker::RunInlineIfIdle(const std::function<void()>& op) {
+  State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (busy_ || !queue_.empty() || stop_) return false;
-    busy_ = true;
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.busy || !s.queue.empty() || s.stop) return false;
+    s.busy = true;
   }
   op();
   bool pending;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_ = false;
-    pending = !queue_.empty();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.busy = false;
+    pending = !s.queue.empty();
   }
   // Wake the worker only if ops queued up meanwhile: an idle worker woken
   // for nothing costs a context switch per inline op.
-  if (pending) cv_.notify_all();
+  if (pending) s.cv.notify_all();
   return true;
 }
 
-void OpWorker::Loop() {
+void OpWorker::Loop(const std::shared_ptr<State>& state) {
+  State& s = *state;
   while (true) {
     std::function<void()> op;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(s.mu);
       // Idle wait, re-checked every 100 ms so no wait is unbounded.
-      while (!cv_.wait_for(lock, std::chrono::milliseconds(100),
-                           [&] { return !busy_ && (stop_ || !queue_.empty()); })) {
+      while (!s.cv.wait_for(lock, std::chrono::milliseconds(100),
+                            [&] { return !s.busy && (s.stop || !s.queue.empty()); })) {
       }
-      if (queue_.empty()) return;
-      op = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
+      if (s.queue.empty()) return;
+      op = std::move(s.queue.front());
+      s.queue.pop_front();
+      s.busy = true;
     }
     op();
+    // Destroying the op may destroy the OpWorker (and its group) on this
+    // thread; only `s`, owned by this thread too, is touched afterwards.
+    op = nullptr;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      busy_ = false;
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.busy = false;
     }
   }
 }

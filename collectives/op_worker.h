@@ -5,7 +5,12 @@
 // Contract: Enqueue() never blocks on the op; ops run one at a time, FIFO
 // (inline ops included).
 // The destructor stops accepting ops, drains the queue (each op is bounded by
-// its own deadline) and joins.
+// its own deadline) and joins. If it runs on the worker thread itself (an op
+// or its captures dropped the last reference to the owning group), it cannot
+// join: it discards the ops still queued (their closures are destroyed, so
+// their Work handles are released unfinished; a waiter times out) and
+// detaches; the thread then exits after the current op. The queue state is
+// shared with the thread, so nothing it touches afterwards is freed.
 //
 // Thread-safety: Enqueue() and RunInlineIfIdle() are thread-safe.
 #ifndef TPU_DIST_COLLECTIVES_OP_WORKER_H_
@@ -15,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <memory>
 #include <thread>
 
 namespace tpudist::collectives {
@@ -35,13 +41,17 @@ class OpWorker {
   bool RunInlineIfIdle(const std::function<void()>& op);
 
  private:
-  void Loop();
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> queue;  // GUARDED_BY(mu)
+    bool stop = false;                        // GUARDED_BY(mu)
+    bool busy = false;  // an op is running (worker or inline); GUARDED_BY(mu)
+  };
+  // Runs on the worker thread; `state` is kept alive by the thread.
+  static void Loop(const std::shared_ptr<State>& state);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;  // GUARDED_BY(mu_)
-  bool stop_ = false;                        // GUARDED_BY(mu_)
-  bool busy_ = false;  // an op is running (worker or inline); GUARDED_BY(mu_)
+  std::shared_ptr<State> state_;
   std::thread thread_;
 };
 

@@ -73,12 +73,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allgather(
   const uint32_t seq = NextSeq();
   return Enqueue("allgather", c10d::OpType::ALLGATHER, OpTimeout(opts.timeout),
                  in.nbytes(), outs,
-                 [in, outs, dtype, seq](shm::Communicator& comm,
+                 [in, outs, dtype, seq](CollectiveBackend& comm,
                                         const shm::OpContext& ctx) mutable {
                    at::Tensor src = ContiguousBuffer(in);  // [in.sizes()]
                    Buffers dst(outs);                      // size x [in.sizes()]
                    shm::OpSpec spec{ctx, seq, dtype, ShapeOf(in), in.numel()};
-                   absl::Status s = shm::AllGather(comm, spec, src.data_ptr(),
+                   absl::Status s = comm.AllGather(spec, src.data_ptr(),
                                                    src.nbytes(), dst.ptrs);
                    if (s.ok()) dst.CopyBack(outs);
                    return s;
@@ -98,13 +98,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_allgather_base(
   const uint32_t seq = NextSeq();
   return Enqueue("_allgather_base", c10d::OpType::_ALLGATHER_BASE,
                  OpTimeout(opts.timeout), in.nbytes(), {out},
-                 [in, out, dtype, seq, this](shm::Communicator& comm,
+                 [in, out, dtype, seq, this](CollectiveBackend& comm,
                                              const shm::OpContext& ctx) mutable {
                    at::Tensor src = ContiguousBuffer(in);   // [n]
                    at::Tensor dst = ContiguousBuffer(out);  // [size * n]
                    shm::OpSpec spec{ctx, seq, dtype, ShapeOf(in), in.numel()};
-                   absl::Status s = shm::AllGather(
-                       comm, spec, src.data_ptr(), src.nbytes(),
+                   absl::Status s = comm.AllGather(spec, src.data_ptr(), src.nbytes(),
                        Pieces(dst.data_ptr(), size_, src.nbytes()));
                    if (s.ok()) CopyBackIfNeeded(out, dst);
                    return s;
@@ -130,12 +129,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::gather(
   const uint32_t seq = NextSeq();
   return Enqueue("gather", c10d::OpType::GATHER, OpTimeout(opts.timeout),
                  in.nbytes(), outs,
-                 [in, outs, dtype, root, seq](shm::Communicator& comm,
+                 [in, outs, dtype, root, seq](CollectiveBackend& comm,
                                               const shm::OpContext& ctx) mutable {
                    at::Tensor src = ContiguousBuffer(in);
                    Buffers dst(outs);  // root: size x [in.sizes()]; else empty
                    shm::OpSpec spec{ctx, seq, dtype, ShapeOf(in), in.numel()};
-                   absl::Status s = shm::Gather(comm, spec, root, src.data_ptr(),
+                   absl::Status s = comm.Gather(spec, root, src.data_ptr(),
                                                 src.nbytes(), dst.ptrs);
                    if (s.ok()) dst.CopyBack(outs);
                    return s;
@@ -161,12 +160,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::scatter(
   const uint32_t seq = NextSeq();
   return Enqueue("scatter", c10d::OpType::SCATTER, OpTimeout(opts.timeout),
                  out.nbytes(), {out},
-                 [ins, out, dtype, root, seq](shm::Communicator& comm,
+                 [ins, out, dtype, root, seq](CollectiveBackend& comm,
                                               const shm::OpContext& ctx) mutable {
                    Buffers src(ins);                        // root: size x [out.sizes()]
                    at::Tensor dst = ContiguousBuffer(out);  // [out.sizes()]
                    shm::OpSpec spec{ctx, seq, dtype, ShapeOf(out), out.numel()};
-                   absl::Status s = shm::Scatter(comm, spec, root, src.const_ptrs(),
+                   absl::Status s = comm.Scatter(spec, root, src.const_ptrs(),
                                                  dst.data_ptr(), dst.nbytes());
                    if (s.ok()) CopyBackIfNeeded(out, dst);
                    return s;
@@ -189,12 +188,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce_scatter(
   const uint32_t seq = NextSeq();
   return Enqueue("reduce_scatter", c10d::OpType::REDUCE_SCATTER,
                  OpTimeout(opts.timeout), out.nbytes() * size_, {out},
-                 [ins, out, dtype, kind, seq](shm::Communicator& comm,
+                 [ins, out, dtype, kind, seq](CollectiveBackend& comm,
                                               const shm::OpContext& ctx) mutable {
                    Buffers src(ins);                        // size x [out.sizes()]
                    at::Tensor dst = ContiguousBuffer(out);  // [out.sizes()]
                    shm::OpSpec spec{ctx, seq, dtype, ShapeOf(out), out.numel()};
-                   absl::Status s = shm::ReduceScatter(comm, spec, kind,
+                   absl::Status s = comm.ReduceScatter(spec, kind,
                                                        src.const_ptrs(), dst.data_ptr());
                    if (s.ok()) CopyBackIfNeeded(out, dst);
                    return s;
@@ -216,14 +215,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_reduce_scatter_base(
   const uint32_t seq = NextSeq();
   return Enqueue("_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE,
                  OpTimeout(opts.timeout), in.nbytes(), {out},
-                 [in, out, dtype, kind, seq, this](shm::Communicator& comm,
+                 [in, out, dtype, kind, seq, this](CollectiveBackend& comm,
                                                    const shm::OpContext& ctx) mutable {
                    at::Tensor src = ContiguousBuffer(in);   // [size * n]
                    at::Tensor dst = ContiguousBuffer(out);  // [n]
                    std::vector<void*> pieces = Pieces(src.data_ptr(), size_, dst.nbytes());
                    shm::OpSpec spec{ctx, seq, dtype, ShapeOf(out), out.numel()};
-                   absl::Status s = shm::ReduceScatter(
-                       comm, spec, kind,
+                   absl::Status s = comm.ReduceScatter(spec, kind,
                        std::vector<const void*>(pieces.begin(), pieces.end()),
                        dst.data_ptr());
                    if (s.ok()) CopyBackIfNeeded(out, dst);
@@ -257,7 +255,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall_base(
       "alltoall_base", c10d::OpType::ALLTOALL_BASE, OpTimeout(opts.timeout),
       in.nbytes(), {out},
       [in, out, dtype, seq, in_rows, out_rows, row_bytes](
-          shm::Communicator& comm, const shm::OpContext& ctx) mutable {
+          CollectiveBackend& comm, const shm::OpContext& ctx) mutable {
         at::Tensor src = ContiguousBuffer(in);   // [rows_in, ...]
         at::Tensor dst = ContiguousBuffer(out);  // [rows_out, ...]
         const int world = comm.size();
@@ -273,7 +271,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall_base(
           outs[r] = static_cast<char*>(dst.data_ptr()) + out_off[r] * row_bytes;
         }
         shm::OpSpec spec{ctx, seq, dtype, ShapeOf(in), in.numel()};
-        absl::Status s = shm::AllToAll(comm, spec, ins, in_bytes, outs, out_bytes);
+        absl::Status s = comm.AllToAll(spec, ins, in_bytes, outs, out_bytes);
         if (s.ok()) CopyBackIfNeeded(out, dst);
         return s;
       });
@@ -296,7 +294,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall(
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("alltoall", c10d::OpType::ALLTOALL, OpTimeout(opts.timeout), 0, outs,
-                 [ins, outs, dtype, seq](shm::Communicator& comm,
+                 [ins, outs, dtype, seq](CollectiveBackend& comm,
                                          const shm::OpContext& ctx) mutable {
                    Buffers src(ins), dst(outs);  // size x [per-peer shapes]
                    const int world = comm.size();
@@ -306,7 +304,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall(
                      out_bytes[r] = dst.tensors[r].nbytes();
                    }
                    shm::OpSpec spec{ctx, seq, dtype, {}, 0};
-                   absl::Status s = shm::AllToAll(comm, spec, src.const_ptrs(),
+                   absl::Status s = comm.AllToAll(spec, src.const_ptrs(),
                                                   in_bytes, dst.ptrs, out_bytes);
                    if (s.ok()) dst.CopyBack(outs);
                    return s;

@@ -58,13 +58,22 @@ at::Tensor Oracle(const std::vector<at::Tensor>& ins, c10d::ReduceOp::RedOpType 
 
 class ProcessGroupTest : public ::testing::TestWithParam<std::tuple<int, int64_t>> {};
 
-TEST_P(ProcessGroupTest, EveryOpMatchesTheOracle) {
-  const auto [world, count] = GetParam();
+// Every op and dtype on `world` thread ranks vs the single-process oracle.
+// hosts: "" = one host; else hosts[r] names rank r's emulated host (its
+// host id), e.g. "0011" = 2 hosts x 2 ranks, "0101" = non-contiguous.
+void RunEveryOp(int world, int64_t count, const std::string& hosts) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("pg");
-  RunThreads(world, [&, world = world, count = count](int rank) {
-    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world,
-                                                       SmallOptions(job));
+  RunThreads(world, [&](int rank) {
+    ProcessGroupTpuDist::Options opts = SmallOptions(job);
+    if (!hosts.empty()) {
+      opts.host_id = std::string("h") + hosts[rank];
+      opts.bind_address = "127.0.0.1";
+    }
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world, opts);
+    if (!hosts.empty()) {
+      EXPECT_GT(pg->host_layout().num_hosts(), 1);
+    }
     EXPECT_EQ(pg->getBackendName(), "tpu_dist");
     auto all = [&](auto make) {
       std::vector<at::Tensor> v;
@@ -245,6 +254,30 @@ TEST_P(ProcessGroupTest, EveryOpMatchesTheOracle) {
   });
   EXPECT_THAT(testing::ShmEntries("tpud_" + job), ::testing::IsEmpty());
 }
+
+TEST_P(ProcessGroupTest, EveryOpMatchesTheOracle) {
+  const auto [world, count] = GetParam();
+  RunEveryOp(world, count, "");
+}
+
+// Emulated hosts in one process: every op through the hierarchical backend
+// (shm per host, TCP on 127.0.0.1 between hosts).
+class MultiHostTest : public ::testing::TestWithParam<std::tuple<std::string, int64_t>> {};
+
+TEST_P(MultiHostTest, EveryOpMatchesTheOracle) {
+  const auto [hosts, count] = GetParam();
+  RunEveryOp(static_cast<int>(hosts.size()), count, hosts);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HostsByCount, MultiHostTest,
+    ::testing::Combine(::testing::Values("0011", "001122", "00111", "0101", "0123", "01",
+                                         "01120"),
+                       ::testing::Values<int64_t>(0, 1, 37, 2500)),
+    [](const auto& info) {
+      return "hosts" + std::get<0>(info.param) + "_n" +
+             std::to_string(std::get<1>(info.param));
+    });
 
 INSTANTIATE_TEST_SUITE_P(
     WorldByCount, ProcessGroupTest,

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "collectives/hierarchical_backend.h"
 #include "collectives/shm/algorithms.h"
 #include "collectives/tensor_bridge.h"
 #include "collectives/work.h"
@@ -51,25 +52,31 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
     ids[r].assign(v.begin(), v.end());
   }
   layout_ = ComputeHostLayout(ids);
-  if (!layout_.single_host()) {
-    std::vector<std::string> hosts;
-    for (const auto& h : layout_.hosts) hosts.push_back(absl::StrCat(h.size()));
-    setup_status_ = absl::UnimplementedError(absl::StrCat(
-        "group '", options_.group_name, "' spans ", layout_.num_hosts(),
-        " hosts (ranks per host: ", absl::StrJoin(hosts, ","),
-        "); the inter-host (TCP) path is not integrated yet"));
+  shm::CommOptions comm_options;
+  const char* env_job = std::getenv("TPU_DIST_JOB_ID");
+  comm_options.job_id = !options_.job_id.empty() ? options_.job_id
+                        : env_job                ? env_job
+                                                 : "";
+  comm_options.group_name = options_.group_name;
+  comm_options.slot_bytes = options_.shm_slot_bytes;
+  comm_options.num_slots = options_.shm_num_slots;
+  comm_options.setup_timeout = absl::FromChrono(options_.timeout);
+  comm_options.wait = options_.wait;
+  if (layout_.single_host()) {
+    backend_ = std::make_unique<ShmBackend>(
+        ValueOrThrow(shm::Communicator::Create(*store_, rank, size, comm_options)),
+        options_.small_allreduce_bytes);
   } else {
-    shm::CommOptions comm_options;
-    const char* env_job = std::getenv("TPU_DIST_JOB_ID");
-    comm_options.job_id = !options_.job_id.empty() ? options_.job_id
-                          : env_job                ? env_job
-                                                   : "";
-    comm_options.group_name = options_.group_name;
-    comm_options.slot_bytes = options_.shm_slot_bytes;
-    comm_options.num_slots = options_.shm_num_slots;
-    comm_options.setup_timeout = absl::FromChrono(options_.timeout);
-    comm_options.wait = options_.wait;
-    comm_ = ValueOrThrow(shm::Communicator::Create(*store_, rank, size, comm_options));
+    // Spans hosts: shm inside each host, TCP between them.
+    HierarchicalOptions hier;
+    hier.shm = comm_options;
+    hier.small_allreduce_bytes = options_.small_allreduce_bytes;
+    const BindAddress addr = ResolveBindAddress(options_.bind_address, host_id);
+    hier.bind_address = addr.bind;
+    hier.advertise_address = addr.advertise;
+    hier.connect_timeout = absl::FromChrono(options_.timeout);
+    backend_ = ValueOrThrow(
+        HierarchicalBackend::Create(store_, rank, size, layout_, hier));
   }
   worker_ = std::make_unique<OpWorker>();
 }
@@ -94,8 +101,7 @@ c10::intrusive_ptr<ProcessGroupTpuDist> ProcessGroupTpuDist::NewSubgroup(
 }
 
 absl::Status ProcessGroupTpuDist::status() const {
-  if (!setup_status_.ok()) return setup_status_;
-  return comm_ ? comm_->poison() : absl::OkStatus();
+  return backend_->poison();
 }
 
 std::chrono::milliseconds ProcessGroupTpuDist::OpTimeout(
@@ -108,7 +114,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     int64_t bytes, std::vector<at::Tensor> outputs, OpBody body) {
   auto work = c10::make_intrusive<TpuDistWork>(rank_, type, std::move(outputs), timeout);
   std::function<void()> run = [this, work, name, timeout, bytes, body = std::move(body)] {
-    if (!setup_status_.ok()) return work->Finish(setup_status_);
     shm::OpContext ctx;
     ctx.name = name;
     ctx.bytes = bytes;
@@ -116,9 +121,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     ctx.timeout = absl::FromChrono(timeout);
     absl::Status s;
     try {
-      s = body(*comm_, ctx);
+      s = body(*backend_, ctx);
     } catch (const std::exception& e) {  // torch copy_ / store errors
-      s = comm_->Poison(absl::InternalError(absl::StrCat(name, ": ", e.what())));
+      s = backend_->Poison(absl::InternalError(absl::StrCat(name, ": ", e.what())));
     }
     work->Finish(s);
   };
@@ -144,12 +149,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allreduce(
   const uint32_t seq = NextSeq();
   return Enqueue("allreduce", c10d::OpType::ALLREDUCE, OpTimeout(opts.timeout),
                  t.nbytes(), tensors,
-                 [this, t, dtype, kind, seq](shm::Communicator& comm,
+                 [t, dtype, kind, seq](CollectiveBackend& comm,
                                              const shm::OpContext& ctx) mutable {
                    at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
                    shm::OpSpec spec{ctx, seq, dtype, ShapeOf(t), t.numel()};
-                   absl::Status s = shm::AllReduce(comm, spec, kind, buf.data_ptr(),
-                                                   options_.small_allreduce_bytes);
+                   absl::Status s = comm.AllReduce(spec, kind, buf.data_ptr());
                    if (s.ok()) CopyBackIfNeeded(t, buf);
                    return s;
                  });
@@ -167,11 +171,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::broadcast(
   const uint32_t seq = NextSeq();
   return Enqueue("broadcast", c10d::OpType::BROADCAST, OpTimeout(opts.timeout),
                  t.nbytes(), tensors,
-                 [t, dtype, root, seq](shm::Communicator& comm,
+                 [t, dtype, root, seq](CollectiveBackend& comm,
                                        const shm::OpContext& ctx) mutable {
                    at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
                    shm::OpSpec spec{ctx, seq, dtype, ShapeOf(t), t.numel()};
-                   absl::Status s = shm::Broadcast(comm, spec, root, buf.data_ptr(),
+                   absl::Status s = comm.Broadcast(spec, root, buf.data_ptr(),
                                                    t.nbytes());
                    if (s.ok()) CopyBackIfNeeded(t, buf);
                    return s;
@@ -192,11 +196,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce(
   const uint32_t seq = NextSeq();
   return Enqueue("reduce", c10d::OpType::REDUCE, OpTimeout(opts.timeout),
                  t.nbytes(), tensors,
-                 [t, dtype, kind, root, seq](shm::Communicator& comm,
+                 [t, dtype, kind, root, seq](CollectiveBackend& comm,
                                              const shm::OpContext& ctx) mutable {
                    at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
                    shm::OpSpec spec{ctx, seq, dtype, ShapeOf(t), t.numel()};
-                   absl::Status s = shm::Reduce(comm, spec, kind, root, buf.data_ptr());
+                   absl::Status s = comm.Reduce(spec, kind, root, buf.data_ptr());
                    if (s.ok()) CopyBackIfNeeded(t, buf);
                    return s;
                  });
@@ -207,9 +211,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::barrier(
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("barrier", c10d::OpType::BARRIER, OpTimeout(opts.timeout), 0, {},
-                 [seq](shm::Communicator& comm, const shm::OpContext& ctx) {
+                 [seq](CollectiveBackend& comm, const shm::OpContext& ctx) {
                    shm::OpSpec spec{ctx, seq, shm::DataType::kUInt8, {}, 0};
-                   return shm::Barrier(comm, spec);
+                   return comm.Barrier(spec);
                  });
 }
 
@@ -233,7 +237,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
   const std::string channel = absl::StrCat("p2p/", rank_, "/", dst_rank, "/", tag);
   const std::string key = absl::StrCat(channel, "/", NextP2pIndex(channel));
   return Enqueue("send", c10d::OpType::SEND, options_.timeout, t.nbytes(), tensors,
-                 [this, t, key](shm::Communicator&, const shm::OpContext&) {
+                 [this, t, key](CollectiveBackend&, const shm::OpContext&) {
                    at::Tensor buf = ContiguousBuffer(t);
                    const uint8_t* p = static_cast<const uint8_t*>(buf.data_ptr());
                    store_->set(key, std::vector<uint8_t>(p, p + buf.nbytes()));
@@ -254,7 +258,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
   const int me = rank_;
   return Enqueue(
       "recv", c10d::OpType::RECV, options_.timeout, t.nbytes(), tensors,
-      [this, t, key, src_rank, me](shm::Communicator&, const shm::OpContext& ctx) mutable {
+      [this, t, key, src_rank, me](CollectiveBackend&, const shm::OpContext& ctx) mutable {
         try {
           store_->wait({key}, absl::ToChronoMilliseconds(ctx.timeout));
         } catch (const std::exception& e) {

@@ -10,9 +10,10 @@
 // Construction is collective: all `size` ranks construct the group over the
 // same store (keys are namespaced by Options::group_name, which must be unique
 // per store). The constructor exchanges host ids; when all ranks share a host
-// it sets up the shared-memory communicator (collectives/shm). A group that
-// spans hosts constructs, but every op fails with Unimplemented until the
-// inter-host path (collectives/tcp) is integrated (see docs/collectives.md).
+// it sets up the shared-memory communicator (collectives/shm); a group that
+// spans hosts gets the hierarchical backend (hierarchical_backend.h): shm
+// inside each host, TCP (collectives/tcp) among host leaders and a flat TCP
+// mesh for gather/scatter/alltoall (see docs/collectives.md).
 //
 // Ops: allreduce (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR), reduce,
 // allgather, _allgather_base, reduce_scatter, _reduce_scatter_base,
@@ -30,7 +31,7 @@
 // (cross-rank mismatch, peer death, timeout) fail the Work on every rank and
 // poison the group: later ops fail fast with the same cause.
 //
-// send/recv go through the store (correct, not fast); collectives use shm.
+// send/recv go through the store (correct, not fast), on one host or many.
 //
 // Thread-safety: op methods may be called from any thread; the group orders
 // them by call order.
@@ -50,6 +51,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "collectives/collective_backend.h"
 #include "collectives/host_layout.h"
 #include "collectives/op_worker.h"
 #include "collectives/shm/communicator.h"
@@ -67,6 +69,10 @@ class ProcessGroupTpuDist : public c10d::ProcessGroup {
     std::string group_name = "default";
     std::string host_id;  // "" -> DefaultHostId()
     std::string job_id;   // part of shm segment names; "" -> env TPU_DIST_JOB_ID
+    // Numeric address the inter-host TCP listeners bind (multi-host groups
+    // only); "" -> ResolveBindAddress (env TPU_DIST_BIND_ADDRESS, this host's
+    // TPU_WORKER_HOSTNAMES entry, a numeric host id, else 0.0.0.0).
+    std::string bind_address;
     int64_t shm_slot_bytes = 256 << 10;  // per rank per slot (measured best; L2-sized chunks)
     int shm_num_slots = 8;  // measured: 8 beat 4 and 16 at 16 MiB
     int64_t small_allreduce_bytes = 64 << 10;  // one-shot allreduce limit
@@ -166,7 +172,7 @@ class ProcessGroupTpuDist : public c10d::ProcessGroup {
 
  private:
   // The body of an op, run on the worker thread against the communicator.
-  using OpBody = std::function<absl::Status(shm::Communicator&, const shm::OpContext&)>;
+  using OpBody = std::function<absl::Status(CollectiveBackend&, const shm::OpContext&)>;
 
   // Queues `body` and returns its Work; `outputs` are what the future
   // resolves to.
@@ -183,8 +189,7 @@ class ProcessGroupTpuDist : public c10d::ProcessGroup {
   Options options_;
   c10::intrusive_ptr<c10d::Store> store_;  // namespaced by group name
   HostLayout layout_;
-  absl::Status setup_status_;                 // Unimplemented if multi-host
-  std::unique_ptr<shm::Communicator> comm_;   // null unless single host
+  std::unique_ptr<CollectiveBackend> backend_;  // shm, or hierarchical
   uint32_t op_seq_ = 0;                       // issuing thread(s) under issue_mu_
   std::mutex issue_mu_;
   std::map<std::string, int64_t> p2p_counters_;  // GUARDED_BY(issue_mu_)

@@ -14,6 +14,8 @@ const char* At(const void* p, int64_t off) {
   return static_cast<const char*>(p) + off;
 }
 
+}  // namespace
+
 OpHeader MakeHeader(const OpSpec& spec, OpKind kind, ReduceKind op, int root,
                     bool check_count) {
   OpHeader h;
@@ -29,6 +31,8 @@ OpHeader MakeHeader(const OpSpec& spec, OpKind kind, ReduceKind op, int root,
   for (int i = 0; i < h.ndim; ++i) h.dims[i] = spec.shape[i];
   return h;
 }
+
+namespace {
 
 // Drives `phases` (>= 1) lock-step phases. write(i, my_slot) fills this
 // rank's slot for phase i; read(i) consumes peers' slots of phase i. The

@@ -34,6 +34,11 @@ struct OpSpec {
   int64_t count = 0;
 };
 
+// The header an algorithm publishes for `spec` (also exchanged between host
+// leaders by the multi-host path). root -1 and op kSum-or-0 where unused.
+OpHeader MakeHeader(const OpSpec& spec, OpKind kind, ReduceKind op, int root,
+                    bool check_count);
+
 // In-place all-reduce of `count` elements at `data` ([count]). Messages of at
 // most `small_bytes` take the one-shot path (chunked if larger than a slot);
 // larger ones the chunked reduce-scatter + all-gather path.

@@ -43,6 +43,8 @@ bool ProcessDead(int pid) {
   return state == 'Z' || state == 'X';
 }
 
+}  // namespace
+
 std::string DescribeHeader(const OpHeader& h) {
   std::string dims;
   for (int i = 0; i < h.ndim && i < OpHeader::kMaxDims; ++i) {
@@ -69,8 +71,6 @@ bool HeadersAgree(const OpHeader& a, const OpHeader& b) {
   }
   return true;
 }
-
-}  // namespace
 
 const char* OpKindName(OpKind kind) {
   switch (kind) {
@@ -200,15 +200,19 @@ const OpHeader* Communicator::peer_header(int r) const {
   return reinterpret_cast<const OpHeader*>(slot(r, phase_));
 }
 
+int Communicator::Label(int r) const {
+  return r < static_cast<int>(options_.rank_labels.size()) ? options_.rank_labels[r] : r;
+}
+
 absl::Status Communicator::PeerHealth(int r) const {
   const Control* c = control(r);
   if (c->abort.load(std::memory_order_acquire) != 0) {
-    return absl::AbortedError(absl::StrCat("peer rank ", r, " aborted: ",
+    return absl::AbortedError(absl::StrCat("peer rank ", Label(r), " aborted: ",
                                            std::string(c->reason, strnlen(c->reason, sizeof(c->reason)))));
   }
   if (c->pid != getpid() && ProcessDead(c->pid)) {
     return absl::UnavailableError(
-        absl::StrCat("peer rank ", r, " (pid ", c->pid, ") died"));
+        absl::StrCat("peer rank ", Label(r), " (pid ", c->pid, ") died"));
   }
   return absl::OkStatus();
 }
@@ -221,8 +225,8 @@ absl::Status Communicator::WaitPeer(int r, uint32_t target, const OpContext& ctx
   if (s.ok()) return s;
   const absl::Duration elapsed = absl::Now() - ctx.start;
   std::string detail = absl::StrCat(
-      ctx.name, " on rank ", rank_, " of group '", options_.group_name, "': ",
-      s.message(), " while waiting for peer rank ", r, " ", what, " (phase ",
+      ctx.name, " on rank ", Label(rank_), " of group '", options_.group_name, "': ",
+      s.message(), " while waiting for peer rank ", Label(r), " ", what, " (phase ",
       target, ", peer at ", c->phase.load(), "); bytes ", ctx.bytes,
       ", elapsed ", absl::FormatDuration(elapsed), " vs timeout ",
       absl::FormatDuration(ctx.timeout));
@@ -265,7 +269,7 @@ absl::Status Communicator::CheckHeaders(const OpContext& ctx) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || control(r)->abort.load(std::memory_order_acquire) == 0) continue;
     return Poison(absl::Status(PeerHealth(r).code(),
-                               absl::StrCat(ctx.name, " on rank ", rank_, ": ",
+                               absl::StrCat(ctx.name, " on rank ", Label(rank_), ": ",
                                             PeerHealth(r).message())));
   }
   const OpHeader& mine = *peer_header(rank_);
@@ -274,10 +278,10 @@ absl::Status Communicator::CheckHeaders(const OpContext& ctx) {
   if (agree) return absl::OkStatus();
   std::vector<std::string> lines;
   for (int r = 0; r < size_; ++r) {
-    lines.push_back(absl::StrCat("rank ", r, ": ", DescribeHeader(*peer_header(r))));
+    lines.push_back(absl::StrCat("rank ", Label(r), ": ", DescribeHeader(*peer_header(r))));
   }
   return Poison(absl::InvalidArgumentError(absl::StrCat(
-      ctx.name, " on rank ", rank_, " of group '", options_.group_name,
+      ctx.name, " on rank ", Label(rank_), " of group '", options_.group_name,
       "': ranks called mismatched collectives: ", absl::StrJoin(lines, "; "))));
 }
 

@@ -59,6 +59,9 @@ struct CommOptions {
   int num_slots = 8;             // >= 2
   absl::Duration setup_timeout = absl::Minutes(5);
   WaitPolicy wait;
+  // Rank numbers used in error messages: rank_labels[r] names local rank r
+  // (the multi-host path passes group ranks); empty = local numbering.
+  std::vector<int> rank_labels;
 };
 
 // Per-op header each rank publishes in the first phase of an op. Fields a
@@ -88,6 +91,12 @@ enum class OpKind : uint32_t {
   kBarrier,
 };
 const char* OpKindName(OpKind kind);
+
+// "allreduce #3 dtype=float32 shape=[10] count=10 op=SUM", for messages.
+std::string DescribeHeader(const OpHeader& h);
+// True if two ranks' headers describe the same call (counts are compared
+// only when both set check_count).
+bool HeadersAgree(const OpHeader& a, const OpHeader& b);
 
 // What an op is, for error messages and deadlines.
 struct OpContext {
@@ -139,6 +148,7 @@ class Communicator {
   absl::Status WaitPeer(int r, uint32_t target, const OpContext& ctx,
                         const char* what);
   absl::Status PeerHealth(int r) const;
+  int Label(int r) const;  // options_.rank_labels[r], or r
 
   int rank_;
   int size_;

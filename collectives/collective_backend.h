@@ -1,0 +1,110 @@
+// CollectiveBackend: the raw-byte collectives a ProcessGroupTpuDist op body
+// runs against, so the group's ops are written once for both paths:
+//   * ShmBackend (this file): all ranks on one host; forwards to the
+//     shared-memory algorithms of collectives/shm over one Communicator.
+//   * HierarchicalBackend (hierarchical_backend.h): ranks on several hosts;
+//     shm inside each host, TCP between hosts.
+//
+// Every method is collective over the group (all ranks call it in the same
+// order with consistent arguments), uses group ranks, returns by
+// spec.ctx.deadline(), and on any error poisons the backend: later calls fail
+// fast with the first error. Argument conventions are those of
+// collectives/shm/algorithms.h (pointers to caller-owned host memory).
+//
+// Thread-safety: one op at a time (the group's worker thread, or an inline
+// op under the worker's busy flag); poison() may be read from any thread.
+#ifndef TPU_DIST_COLLECTIVES_COLLECTIVE_BACKEND_H_
+#define TPU_DIST_COLLECTIVES_COLLECTIVE_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "collectives/shm/algorithms.h"
+#include "collectives/shm/communicator.h"
+
+namespace tpudist::collectives {
+
+class CollectiveBackend {
+ public:
+  virtual ~CollectiveBackend() = default;
+
+  virtual int size() const = 0;
+  // data: [count] in place.
+  virtual absl::Status AllReduce(const shm::OpSpec& spec, shm::ReduceKind op,
+                                 void* data) = 0;
+  // data: [count]; in place on root, unchanged elsewhere.
+  virtual absl::Status Reduce(const shm::OpSpec& spec, shm::ReduceKind op,
+                              int root, void* data) = 0;
+  // inputs: size() x [count]; out: [count].
+  virtual absl::Status ReduceScatter(const shm::OpSpec& spec, shm::ReduceKind op,
+                                     absl::Span<const void* const> inputs,
+                                     void* out) = 0;
+  // in: `bytes`; outs: size() x `bytes`; `in` may alias outs[rank].
+  virtual absl::Status AllGather(const shm::OpSpec& spec, const void* in,
+                                 int64_t bytes, absl::Span<void* const> outs) = 0;
+  virtual absl::Status Broadcast(const shm::OpSpec& spec, int root, void* data,
+                                 int64_t bytes) = 0;
+  // outs: size() x `bytes` on root, ignored elsewhere.
+  virtual absl::Status Gather(const shm::OpSpec& spec, int root, const void* in,
+                              int64_t bytes, absl::Span<void* const> outs) = 0;
+  // ins: size() x `bytes` on root, ignored elsewhere.
+  virtual absl::Status Scatter(const shm::OpSpec& spec, int root,
+                               absl::Span<const void* const> ins, void* out,
+                               int64_t bytes) = 0;
+  // ins[r]: in_bytes[r] bytes to rank r; outs[r]: out_bytes[r] from rank r.
+  virtual absl::Status AllToAll(const shm::OpSpec& spec,
+                                absl::Span<const void* const> ins,
+                                absl::Span<const int64_t> in_bytes,
+                                absl::Span<void* const> outs,
+                                absl::Span<const int64_t> out_bytes) = 0;
+  virtual absl::Status Barrier(const shm::OpSpec& spec) = 0;
+
+  // Poisons with `status` (the first poison wins) and returns the poison.
+  virtual absl::Status Poison(absl::Status status) = 0;
+  // OK, or the status that poisoned this backend. Thread-safe.
+  virtual absl::Status poison() const = 0;
+};
+
+// The single-host backend. Owns its communicator.
+class ShmBackend final : public CollectiveBackend {
+ public:
+  // small_allreduce_bytes: one-shot allreduce limit (shm::AllReduce).
+  ShmBackend(std::unique_ptr<shm::Communicator> comm, int64_t small_allreduce_bytes);
+
+  int size() const override { return comm_->size(); }
+  absl::Status AllReduce(const shm::OpSpec& spec, shm::ReduceKind op, void* data) override;
+  absl::Status Reduce(const shm::OpSpec& spec, shm::ReduceKind op, int root,
+                      void* data) override;
+  absl::Status ReduceScatter(const shm::OpSpec& spec, shm::ReduceKind op,
+                             absl::Span<const void* const> inputs, void* out) override;
+  absl::Status AllGather(const shm::OpSpec& spec, const void* in, int64_t bytes,
+                         absl::Span<void* const> outs) override;
+  absl::Status Broadcast(const shm::OpSpec& spec, int root, void* data,
+                         int64_t bytes) override;
+  absl::Status Gather(const shm::OpSpec& spec, int root, const void* in, int64_t bytes,
+                      absl::Span<void* const> outs) override;
+  absl::Status Scatter(const shm::OpSpec& spec, int root, absl::Span<const void* const> ins,
+                       void* out, int64_t bytes) override;
+  absl::Status AllToAll(const shm::OpSpec& spec, absl::Span<const void* const> ins,
+                        absl::Span<const int64_t> in_bytes, absl::Span<void* const> outs,
+                        absl::Span<const int64_t> out_bytes) override;
+  absl::Status Barrier(const shm::OpSpec& spec) override;
+  absl::Status Poison(absl::Status status) override;
+  absl::Status poison() const override;
+
+ private:
+  // Mirrors the communicator's poison for readers on other threads.
+  absl::Status Track(absl::Status s);
+
+  std::unique_ptr<shm::Communicator> comm_;
+  const int64_t small_allreduce_bytes_;
+  mutable absl::Mutex mu_;
+  absl::Status poison_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tpudist::collectives
+
+#endif  // TPU_DIST_COLLECTIVES_COLLECTIVE_BACKEND_H_

@@ -1,0 +1,479 @@
+// The multi-host algorithms. Notation: W group ranks on H hosts, host h has
+// n_h ranks; "leader" = local index 0 of a host.
+//
+// Hierarchical all-reduce (also reduce, and reduce_scatter = all-reduce of
+// the W concatenated inputs, then each rank keeps its own block):
+//   1. intra-host: shm::Reduce of every local rank's buffer into the leader
+//      (one pass over shm, fp32 accumulation for bf16/fp16, local ranks'
+//      headers checked against each other);
+//   2. leaders: all-gather of the op headers over the leaders' TcpMesh (every
+//      host's call checked against every other; this also fails fast when a
+//      host's leader is gone), then tcp::RingAllReduce of the leader buffers
+//      (reduce-scatter + all-gather ring, 2(H-1)/H of the bytes per leader);
+//      AVG runs as SUM and the leader divides by W once;
+//   3. intra-host: shm::Broadcast from the leader (reduce: only on the
+//      root's host, into a scratch buffer, then the root copies it out).
+//   Only leaders touch the network, so TCP carries H, not W, buffers.
+// All-gather: shm::Gather of the local inputs into the leader's host-major
+//   buffer (hosts in order, then local index), leaders tcp::RingAllGatherV of
+//   the unequal host blocks (n_h x bytes), shm::Broadcast of the whole
+//   buffer, then every rank copies blocks into group-rank order (so hosts
+//   may hold any, non-contiguous, subset of ranks).
+// Broadcast: shm::Broadcast on the root's host from the root, leaders
+//   tcp::RingBroadcast from the root's host, shm::Broadcast on the others.
+// Barrier: local barrier, leaders' header exchange, local barrier.
+// Gather / scatter / all-to-all: flat mesh; every rank all-gathers
+//   {header, its send and receive byte counts} over the flat ring, checks
+//   headers and that every pair agrees, then tcp::AllToAll (pairwise
+//   exchange; gather/scatter are all-to-alls with one non-empty column/row).
+#include "collectives/hierarchical_backend.h"
+
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/shm/algorithms.h"
+#include "collectives/tcp/ring_algorithms.h"
+#include "torch/csrc/distributed/c10d/PrefixStore.hpp"
+
+namespace tpudist::collectives {
+namespace {
+
+using shm::DataType;
+using shm::OpHeader;
+using shm::OpKind;
+using shm::OpSpec;
+using shm::ReduceKind;
+
+// data[i] /= divisor for `count` floating elements of `type`.
+void DivideInPlace(DataType type, void* data, int64_t count, int64_t divisor) {
+  const double d = static_cast<double>(divisor);
+  switch (type) {
+    case DataType::kFloat32: {
+      auto* p = static_cast<float*>(data);
+      for (int64_t i = 0; i < count; ++i) p[i] = static_cast<float>(p[i] / d);
+      break;
+    }
+    case DataType::kFloat64: {
+      auto* p = static_cast<double*>(data);
+      for (int64_t i = 0; i < count; ++i) p[i] /= d;
+      break;
+    }
+    case DataType::kBFloat16: {
+      auto* p = static_cast<uint16_t*>(data);
+      for (int64_t i = 0; i < count; ++i) {
+        p[i] = shm::FloatToBFloat16Bits(
+            static_cast<float>(shm::BFloat16BitsToFloat(p[i]) / d));
+      }
+      break;
+    }
+    case DataType::kFloat16: {
+      auto* p = static_cast<c10::Half*>(data);
+      for (int64_t i = 0; i < count; ++i) {
+        p[i] = c10::Half(static_cast<float>(static_cast<float>(p[i]) / d));
+      }
+      break;
+    }
+    default:
+      break;  // AVG is rejected for integers before any op runs
+  }
+}
+
+std::string HostRanks(const HostLayout& layout, int h) {
+  return absl::StrJoin(layout.hosts[h], ",");
+}
+
+absl::Status WithPrefix(const absl::Status& s, absl::string_view prefix) {
+  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    const HostLayout& layout, const HierarchicalOptions& options) {
+  std::unique_ptr<HierarchicalBackend> b(new HierarchicalBackend(
+      rank, size, layout, options.shm.group_name, options.small_allreduce_bytes));
+  const int h = b->host_;
+  shm::CommOptions local_options = options.shm;
+  local_options.group_name = absl::StrCat(options.shm.group_name, ".h", h);
+  local_options.rank_labels = layout.hosts[h];  // messages name group ranks
+  auto local_store = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("host", h), store);
+  auto local = shm::Communicator::Create(*local_store, layout.local_index[rank],
+                                         b->local_size(), local_options);
+  if (!local.ok()) return b->FailLocal(local.status());
+  b->local_ = *std::move(local);
+
+  tcp::TcpMeshOptions mesh_options;
+  mesh_options.bind_address = options.bind_address;
+  mesh_options.advertise_address = options.advertise_address;
+  mesh_options.connect_timeout = options.connect_timeout;
+  if (b->leader()) {
+    mesh_options.group_key = absl::StrCat(options.shm.group_name, "/leaders");
+    auto mesh = tcp::TcpMesh::Connect(*store, h, layout.num_hosts(), mesh_options);
+    if (!mesh.ok()) return b->FailLeaders(mesh.status());
+    b->leaders_ = *std::move(mesh);
+  }
+  mesh_options.group_key = absl::StrCat(options.shm.group_name, "/flat");
+  auto flat = tcp::TcpMesh::Connect(*store, rank, size, mesh_options);
+  if (!flat.ok()) return b->FailFlat(flat.status());
+  b->flat_ = *std::move(flat);
+  return b;
+}
+
+HierarchicalBackend::HierarchicalBackend(int rank, int size, HostLayout layout,
+                                         std::string group_name,
+                                         int64_t small_allreduce_bytes)
+    : rank_(rank),
+      size_(size),
+      layout_(std::move(layout)),
+      host_(layout_.host_of_rank[rank]),
+      group_name_(std::move(group_name)),
+      small_allreduce_bytes_(small_allreduce_bytes) {}
+
+int64_t HierarchicalBackend::HostMajorPos(int r) const {
+  int64_t pos = 0;
+  for (int h = 0; h < layout_.host_of_rank[r]; ++h) pos += layout_.hosts[h].size();
+  return pos + layout_.local_index[r];
+}
+
+absl::Status HierarchicalBackend::poison() const {
+  absl::MutexLock lock(&mu_);
+  return poison_;
+}
+
+absl::Status HierarchicalBackend::Poison(absl::Status status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!poison_.ok()) return poison_;
+    poison_ = std::move(status);
+  }
+  const absl::Status p = poison();
+  if (local_) (void)local_->Poison(p);
+  if (leaders_) leaders_->Abort(p.message());
+  if (flat_) flat_->Abort(p.message());
+  return p;
+}
+
+absl::Status HierarchicalBackend::FailLocal(const absl::Status& s) {
+  return Poison(WithPrefix(
+      s, absl::StrCat("[group '", group_name_, "' rank ", rank_, ", shm on host ", host_,
+                      " of ", layout_.num_hosts(), " (group ranks ",
+                      HostRanks(layout_, host_), ")] ")));
+}
+
+absl::Status HierarchicalBackend::FailLeaders(const absl::Status& s) {
+  // The mesh numbers hosts; spell out which group ranks each one stands for.
+  std::vector<std::string> map;
+  for (int h = 0; h < layout_.num_hosts(); ++h) {
+    map.push_back(absl::StrCat("mesh rank ", h, " = host ", h, " (leader group rank ",
+                               layout_.leaders[h], ", ranks ", HostRanks(layout_, h), ")"));
+  }
+  return Poison(WithPrefix(
+      s, absl::StrCat("[group '", group_name_, "' rank ", rank_,
+                      ", inter-host TCP among host leaders; ", absl::StrJoin(map, ", "), "] ")));
+}
+
+absl::Status HierarchicalBackend::FailFlat(const absl::Status& s) {
+  return Poison(WithPrefix(s, absl::StrCat("[group '", group_name_, "' rank ", rank_,
+                                           ", TCP mesh over all ranks] ")));
+}
+
+absl::Status HierarchicalBackend::CheckLeaders(const OpSpec& spec, const OpHeader& mine) {
+  const int hosts = layout_.num_hosts();
+  std::vector<OpHeader> all(hosts);
+  all[host_] = mine;
+  absl::Span<uint8_t> bytes(reinterpret_cast<uint8_t*>(all.data()), hosts * sizeof(OpHeader));
+  if (absl::Status s = tcp::RingAllGather(*leaders_, bytes, spec.ctx.deadline()); !s.ok()) {
+    return FailLeaders(s);
+  }
+  bool agree = true;
+  for (int h = 0; h < hosts && agree; ++h) agree = shm::HeadersAgree(mine, all[h]);
+  if (agree) return absl::OkStatus();
+  std::vector<std::string> lines;
+  for (int h = 0; h < hosts; ++h) {
+    lines.push_back(absl::StrCat("host ", h, " (ranks ", HostRanks(layout_, h),
+                                 "): ", shm::DescribeHeader(all[h])));
+  }
+  return Poison(absl::InvalidArgumentError(absl::StrCat(
+      spec.ctx.name, " on rank ", rank_, " of group '", group_name_,
+      "': hosts called mismatched collectives: ", absl::StrJoin(lines, "; "))));
+}
+
+absl::Status HierarchicalBackend::CheckFlat(const OpSpec& spec, const OpHeader& mine,
+                                            absl::Span<const int64_t> send,
+                                            absl::Span<const int64_t> recv) {
+  // Block per rank: header, then W send counts, then W receive counts.
+  const size_t block = sizeof(OpHeader) + 2 * size_ * sizeof(int64_t);
+  std::vector<uint8_t> all(block * size_, 0);
+  uint8_t* own = all.data() + block * rank_;
+  std::memcpy(own, &mine, sizeof(OpHeader));
+  auto* counts = reinterpret_cast<int64_t*>(own + sizeof(OpHeader));
+  for (int r = 0; r < size_; ++r) {
+    counts[r] = send.empty() ? 0 : send[r];
+    counts[size_ + r] = recv.empty() ? 0 : recv[r];
+  }
+  if (absl::Status s = tcp::RingAllGather(*flat_, absl::MakeSpan(all), spec.ctx.deadline());
+      !s.ok()) {
+    return FailFlat(s);
+  }
+  auto header_of = [&](int r) {
+    OpHeader h;
+    std::memcpy(&h, all.data() + block * r, sizeof(OpHeader));
+    return h;
+  };
+  auto count_of = [&](int r, int i) {
+    int64_t v;
+    std::memcpy(&v, all.data() + block * r + sizeof(OpHeader) + i * sizeof(int64_t),
+                sizeof(v));
+    return v;
+  };
+  bool agree = true;
+  for (int r = 0; r < size_ && agree; ++r) agree = shm::HeadersAgree(mine, header_of(r));
+  if (!agree) {
+    std::vector<std::string> lines;
+    for (int r = 0; r < size_; ++r) {
+      lines.push_back(absl::StrCat("rank ", r, ": ", shm::DescribeHeader(header_of(r))));
+    }
+    return Poison(absl::InvalidArgumentError(absl::StrCat(
+        spec.ctx.name, " on rank ", rank_, " of group '", group_name_,
+        "': ranks called mismatched collectives: ", absl::StrJoin(lines, "; "))));
+  }
+  std::vector<std::string> bad;
+  for (int i = 0; i < size_; ++i) {
+    for (int j = 0; j < size_; ++j) {
+      const int64_t sent = count_of(i, j), expected = count_of(j, size_ + i);
+      if (sent != expected) {
+        bad.push_back(absl::StrCat("rank ", i, " sends ", sent, " bytes to rank ", j,
+                                   ", which expects ", expected));
+      }
+    }
+  }
+  if (bad.empty()) return absl::OkStatus();
+  return Poison(absl::InvalidArgumentError(absl::StrCat(
+      spec.ctx.name, " on rank ", rank_, " of group '", group_name_,
+      "': split sizes disagree: ", absl::StrJoin(bad, "; "))));
+}
+
+absl::Status HierarchicalBackend::FlatAllToAll(const OpSpec& spec,
+                                               const std::vector<uint8_t>& input,
+                                               const std::vector<size_t>& send,
+                                               std::vector<uint8_t>* output,
+                                               const std::vector<size_t>& recv) {
+  absl::Status s = tcp::AllToAll(*flat_, input, send, absl::MakeSpan(*output), recv,
+                                 spec.ctx.deadline());
+  return s.ok() ? s : FailFlat(s);
+}
+
+absl::Status HierarchicalBackend::AllReduceCore(const OpSpec& spec, OpKind header_kind,
+                                                ReduceKind op, int root, int bcast_host,
+                                                void* data) {
+  if (absl::Status p = poison(); !p.ok()) return p;
+  const size_t es = shm::ElementSize(spec.dtype);
+  const int64_t bytes = spec.count * static_cast<int64_t>(es);
+  const ReduceKind wire_op = op == ReduceKind::kAvg ? ReduceKind::kSum : op;
+  if (local_size() > 1) {
+    if (absl::Status s = shm::Reduce(*local_, spec, wire_op, 0, data); !s.ok()) {
+      return FailLocal(s);
+    }
+  }
+  if (leader()) {
+    const OpHeader mine = shm::MakeHeader(spec, header_kind, op, root, true);
+    if (absl::Status s = CheckLeaders(spec, mine); !s.ok()) return s;
+    const DataType dtype = spec.dtype;
+    tcp::ReduceFn fn = [this, dtype, wire_op, es](void* inout, const void* in, size_t n) {
+      if (scratch_.size() < n * es) scratch_.resize(n * es);
+      const void* ins[2] = {inout, in};
+      shm::ReduceInto(dtype, wire_op, scratch_.data(), ins, static_cast<int64_t>(n));
+      std::memcpy(inout, scratch_.data(), n * es);
+    };
+    absl::Status s = tcp::RingAllReduce(
+        *leaders_, absl::Span<uint8_t>(static_cast<uint8_t*>(data), bytes), es, fn,
+        spec.ctx.deadline());
+    if (!s.ok()) return FailLeaders(s);
+    if (op == ReduceKind::kAvg) DivideInPlace(spec.dtype, data, spec.count, size_);
+  }
+  if (local_size() > 1 && (bcast_host < 0 || bcast_host == host_)) {
+    if (absl::Status s = shm::Broadcast(*local_, spec, 0, data, bytes); !s.ok()) {
+      return FailLocal(s);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalBackend::AllReduce(const OpSpec& spec, ReduceKind op, void* data) {
+  return AllReduceCore(spec, OpKind::kAllreduce, op, -1, -1, data);
+}
+
+absl::Status HierarchicalBackend::Reduce(const OpSpec& spec, ReduceKind op, int root,
+                                         void* data) {
+  const int64_t bytes = spec.count * static_cast<int64_t>(shm::ElementSize(spec.dtype));
+  std::vector<uint8_t> tmp(static_cast<const uint8_t*>(data),
+                           static_cast<const uint8_t*>(data) + bytes);
+  absl::Status s = AllReduceCore(spec, OpKind::kReduce, op, root,
+                                 layout_.host_of_rank[root], tmp.data());
+  if (s.ok() && rank_ == root && bytes > 0) std::memcpy(data, tmp.data(), bytes);
+  return s;
+}
+
+absl::Status HierarchicalBackend::ReduceScatter(const OpSpec& spec, ReduceKind op,
+                                                absl::Span<const void* const> inputs,
+                                                void* out) {
+  const int64_t bytes = spec.count * static_cast<int64_t>(shm::ElementSize(spec.dtype));
+  std::vector<uint8_t> full(std::max<int64_t>(1, bytes * size_));
+  for (int r = 0; r < size_; ++r) {
+    if (bytes > 0) std::memcpy(full.data() + r * bytes, inputs[r], bytes);
+  }
+  OpSpec whole = spec;
+  whole.count = spec.count * size_;
+  whole.shape.insert(whole.shape.begin(), size_);
+  absl::Status s =
+      AllReduceCore(whole, OpKind::kReduceScatter, op, -1, -1, full.data());
+  if (s.ok() && bytes > 0) std::memcpy(out, full.data() + rank_ * bytes, bytes);
+  return s;
+}
+
+absl::Status HierarchicalBackend::AllGather(const OpSpec& spec, const void* in,
+                                            int64_t bytes, absl::Span<void* const> outs) {
+  if (absl::Status p = poison(); !p.ok()) return p;
+  std::vector<uint8_t> buf(std::max<int64_t>(1, bytes * size_));  // host-major blocks
+  const int64_t base = HostMajorPos(layout_.hosts[host_][0]);
+  if (local_size() > 1) {
+    std::vector<void*> local_outs(local_size());
+    for (int i = 0; i < local_size(); ++i) local_outs[i] = buf.data() + (base + i) * bytes;
+    if (absl::Status s = shm::Gather(*local_, spec, 0, in, bytes, local_outs); !s.ok()) {
+      return FailLocal(s);
+    }
+  } else if (bytes > 0) {
+    std::memcpy(buf.data() + base * bytes, in, bytes);
+  }
+  if (leader()) {
+    const OpHeader mine = shm::MakeHeader(spec, OpKind::kAllgather, ReduceKind{}, -1, true);
+    if (absl::Status s = CheckLeaders(spec, mine); !s.ok()) return s;
+    std::vector<size_t> blocks(layout_.num_hosts());
+    for (int h = 0; h < layout_.num_hosts(); ++h) blocks[h] = layout_.hosts[h].size() * bytes;
+    absl::Status s = tcp::RingAllGatherV(
+        *leaders_, absl::Span<uint8_t>(buf.data(), bytes * size_), blocks, spec.ctx.deadline());
+    if (!s.ok()) return FailLeaders(s);
+  }
+  if (local_size() > 1) {
+    if (absl::Status s = shm::Broadcast(*local_, spec, 0, buf.data(), bytes * size_); !s.ok()) {
+      return FailLocal(s);
+    }
+  }
+  for (int r = 0; r < size_ && bytes > 0; ++r) {
+    std::memmove(outs[r], buf.data() + HostMajorPos(r) * bytes, bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalBackend::Broadcast(const OpSpec& spec, int root, void* data,
+                                            int64_t bytes) {
+  if (absl::Status p = poison(); !p.ok()) return p;
+  const int root_host = layout_.host_of_rank[root];
+  if (host_ == root_host && local_size() > 1) {
+    absl::Status s = shm::Broadcast(*local_, spec, layout_.local_index[root], data, bytes);
+    if (!s.ok()) return FailLocal(s);
+  }
+  if (leader()) {
+    const OpHeader mine = shm::MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, root, true);
+    if (absl::Status s = CheckLeaders(spec, mine); !s.ok()) return s;
+    absl::Status s = tcp::RingBroadcast(
+        *leaders_, root_host, absl::Span<uint8_t>(static_cast<uint8_t*>(data), bytes),
+        spec.ctx.deadline());
+    if (!s.ok()) return FailLeaders(s);
+  }
+  if (host_ != root_host && local_size() > 1) {
+    if (absl::Status s = shm::Broadcast(*local_, spec, 0, data, bytes); !s.ok()) {
+      return FailLocal(s);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalBackend::Barrier(const OpSpec& spec) {
+  if (absl::Status p = poison(); !p.ok()) return p;
+  if (local_size() > 1) {
+    if (absl::Status s = shm::Barrier(*local_, spec); !s.ok()) return FailLocal(s);
+  }
+  if (leader()) {
+    const OpHeader mine = shm::MakeHeader(spec, OpKind::kBarrier, ReduceKind{}, -1, true);
+    if (absl::Status s = CheckLeaders(spec, mine); !s.ok()) return s;
+  }
+  if (local_size() > 1) {
+    if (absl::Status s = shm::Barrier(*local_, spec); !s.ok()) return FailLocal(s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalBackend::Gather(const OpSpec& spec, int root, const void* in,
+                                         int64_t bytes, absl::Span<void* const> outs) {
+  if (absl::Status p = poison(); !p.ok()) return p;
+  std::vector<int64_t> send(size_, 0), recv(size_, 0);
+  send[root] = bytes;
+  if (rank_ == root) std::fill(recv.begin(), recv.end(), bytes);
+  const OpHeader mine = shm::MakeHeader(spec, OpKind::kGather, ReduceKind{}, root, true);
+  if (absl::Status s = CheckFlat(spec, mine, send, recv); !s.ok()) return s;
+  std::vector<uint8_t> input(static_cast<const uint8_t*>(in),
+                             static_cast<const uint8_t*>(in) + bytes);
+  std::vector<uint8_t> output(rank_ == root ? bytes * size_ : 0);
+  std::vector<size_t> send_u(send.begin(), send.end()), recv_u(recv.begin(), recv.end());
+  if (absl::Status s = FlatAllToAll(spec, input, send_u, &output, recv_u); !s.ok()) return s;
+  for (int r = 0; rank_ == root && r < size_ && bytes > 0; ++r) {
+    std::memcpy(outs[r], output.data() + r * bytes, bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalBackend::Scatter(const OpSpec& spec, int root,
+                                          absl::Span<const void* const> ins, void* out,
+                                          int64_t bytes) {
+  if (absl::Status p = poison(); !p.ok()) return p;
+  std::vector<int64_t> send(size_, 0), recv(size_, 0);
+  recv[root] = bytes;
+  if (rank_ == root) std::fill(send.begin(), send.end(), bytes);
+  const OpHeader mine = shm::MakeHeader(spec, OpKind::kScatter, ReduceKind{}, root, true);
+  if (absl::Status s = CheckFlat(spec, mine, send, recv); !s.ok()) return s;
+  std::vector<uint8_t> input(rank_ == root ? bytes * size_ : 0);
+  for (int r = 0; rank_ == root && r < size_ && bytes > 0; ++r) {
+    std::memcpy(input.data() + r * bytes, ins[r], bytes);
+  }
+  std::vector<uint8_t> output(bytes);
+  std::vector<size_t> send_u(send.begin(), send.end()), recv_u(recv.begin(), recv.end());
+  if (absl::Status s = FlatAllToAll(spec, input, send_u, &output, recv_u); !s.ok()) return s;
+  if (bytes > 0) std::memcpy(out, output.data(), bytes);
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalBackend::AllToAll(const OpSpec& spec,
+                                           absl::Span<const void* const> ins,
+                                           absl::Span<const int64_t> in_bytes,
+                                           absl::Span<void* const> outs,
+                                           absl::Span<const int64_t> out_bytes) {
+  if (absl::Status p = poison(); !p.ok()) return p;
+  const OpHeader mine = shm::MakeHeader(spec, OpKind::kAlltoall, ReduceKind{}, -1, false);
+  if (absl::Status s = CheckFlat(spec, mine, in_bytes, out_bytes); !s.ok()) return s;
+  std::vector<size_t> send(in_bytes.begin(), in_bytes.end());
+  std::vector<size_t> recv(out_bytes.begin(), out_bytes.end());
+  std::vector<uint8_t> input, output;
+  for (int r = 0; r < size_; ++r) {
+    const auto* p = static_cast<const uint8_t*>(ins[r]);
+    input.insert(input.end(), p, p + in_bytes[r]);
+  }
+  int64_t total = 0;
+  for (int64_t b : out_bytes) total += b;
+  output.resize(total);
+  if (absl::Status s = FlatAllToAll(spec, input, send, &output, recv); !s.ok()) return s;
+  int64_t off = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (out_bytes[r] > 0) std::memcpy(outs[r], output.data() + off, out_bytes[r]);
+    off += out_bytes[r];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tpudist::collectives

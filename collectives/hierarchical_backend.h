@@ -1,0 +1,133 @@
+// HierarchicalBackend: the collectives of a group whose ranks span several
+// hosts. Inside a host the ranks share one shm::Communicator (local ranks =
+// HostLayout::local_index, any subset of group ranks, not necessarily
+// contiguous); between hosts the backend uses TCP (collectives/tcp):
+//
+//   * leaders mesh: a TcpMesh among the host leaders (mesh rank h = the
+//     leader of host h, HostLayout::leaders[h]);
+//   * flat mesh: a TcpMesh over all group ranks (mesh rank = group rank),
+//     for the ops that do not decompose into host blocks.
+//
+// Which op goes where (prose in hierarchical_backend.cc):
+//   allreduce, reduce, reduce_scatter, broadcast, allgather, barrier:
+//     hierarchical (intra-host shm step -> leaders over TCP -> intra-host shm
+//     step); leaders exchange op headers over the leaders mesh first.
+//   gather, scatter, alltoall: flat mesh (every rank exchanges its header and
+//     split sizes with every rank, then tcp::AllToAll).
+//
+// Errors: cross-rank mismatches are detected inside a host by the shm headers
+// and across hosts by the leaders' (or flat) header exchange; the message
+// lists each host's (or rank's) call. A dead or failed rank shows up locally
+// through shm (pid checks, abort words) and remotely as a TCP error; either
+// poisons the backend: its shm communicator is aborted (local peers fail with
+// the reason) and both meshes are shut down (remote peers fail promptly).
+// Messages name group ranks; shm and leaders-mesh messages carry a prefix
+// that maps their local numbering to group ranks.
+//
+// Ownership: owns the communicator and both meshes; the store is used only
+// during Create. Thread-safety: as CollectiveBackend.
+#ifndef TPU_DIST_COLLECTIVES_HIERARCHICAL_BACKEND_H_
+#define TPU_DIST_COLLECTIVES_HIERARCHICAL_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "collectives/collective_backend.h"
+#include "collectives/host_layout.h"
+#include "collectives/shm/communicator.h"
+#include "collectives/tcp/tcp_mesh.h"
+#include "torch/csrc/distributed/c10d/Store.hpp"
+
+namespace tpudist::collectives {
+
+struct HierarchicalOptions {
+  shm::CommOptions shm;            // group_name is suffixed per host
+  int64_t small_allreduce_bytes = 64 << 10;
+  std::string bind_address;        // numeric, see ResolveBindAddress
+  std::string advertise_address;   // "" = bind_address
+  absl::Duration connect_timeout = absl::Minutes(5);
+};
+
+class HierarchicalBackend final : public CollectiveBackend {
+ public:
+  // Collective over `store` (the group's namespaced store): every rank of
+  // the group calls it with the same layout.
+  // REQUIRES: layout.host_of_rank.size() == size, 0 <= rank < size.
+  static absl::StatusOr<std::unique_ptr<HierarchicalBackend>> Create(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+      const HostLayout& layout, const HierarchicalOptions& options);
+
+  int size() const override { return size_; }
+  absl::Status AllReduce(const shm::OpSpec& spec, shm::ReduceKind op, void* data) override;
+  absl::Status Reduce(const shm::OpSpec& spec, shm::ReduceKind op, int root,
+                      void* data) override;
+  absl::Status ReduceScatter(const shm::OpSpec& spec, shm::ReduceKind op,
+                             absl::Span<const void* const> inputs, void* out) override;
+  absl::Status AllGather(const shm::OpSpec& spec, const void* in, int64_t bytes,
+                         absl::Span<void* const> outs) override;
+  absl::Status Broadcast(const shm::OpSpec& spec, int root, void* data,
+                         int64_t bytes) override;
+  absl::Status Gather(const shm::OpSpec& spec, int root, const void* in, int64_t bytes,
+                      absl::Span<void* const> outs) override;
+  absl::Status Scatter(const shm::OpSpec& spec, int root, absl::Span<const void* const> ins,
+                       void* out, int64_t bytes) override;
+  absl::Status AllToAll(const shm::OpSpec& spec, absl::Span<const void* const> ins,
+                        absl::Span<const int64_t> in_bytes, absl::Span<void* const> outs,
+                        absl::Span<const int64_t> out_bytes) override;
+  absl::Status Barrier(const shm::OpSpec& spec) override;
+  absl::Status Poison(absl::Status status) override;
+  absl::Status poison() const override;
+
+ private:
+  HierarchicalBackend(int rank, int size, HostLayout layout, std::string group_name,
+                      int64_t small_allreduce_bytes);
+
+  bool leader() const { return layout_.local_index[rank_] == 0; }
+  int local_size() const { return static_cast<int>(layout_.hosts[host_].size()); }
+  // Index of rank r's block in host-major order (hosts in order, ranks of a
+  // host by local index): the layout of the leaders' all-gather buffer.
+  int64_t HostMajorPos(int r) const;
+
+  // Reduce into the leader, leaders' ring all-reduce, then broadcast inside
+  // the hosts in `bcast_hosts` (-1: every host). data: [count] in place.
+  absl::Status AllReduceCore(const shm::OpSpec& spec, shm::OpKind header_kind,
+                             shm::ReduceKind op, int root, int bcast_host, void* data);
+  // Leaders: all-gathers the op headers over the leaders mesh and checks
+  // that every host called the same op.
+  absl::Status CheckLeaders(const shm::OpSpec& spec, const shm::OpHeader& mine);
+  // Every rank: all-gathers {header, send bytes [W], recv bytes [W]} over the
+  // flat mesh and checks headers and the split matrix.
+  absl::Status CheckFlat(const shm::OpSpec& spec, const shm::OpHeader& mine,
+                         absl::Span<const int64_t> send, absl::Span<const int64_t> recv);
+  // Exchange over the flat mesh after CheckFlat.
+  absl::Status FlatAllToAll(const shm::OpSpec& spec, const std::vector<uint8_t>& input,
+                            const std::vector<size_t>& send, std::vector<uint8_t>* output,
+                            const std::vector<size_t>& recv);
+
+  // Error wrappers: add the numbering prefix, then poison everything.
+  absl::Status FailLocal(const absl::Status& s);
+  absl::Status FailLeaders(const absl::Status& s);
+  absl::Status FailFlat(const absl::Status& s);
+
+  const int rank_;
+  const int size_;
+  const HostLayout layout_;
+  const int host_;
+  const std::string group_name_;
+  const int64_t small_allreduce_bytes_;
+  std::unique_ptr<shm::Communicator> local_;
+  std::unique_ptr<tcp::TcpMesh> leaders_;  // leaders only
+  std::unique_ptr<tcp::TcpMesh> flat_;
+  std::vector<uint8_t> scratch_;           // ReduceFn output, worker thread only
+  mutable absl::Mutex mu_;
+  absl::Status poison_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tpudist::collectives
+
+#endif  // TPU_DIST_COLLECTIVES_HIERARCHICAL_BACKEND_H_

@@ -1,0 +1,97 @@
+// OpWorker: FIFO execution and destruction from its own thread (the last
+// reference to a group dropped by an op's closure, e.g. a future callback
+// holding the group through an autograd graph).
+#include "collectives/op_worker.h"
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "collectives/process_group_tpu_dist.h"
+#include "collectives/test_util.h"
+#include "gtest/gtest.h"
+
+namespace tpudist::collectives {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Waits (bounded) until `done` holds.
+template <typename Pred>
+bool WaitFor(Pred done, std::chrono::seconds limit = std::chrono::seconds(10)) {
+  const auto until = Clock::now() + limit;
+  while (!done() && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return done();
+}
+
+TEST(OpWorkerTest, RunsOpsInOrder) {
+  std::vector<int> seen;
+  std::atomic<int> n{0};
+  {
+    OpWorker w;
+    for (int i = 0; i < 5; ++i) {
+      w.Enqueue([&, i] {
+        seen.push_back(i);
+        ++n;
+      });
+    }
+  }  // drains, then joins
+  EXPECT_EQ(n.load(), 5);
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4}));
+}
+
+TEST(OpWorkerTest, DestroyedByItsOwnOpDoesNotDeadlockOrAbort) {
+  // The only owner of the worker is the closure of an op queued on it, so
+  // the worker is destroyed on its own thread when that closure is dropped.
+  auto owner = std::make_shared<std::unique_ptr<OpWorker>>(std::make_unique<OpWorker>());
+  auto token = std::make_shared<int>(0);
+  std::weak_ptr<int> alive = token;
+  std::atomic<bool> ran{false};
+  OpWorker* raw = owner->get();
+  raw->Enqueue([owner, token, &ran] { ran = true; });
+  owner.reset();
+  token.reset();
+  // Before the fix: std::system_error "Resource deadlock avoided" -> abort.
+  EXPECT_TRUE(WaitFor([&] { return alive.expired(); }));
+  EXPECT_TRUE(ran.load());
+}
+
+TEST(OpWorkerTest, GroupReleasedFromAFutureCallbackOnTheWorkerThread) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = testing::UniqueJob("selfdrop");
+  c10::weak_intrusive_ptr<ProcessGroupTpuDist> weak(
+      c10::intrusive_ptr<ProcessGroupTpuDist>{});
+  std::atomic<bool> issued{false}, callback_ran{false};
+  testing::RunThreads(2, [&](int rank) {
+    auto opts = testing::SmallOptions(job);
+    opts.inline_max_bytes = -1;  // always on the worker thread
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, opts);
+    std::vector<at::Tensor> t = {at::ones({64}, at::kFloat)};
+    if (rank == 0) {
+      auto work = pg->allreduce(t);
+      // The callback owns the group; it is the last owner once we drop ours.
+      work->getFuture()->addCallback([pg, &callback_ran](c10::ivalue::Future&) {
+        callback_ran = true;
+      });
+      weak = c10::weak_intrusive_ptr<ProcessGroupTpuDist>(pg);
+      pg.reset();
+      work.reset();
+      issued = true;
+      EXPECT_TRUE(WaitFor([&] { return weak.expired(); }));
+    } else {
+      ASSERT_TRUE(WaitFor([&] { return issued.load(); }));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      pg->allreduce(t)->wait();
+      EXPECT_TRUE(at::equal(t[0], at::full({64}, 2.0f)));
+    }
+  });
+  EXPECT_TRUE(callback_ran.load());
+}
+
+}  // namespace
+}  // namespace tpudist::collectives
