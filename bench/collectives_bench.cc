@@ -1,30 +1,47 @@
-// all_reduce latency / bandwidth of the tpu_dist process group against Gloo
-// and against a plain memcpy of the same bytes (the memory-bound limit).
+// Collective latency / bandwidth of the tpu_dist process group, side by side
+// with Gloo on the same ranks, and the memcpy of the same bytes measured in
+// the same run as the memory-bound limit.
 //
-// One run forks --world ranks (default 2) over a FileStore; every rank runs
-// the same benchmarks with fixed iteration counts so that the collectives
-// line up, and only rank 0 reports. At the end rank 0 prints the ratios:
-//   gloo / tpu_dist time (higher is better for tpu_dist)
-//   memcpy / tpu_dist time (fraction of the memory-bound limit reached)
+// One run forks --world ranks over a FileStore; every rank registers the
+// same Google Benchmark cases with fixed iteration counts so that the
+// collectives line up, and only rank 0 reports: Google Benchmark's console
+// output, then a table (bench_report.h) with time, algBw, busBw (nccl-tests
+// conventions, bench_math.h), Gloo's time and busBw, the Gloo/tpu_dist
+// speedup and the fraction of the memcpy limit; then the goals as
+// measured (never asserted); --json_out writes the rows as JSON.
 //
-//   collectives_bench                 # 2 ranks
-//   collectives_bench --world=4       # scaling check
-//   collectives_bench --smoke         # a couple of iterations (ctest)
-//   collectives_bench --slot_bytes=N --slots=K  # shm slot experiments
-//   collectives_bench --spin=N --yield=M  # wait back-off experiment
+// Ops: all_reduce (SUM), all_gather (_allgather_base; Gloo: allgather into
+// views of the output), reduce_scatter (_reduce_scatter_base; Gloo:
+// reduce_scatter from views of the input, if it has one), broadcast (root 0), all_to_all (alltoall_base,
+// even splits). Each case: barrier, one warm-up op, barrier, timed loop.
+// An (op, dtype) that Gloo rejects on a probe at start-up is shown as "-".
+//
+//   collectives_bench                          # world 2, 8 B .. 64 MiB, fp32+bf16
+//   collectives_bench --world=16 --json_out=w16.json
+//   collectives_bench --quick                  # seconds (ctest smoke); --smoke = --quick
+//   collectives_bench --ops=all_reduce --dtypes=fp32 --min_bytes=8 --max_bytes=16777216
+//   collectives_bench --gloo=0 | --gloo_max_bytes=N   # skip Gloo (above N)
+//   collectives_bench --slot_bytes=N --slots=K --spin=N --yield=M  # shm experiments
+//   tools/bench.sh                             # all worlds, table + JSON
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
+#include <set>
 #include <string>
-#include <thread>
+#include <vector>
 
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "bench/bench_math.h"
+#include "bench/bench_report.h"
+#include "bench/forked_ranks.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
@@ -32,155 +49,327 @@
 
 namespace {
 
+namespace tb = tpudist::bench;
+using tb::CollectiveOp;
 using tpudist::collectives::ProcessGroupTpuDist;
 using Clock = std::chrono::steady_clock;
 
 struct Flags {
   int world = 2;
-  bool smoke = false;
+  bool quick = false;
+  int64_t min_bytes = 8;
+  int64_t max_bytes = 64 << 20;
+  int64_t step = 8;
+  std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                                  "all_to_all"};
+  std::vector<std::string> dtypes = {"fp32", "bf16"};
+  bool gloo = true;
+  int64_t gloo_max_bytes = int64_t{1} << 40;
+  std::string json_out;
   int64_t slot_bytes = 0;  // 0: the group's default
   int slots = 0;           // 0: the group's default
   int spin = -1;           // -1: the group's default
   int yield = -1;
 };
 
-// Everything one rank needs; owned by main, captured by the benchmarks.
-struct Env {
-  int rank = 0;
-  int world = 2;
-  bool smoke = false;
-  c10::intrusive_ptr<ProcessGroupTpuDist> ours;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
-  std::map<std::string, double> seconds_per_iter;  // by benchmark name
-};
-
+// Parses our flags out of argv, leaving Google Benchmark's.
 Flags ParseAndStrip(int* argc, char** argv) {
   Flags f;
   int out = 1;
+  auto value = [](const std::string& a, const char* name) -> const char* {
+    const size_t n = std::strlen(name);
+    return a.compare(0, n, name) == 0 ? a.c_str() + n : nullptr;
+  };
   for (int i = 1; i < *argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--world=", 0) == 0) {
-      f.world = std::stoi(a.substr(8));
-    } else if (a.rfind("--slot_bytes=", 0) == 0) {
-      f.slot_bytes = std::stoll(a.substr(13));
-    } else if (a.rfind("--slots=", 0) == 0) {
-      f.slots = std::stoi(a.substr(8));
-    } else if (a.rfind("--spin=", 0) == 0) {
-      f.spin = std::stoi(a.substr(7));
-    } else if (a.rfind("--yield=", 0) == 0) {
-      f.yield = std::stoi(a.substr(8));
-    } else if (a == "--smoke") {
-      f.smoke = true;
-    } else {
-      argv[out++] = argv[i];
-    }
+    const char* v = nullptr;
+    if ((v = value(a, "--world="))) f.world = std::stoi(v);
+    else if ((v = value(a, "--min_bytes="))) f.min_bytes = std::stoll(v);
+    else if ((v = value(a, "--max_bytes="))) f.max_bytes = std::stoll(v);
+    else if ((v = value(a, "--step="))) f.step = std::stoll(v);
+    else if ((v = value(a, "--ops="))) f.ops = absl::StrSplit(v, ',');
+    else if ((v = value(a, "--dtypes="))) f.dtypes = absl::StrSplit(v, ',');
+    else if ((v = value(a, "--gloo="))) f.gloo = std::stoi(v) != 0;
+    else if ((v = value(a, "--gloo_max_bytes="))) f.gloo_max_bytes = std::stoll(v);
+    else if ((v = value(a, "--json_out="))) f.json_out = v;
+    else if ((v = value(a, "--slot_bytes="))) f.slot_bytes = std::stoll(v);
+    else if ((v = value(a, "--slots="))) f.slots = std::stoi(v);
+    else if ((v = value(a, "--spin="))) f.spin = std::stoi(v);
+    else if ((v = value(a, "--yield="))) f.yield = std::stoi(v);
+    else if (a == "--quick" || a == "--smoke") f.quick = true;
+    else argv[out++] = argv[i];
   }
   *argc = out;
+  if (f.quick) {
+    f.min_bytes = 8;
+    f.max_bytes = 64 << 10;
+    f.step = 8192;  // 8 B and 64 KiB
+  }
   return f;
 }
 
+// Everything one rank needs; owned by main, captured by the benchmarks.
+struct Env {
+  Flags flags;
+  int rank = 0;
+  c10::intrusive_ptr<ProcessGroupTpuDist> ours;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+  std::set<std::pair<CollectiveOp, std::string>> gloo_ok;  // probed (op, dtype)
+  std::map<std::string, double> seconds;                   // by benchmark name
+};
+
+at::ScalarType DType(const std::string& name) {
+  return name == "bf16" ? at::kBFloat16 : at::kFloat;
+}
+
+// The tensors of one case, nccl-tests sizes (bench_math.h). in/out: [numel].
+struct Buffers {
+  at::Tensor in, out;
+  std::vector<at::Tensor> out_views;  // all_gather for Gloo: W x [numel / W]
+  std::vector<at::Tensor> in_views;   // reduce_scatter for Gloo: W x [numel / W]
+};
+
+Buffers MakeBuffers(CollectiveOp op, int64_t bytes, at::ScalarType dtype, int world, int rank) {
+  const int64_t numel = bytes / static_cast<int64_t>(c10::elementSize(dtype));
+  Buffers b;
+  const auto opts = at::TensorOptions().dtype(dtype);
+  switch (op) {
+    case CollectiveOp::kAllGather:
+      b.in = at::full({numel / world}, rank + 1, opts);
+      b.out = at::zeros({numel}, opts);
+      b.out_views = b.out.chunk(world);
+      break;
+    case CollectiveOp::kReduceScatter:
+      b.in = at::full({numel}, rank + 1, opts);
+      b.out = at::zeros({numel / world}, opts);
+      b.in_views = b.in.chunk(world);
+      break;
+    case CollectiveOp::kAllToAll:
+      b.in = at::full({numel}, rank + 1, opts);
+      b.out = at::zeros({numel}, opts);
+      break;
+    default:  // all_reduce, broadcast: in place; memcpy: in -> out
+      b.in = at::full({numel}, rank == 0 ? 1 : 0, opts);
+      b.out = at::zeros({numel}, opts);
+      break;
+  }
+  return b;
+}
+
+// Runs one op of `pg` (ours or Gloo) on `b` and waits.
+void RunOp(c10d::ProcessGroup& pg, bool is_gloo, CollectiveOp op, Buffers& b) {
+  std::vector<at::Tensor> one = {b.in};
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+      pg.allreduce(one)->wait();
+      break;
+    case CollectiveOp::kAllGather:
+      if (is_gloo) {
+        std::vector<std::vector<at::Tensor>> outs = {b.out_views};
+        pg.allgather(outs, one)->wait();
+      } else {
+        pg._allgather_base(b.out, b.in)->wait();
+      }
+      break;
+    case CollectiveOp::kReduceScatter:
+      if (is_gloo) {
+        std::vector<at::Tensor> out = {b.out};
+        std::vector<std::vector<at::Tensor>> ins = {b.in_views};
+        pg.reduce_scatter(out, ins)->wait();
+      } else {
+        pg._reduce_scatter_base(b.out, b.in)->wait();
+      }
+      break;
+    case CollectiveOp::kBroadcast:
+      pg.broadcast(one)->wait();
+      break;
+    case CollectiveOp::kAllToAll: {
+      std::vector<int64_t> even;
+      pg.alltoall_base(b.out, b.in, even, even)->wait();
+      break;
+    }
+    case CollectiveOp::kMemcpy:
+      std::memcpy(b.out.data_ptr(), b.in.data_ptr(), b.in.nbytes());
+      benchmark::DoNotOptimize(b.out.data_ptr());
+      benchmark::ClobberMemory();
+      break;
+  }
+}
+
+// Which (op, dtype) Gloo accepts: a tiny op each, same on every rank (the
+// rejection is argument / dtype validation, identical everywhere).
+void ProbeGloo(Env& env) {
+  for (const std::string& op_name : env.flags.ops) {
+    const std::optional<CollectiveOp> op = tb::ParseOp(op_name);
+    for (const std::string& dt : env.flags.dtypes) {
+      Buffers b = MakeBuffers(*op, 64 * env.flags.world, DType(dt), env.flags.world, env.rank);
+      try {
+        RunOp(*env.gloo, /*is_gloo=*/true, *op, b);
+        env.gloo_ok.insert({*op, dt});
+      } catch (const std::exception& e) {
+        if (env.rank == 0) {
+          const std::string what = e.what();
+          std::fprintf(stderr, "gloo: no %s for %s (%s)\n", op_name.c_str(), dt.c_str(),
+                       what.substr(0, what.find('\n')).c_str());
+        }
+      }
+      env.ours->barrier()->wait();
+    }
+  }
+}
+
 int64_t Iterations(const Env& env, int64_t bytes, bool gloo) {
-  if (env.smoke) return 2;
-  if (bytes <= 1024) return gloo ? 300 : 3000;
-  return gloo ? 5 : 30;
+  if (env.flags.quick) return 2;
+  return gloo ? tb::IterationsFor(bytes, 64 << 20, 2, 50)
+              : tb::IterationsFor(bytes, 512 << 20, 5, 2000);
 }
 
-// Runs `op` once per benchmark iteration; records mean seconds / iteration.
-template <typename Op>
-void Measure(benchmark::State& state, Env& env, const std::string& name,
-             int64_t bytes, Op op) {
-  const auto start = Clock::now();
-  for (auto _ : state) op();
-  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  env.seconds_per_iter[name] = secs / std::max<int64_t>(state.iterations(), 1);
-  state.SetBytesProcessed(state.iterations() * bytes);
+std::string CaseName(const std::string& op, const std::string& dt, int64_t bytes, int world,
+                     const std::string& impl) {
+  return op + "/" + dt + "/" + tb::SizeName(bytes) + "/world" + std::to_string(world) + "/" + impl;
 }
 
-void Register(Env& env, int64_t bytes, const std::string& size_name) {
-  const int64_t numel = std::max<int64_t>(bytes / 4, 1);
-  const std::string suffix = "/" + size_name + "/world" + std::to_string(env.world);
-  for (const std::string kind : {"tpu_dist", "gloo", "memcpy"}) {
-    const std::string name = "allreduce_" + kind + suffix;
-    auto* b = benchmark::RegisterBenchmark(
-        name.c_str(), [&env, name, kind, numel, bytes](benchmark::State& state) {
-          std::vector<at::Tensor> t = {at::ones({numel}, at::kFloat)};
-          at::Tensor dst = at::empty({numel}, at::kFloat);
-          if (kind == "tpu_dist") {
-            Measure(state, env, name, bytes, [&] { env.ours->allreduce(t)->wait(); });
-          } else if (kind == "gloo") {
-            Measure(state, env, name, bytes, [&] { env.gloo->allreduce(t)->wait(); });
-          } else {
-            Measure(state, env, name, bytes, [&] {
-              std::memcpy(dst.data_ptr(), t[0].data_ptr(), bytes);
-              benchmark::DoNotOptimize(dst.data_ptr());
-              benchmark::ClobberMemory();
-            });
-          }
-        });
-    b->Iterations(Iterations(env, bytes, kind == "gloo"))->UseRealTime()->Unit(
-        benchmark::kMicrosecond);
+void RegisterCase(Env& env, CollectiveOp op, const std::string& dt, int64_t bytes,
+                  const std::string& impl) {
+  const std::string name = CaseName(tb::OpName(op), dt, bytes, env.flags.world, impl);
+  const bool is_gloo = impl == "gloo";
+  const int64_t iters = Iterations(env, bytes, is_gloo);
+  auto* bm = benchmark::RegisterBenchmark(
+      name.c_str(), [&env, name, op, dt, bytes, impl, is_gloo](benchmark::State& state) {
+        Buffers b = MakeBuffers(op, bytes, DType(dt), env.flags.world, env.rank);
+        c10d::ProcessGroup& pg = is_gloo ? static_cast<c10d::ProcessGroup&>(*env.gloo)
+                                         : static_cast<c10d::ProcessGroup&>(*env.ours);
+        env.ours->barrier()->wait();
+        RunOp(pg, is_gloo, op, b);  // warm-up: page faults, lazy set-up
+        env.ours->barrier()->wait();
+        const auto start = Clock::now();
+        for (auto _ : state) RunOp(pg, is_gloo, op, b);
+        const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+        env.seconds[name] = secs / std::max<int64_t>(state.iterations(), 1);
+        state.SetBytesProcessed(state.iterations() * bytes);
+      });
+  bm->Iterations(iters)->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
+// The case sizes of `op` for nominal `size`: split ops round to the world.
+int64_t CaseBytes(CollectiveOp op, int64_t size, const std::string& dt, int world) {
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(DType(dt)));
+  if (op == CollectiveOp::kAllReduce || op == CollectiveOp::kBroadcast) {
+    return std::max(elem, size / elem * elem);
+  }
+  return tb::RoundToWorld(size, world, elem);
+}
+
+void RegisterAll(Env& env) {
+  const int world = env.flags.world;
+  const std::vector<int64_t> sizes =
+      tb::SweepSizes(env.flags.min_bytes, env.flags.max_bytes, env.flags.step);
+  std::set<int64_t> memcpy_done;
+  for (int64_t size : sizes) {
+    for (const std::string& op_name : env.flags.ops) {
+      const CollectiveOp op = *tb::ParseOp(op_name);
+      for (const std::string& dt : env.flags.dtypes) {
+        const int64_t bytes = CaseBytes(op, size, dt, world);
+        if (memcpy_done.insert(bytes).second) {
+          RegisterCase(env, CollectiveOp::kMemcpy, "fp32", bytes, "memcpy");
+        }
+        RegisterCase(env, op, dt, bytes, "tpu_dist");
+        if (env.flags.gloo && env.gloo_ok.count({op, dt}) && bytes <= env.flags.gloo_max_bytes) {
+          RegisterCase(env, op, dt, bytes, "gloo");
+        }
+      }
+    }
   }
 }
 
-void PrintRatios(const Env& env) {
-  const std::string w = "/world" + std::to_string(env.world);
-  auto get = [&](const std::string& kind, const std::string& size) {
-    auto it = env.seconds_per_iter.find("allreduce_" + kind + "/" + size + w);
-    return it == env.seconds_per_iter.end() ? 0.0 : it->second;
+// Rank 0: the rows, in sweep order, from what was measured.
+std::vector<tb::CollectiveRow> CollectRows(const Env& env) {
+  const int world = env.flags.world;
+  std::vector<tb::CollectiveRow> rows;
+  auto get = [&](const std::string& name) {
+    auto it = env.seconds.find(name);
+    return it == env.seconds.end() ? -1.0 : it->second;
   };
-  std::printf("\n== tpu_dist all_reduce, %d ranks (fp32) ==\n", env.world);
-  for (const std::string size : {"8B", "16MiB"}) {
-    const double ours = get("tpu_dist", size), gloo = get("gloo", size),
-                 copy = get("memcpy", size);
-    if (ours <= 0) continue;
-    std::printf("%-6s tpu_dist %10.2f us | gloo %10.2f us | memcpy %9.2f us | "
-                "gloo/tpu_dist %6.1fx | memcpy/tpu_dist %5.1f%%\n",
-                size.c_str(), ours * 1e6, gloo * 1e6, copy * 1e6, gloo / ours,
-                100.0 * copy / ours);
+  for (const std::string& op_name : env.flags.ops) {
+    const CollectiveOp op = *tb::ParseOp(op_name);
+    for (const std::string& dt : env.flags.dtypes) {
+      for (int64_t size : tb::SweepSizes(env.flags.min_bytes, env.flags.max_bytes, env.flags.step)) {
+        const int64_t bytes = CaseBytes(op, size, dt, world);
+        tb::CollectiveRow r;
+        r.op = op;
+        r.dtype = dt;
+        r.world = world;
+        r.bytes = bytes;
+        r.tpu_dist_s = get(CaseName(op_name, dt, bytes, world, "tpu_dist"));
+        if (r.tpu_dist_s < 0) continue;  // filtered out
+        r.gloo_s = get(CaseName(op_name, dt, bytes, world, "gloo"));
+        r.memcpy_s = std::max(0.0, get(CaseName("memcpy", "fp32", bytes, world, "memcpy")));
+        r.iters = Iterations(env, bytes, false);
+        rows.push_back(r);
+      }
+    }
   }
+  return rows;
+}
+
+// The collectives issue's goals, as measured in this run.
+void PrintGoals(const std::vector<tb::CollectiveRow>& rows, int world) {
+  std::printf("\n== goals (measured, %d ranks, fp32 all_reduce) ==\n", world);
+  for (const tb::CollectiveRow& r : rows) {
+    if (r.op != CollectiveOp::kAllReduce || r.dtype != "fp32") continue;
+    if (r.bytes != 8 && r.bytes != (16 << 20)) continue;
+    const tb::DerivedRow d = tb::Derive(r);
+    std::printf("%-6s tpu_dist %10.2f us | gloo %10.2f us | gloo/tpu_dist %6.1fx (goal %s) | "
+                "memcpy %9.2f us = %5.1f%% of tpu_dist time%s\n",
+                tb::SizeName(r.bytes).c_str(), r.tpu_dist_s * 1e6, r.gloo_s * 1e6,
+                d.speedup_vs_gloo, r.bytes == 8 ? ">=30x" : ">=5x", r.memcpy_s * 1e6,
+                100.0 * d.fraction_of_memcpy, r.bytes == 8 ? "" : " (goal >=50%)");
+  }
+}
+
+double LoadAverage() {
+  std::ifstream f("/proc/loadavg");
+  double l = -1;
+  f >> l;
+  return l;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Flags flags = ParseAndStrip(&argc, argv);
+  Env env;
+  env.flags = ParseAndStrip(&argc, argv);
   benchmark::Initialize(&argc, argv);
+  const double load_before = LoadAverage();
   char dir_template[] = "/tmp/tpud_bench_XXXXXX";
   const std::string dir = mkdtemp(dir_template);
-  Env env;
-  env.world = flags.world;
-  env.smoke = flags.smoke;
   const std::string job = "bench" + std::to_string(getpid());
-  std::vector<pid_t> children;
-  for (int r = 1; r < flags.world; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      env.rank = r;
-      break;
-    }
-    children.push_back(pid);
-  }
-  if (env.rank != 0) {  // followers run silently
-    const int null_fd = open("/dev/null", O_WRONLY);
-    dup2(null_fd, STDOUT_FILENO);
-  }
-  auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", flags.world);
+  const tb::ForkedRanks ranks = tb::ForkRanks(env.flags.world);  // before any at:: op
+  env.rank = ranks.rank;
+  at::set_num_threads(1);
+  auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", env.flags.world);
   ProcessGroupTpuDist::Options options;
   options.timeout = std::chrono::seconds(120);
   options.job_id = job;
-  if (flags.slot_bytes > 0) options.shm_slot_bytes = flags.slot_bytes;
-  if (flags.slots > 0) options.shm_num_slots = flags.slots;
-  if (flags.spin >= 0) options.wait.spin_iters = flags.spin;
-  if (flags.yield >= 0) options.wait.yield_iters = flags.yield;
-  env.ours = c10::make_intrusive<ProcessGroupTpuDist>(store, env.rank, flags.world, options);
+  if (env.flags.slot_bytes > 0) options.shm_slot_bytes = env.flags.slot_bytes;
+  if (env.flags.slots > 0) options.shm_num_slots = env.flags.slots;
+  if (env.flags.spin >= 0) options.wait.spin_iters = env.flags.spin;
+  if (env.flags.yield >= 0) options.wait.yield_iters = env.flags.yield;
+  env.ours = c10::make_intrusive<ProcessGroupTpuDist>(store, env.rank, env.flags.world, options);
   auto gloo_opts = c10d::ProcessGroupGloo::Options::create();
   gloo_opts->timeout = std::chrono::seconds(120);
   gloo_opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   env.gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
-      c10::make_intrusive<c10d::PrefixStore>("gloo", store), env.rank, flags.world,
+      c10::make_intrusive<c10d::PrefixStore>("gloo", store), env.rank, env.flags.world,
       gloo_opts);
-  Register(env, 8, "8B");
-  Register(env, 16 << 20, "16MiB");
+  for (const std::string& op : env.flags.ops) {
+    if (!tb::ParseOp(op) || op == "memcpy") {
+      std::fprintf(stderr, "unknown --ops entry %s\n", op.c_str());
+      return 2;
+    }
+  }
+  if (env.flags.gloo) ProbeGloo(env);
+  RegisterAll(env);
   benchmark::RunSpecifiedBenchmarks();
   env.ours->barrier()->wait();
   if (env.rank != 0) {
@@ -188,18 +377,28 @@ int main(int argc, char** argv) {
     env.ours.reset();
     _exit(0);
   }
-  PrintRatios(env);
-  benchmark::Shutdown();
-  int failures = 0;
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  for (pid_t pid : children) {
-    int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0 && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+  const std::vector<tb::CollectiveRow> rows = CollectRows(env);
+  const double load_after = LoadAverage();
+  std::printf("\n== collectives, %d ranks (load average %.2f -> %.2f) ==\n%s", env.flags.world,
+              load_before, load_after, tb::FormatTable(rows).c_str());
+  PrintGoals(rows, env.flags.world);
+  if (!env.flags.json_out.empty()) {
+    nlohmann::json j = {{"bench", "collectives"},
+                        {"world", env.flags.world},
+                        {"load_before", load_before},
+                        {"load_after", load_after},
+                        {"quick", env.flags.quick},
+                        {"rows", tb::ToJson(rows)}};
+    std::ofstream(env.flags.json_out) << j.dump(1) << "\n";
   }
+  benchmark::Shutdown();
+  const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(60));
+  if (!waited.ok()) std::fprintf(stderr, "%s\n", waited.ToString().c_str());
   env.gloo.reset();
   env.ours.reset();
-  return failures == 0 ? 0 : 1;
+  // Must run, not meet a number: fail only when nothing was measured.
+  bool measured = !rows.empty();
+  for (const tb::CollectiveRow& r : rows) measured = measured && r.tpu_dist_s > 0;
+  if (!measured) std::fprintf(stderr, "collectives_bench: no tpu_dist case measured\n");
+  return waited.ok() && measured ? 0 : 1;
 }

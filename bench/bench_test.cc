@@ -1,0 +1,145 @@
+// Unit tests of the benchmarks' pure math and report formatting, and of the
+// forked-rank helper. The benchmarks themselves run as ctest smoke entries.
+#include <signal.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "bench/bench_math.h"
+#include "bench/bench_report.h"
+#include "bench/forked_ranks.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tpudist::bench {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(BenchMathTest, BusBwFactorsFollowNcclTests) {
+  EXPECT_DOUBLE_EQ(BusBwFactor(CollectiveOp::kAllReduce, 2), 1.0);
+  EXPECT_DOUBLE_EQ(BusBwFactor(CollectiveOp::kAllReduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(BusBwFactor(CollectiveOp::kAllReduce, 16), 2.0 * 15 / 16);
+  EXPECT_DOUBLE_EQ(BusBwFactor(CollectiveOp::kAllGather, 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(BusBwFactor(CollectiveOp::kReduceScatter, 4), 0.75);
+  EXPECT_DOUBLE_EQ(BusBwFactor(CollectiveOp::kAllToAll, 2), 0.5);
+  EXPECT_DOUBLE_EQ(BusBwFactor(CollectiveOp::kBroadcast, 16), 1.0);
+  EXPECT_DOUBLE_EQ(BusBwFactor(CollectiveOp::kMemcpy, 3), 1.0);
+  EXPECT_DOUBLE_EQ(BusBwFactor(CollectiveOp::kAllReduce, 1), 0.0);
+}
+
+TEST(BenchMathTest, Bandwidths) {
+  EXPECT_DOUBLE_EQ(AlgBw(1 << 20, 0.5), 2.0 * (1 << 20));
+  EXPECT_DOUBLE_EQ(AlgBw(100, 0.0), 0.0);
+  // 16 MiB all_reduce on 4 ranks in 10 ms: algBw 1.6777 GB/s, busBw x1.5.
+  EXPECT_DOUBLE_EQ(BusBw(CollectiveOp::kAllReduce, 4, 16 << 20, 0.01), 1.5 * (16 << 20) / 0.01);
+}
+
+TEST(BenchMathTest, OpNamesRoundTrip) {
+  for (CollectiveOp op : {CollectiveOp::kAllReduce, CollectiveOp::kAllGather,
+                          CollectiveOp::kReduceScatter, CollectiveOp::kBroadcast,
+                          CollectiveOp::kAllToAll, CollectiveOp::kMemcpy}) {
+    EXPECT_EQ(ParseOp(OpName(op)), op);
+  }
+  EXPECT_EQ(ParseOp("allreduce"), std::nullopt);
+}
+
+TEST(BenchMathTest, SweepSizes) {
+  EXPECT_THAT(SweepSizes(8, 64 << 20, 8),
+              ElementsAre(8, 64, 512, 4096, 32768, 262144, 2 << 20, 16 << 20, 64 << 20));
+  EXPECT_THAT(SweepSizes(8, 100, 4), ElementsAre(8, 32, 100));
+  EXPECT_THAT(SweepSizes(5, 5, 2), ElementsAre(5));
+}
+
+TEST(BenchMathTest, RoundToWorld) {
+  EXPECT_EQ(RoundToWorld(8, 16, 4), 64);         // at least one element per rank
+  EXPECT_EQ(RoundToWorld(1000, 3, 4), 996);      // 83 elements per rank
+  EXPECT_EQ(RoundToWorld(64 << 20, 16, 2), 64 << 20);
+}
+
+TEST(BenchMathTest, IterationsFor) {
+  EXPECT_EQ(IterationsFor(8, 512 << 20, 5, 2000), 2000);
+  EXPECT_EQ(IterationsFor(16 << 20, 512 << 20, 5, 2000), 32);
+  EXPECT_EQ(IterationsFor(1 << 30, 512 << 20, 5, 2000), 5);
+  EXPECT_EQ(IterationsFor(0, 10, 1, 3), 3);
+}
+
+TEST(BenchMathTest, SizeName) {
+  EXPECT_EQ(SizeName(8), "8B");
+  EXPECT_EQ(SizeName(4096), "4KiB");
+  EXPECT_EQ(SizeName(64 << 20), "64MiB");
+  EXPECT_EQ(SizeName(int64_t{1} << 30), "1GiB");
+  EXPECT_EQ(SizeName(996), "996B");
+  EXPECT_EQ(SizeName(3 << 10), "3KiB");
+}
+
+TEST(BenchMathTest, DecoderStepFlopsByHand) {
+  // 6 * 1000 params * (2 * 4 tokens) = 48000; attention per layer
+  // 12 * B2 * H3 * S4^2 * D: D=8 -> 9216, D=16 -> 18432.
+  EXPECT_DOUBLE_EQ(DecoderStepFlops(1000, 2, 4, 3, {8, 16}), 48000.0 + 9216.0 + 18432.0);
+  EXPECT_DOUBLE_EQ(DecoderStepFlops(10, 1, 1, 1, {}), 60.0);
+}
+
+TEST(BenchReportTest, DeriveAndJson) {
+  CollectiveRow r;
+  r.op = CollectiveOp::kAllReduce;
+  r.dtype = "fp32";
+  r.world = 2;
+  r.bytes = 16 << 20;
+  r.tpu_dist_s = 0.004;
+  r.gloo_s = 0.016;
+  r.memcpy_s = 0.002;
+  const DerivedRow d = Derive(r);
+  EXPECT_DOUBLE_EQ(d.alg_bw, (16 << 20) / 0.004);
+  EXPECT_DOUBLE_EQ(d.bus_bw, d.alg_bw);  // factor 1 at world 2
+  EXPECT_DOUBLE_EQ(d.speedup_vs_gloo, 4.0);
+  EXPECT_DOUBLE_EQ(d.fraction_of_memcpy, 0.5);
+  const nlohmann::json j = ToJson(r);
+  EXPECT_EQ(j["op"], "all_reduce");
+  EXPECT_EQ(j["bytes"], 16 << 20);
+  EXPECT_DOUBLE_EQ(j["time_us"].get<double>(), 4000.0);
+  EXPECT_DOUBLE_EQ(j["speedup_vs_gloo"].get<double>(), 4.0);
+  r.gloo_s = -1;  // Gloo lacks the op
+  EXPECT_TRUE(ToJson(r)["gloo_time_us"].is_null());
+  EXPECT_DOUBLE_EQ(Derive(r).speedup_vs_gloo, 0.0);
+}
+
+TEST(BenchReportTest, TableHasOneLinePerRowAndDashWithoutGloo) {
+  CollectiveRow a;
+  a.op = CollectiveOp::kReduceScatter;
+  a.dtype = "bf16";
+  a.world = 4;
+  a.bytes = 4096;
+  a.tpu_dist_s = 1e-5;
+  CollectiveRow b = a;
+  b.op = CollectiveOp::kBroadcast;
+  b.gloo_s = 2e-5;
+  const std::string t = FormatTable({a, b});
+  EXPECT_EQ(std::count(t.begin(), t.end(), '\n'), 3);
+  EXPECT_THAT(t, HasSubstr("reduce_scatter bf16      4     4KiB |       10.00"));
+  EXPECT_THAT(t, HasSubstr("2.0x"));
+  EXPECT_THAT(t, HasSubstr("busBw"));
+}
+
+TEST(ForkedRanksTest, ReportsExitCodesAndKillsHangs) {
+  ForkedRanks ok = ForkRanks(3);
+  if (ok.rank != 0) _exit(0);
+  EXPECT_EQ(ok.children.size(), 2u);
+  EXPECT_TRUE(WaitForRanks(ok, absl::Seconds(10)).ok());
+
+  ForkedRanks bad = ForkRanks(3);
+  if (bad.rank == 1) _exit(3);
+  if (bad.rank == 2) {
+    sleep(30);  // killed by the deadline below
+    _exit(0);
+  }
+  const absl::Status s = WaitForRanks(bad, absl::Milliseconds(300));
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 exited 3"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("rank 2 still running"));
+}
+
+}  // namespace
+}  // namespace tpudist::bench
