@@ -1,8 +1,11 @@
 // slice_check: the smallest end-to-end check of a (possibly emulated) slice.
 // Each rank discovers who it is from its environment, joins the job's
-// coordination service, builds a Gloo process group over the coordination
-// store, runs a barrier and an all_reduce of (rank + 1), and checks the sum
-// against W(W+1)/2. One line per rank; exit status 1 on any mismatch/error.
+// coordination service, builds a process group over the coordination store
+// (tpu_dist by default: shm inside a host, TCP between hosts; --backend=gloo
+// for ProcessGroupGloo), runs a barrier and an all_reduce of (rank + 1), and
+// checks the sum against W(W+1)/2. One line per rank; exit status 1 on any
+// mismatch/error. Without the collectives folder in the build only gloo is
+// available.
 //
 //   tpurun --accelerator-type TPU-V6E --topology 4x4 --hosts-emulated --
 //       build/examples/slice_check
@@ -14,11 +17,16 @@
 #include <signal.h>
 #include <stdio.h>
 
+#include <cstdlib>
+
 #include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <vector>
 
+#ifdef SLICE_CHECK_HAS_TPU_DIST
+#include "collectives/process_group_tpu_dist.h"
+#endif
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
@@ -32,7 +40,12 @@
 ABSL_FLAG(int, die_rank, -1, "this rank raises SIGKILL before the barrier");
 ABSL_FLAG(int, die_restart, -1,
           "with --die-rank: die only in the attempt with this restart count (-1: every attempt)");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60), "Gloo and store timeout");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60), "collective and store timeout");
+#ifdef SLICE_CHECK_HAS_TPU_DIST
+ABSL_FLAG(std::string, backend, "tpu_dist", "process-group backend: tpu_dist or gloo");
+#else
+ABSL_FLAG(std::string, backend, "gloo", "process-group backend: gloo (tpu_dist not built)");
+#endif
 ABSL_FLAG(int, numel, 8, "elements in the all_reduce tensor");
 
 namespace tpudist::examples {
@@ -40,9 +53,10 @@ namespace {
 
 namespace tr = ::tpudist::tpu_runtime;
 
-// The address this rank's Gloo device binds: its (emulated) host's address
-// (TPU_WORKER_HOSTNAMES[host]; 127.0.1.<h+1> under tpurun --hosts-emulated).
-std::string GlooHostname(const tr::RankInfo& info) {
+// The address this rank binds (Gloo device, tpu_dist inter-host TCP): its
+// (emulated) host's address (TPU_WORKER_HOSTNAMES[host]; 127.0.1.<h+1> under
+// tpurun --hosts-emulated).
+std::string BindHostname(const tr::RankInfo& info) {
   if (info.host_index >= 0 && info.host_index < static_cast<int>(info.hostnames.size()) &&
       !info.hostnames[info.host_index].empty()) {
     return info.hostnames[info.host_index];
@@ -69,11 +83,34 @@ absl::Status Check(const tr::RankInfo& info) {
   }
 
   auto store = c10::make_intrusive<c10d::PrefixStore>("slice_check", (*coord)->store());
-  auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout_ms);
-  gloo_options->devices.push_back(
-      c10d::ProcessGroupGloo::createDeviceForHostname(GlooHostname(info)));
-  auto pg =
-      c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.world_size, gloo_options);
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  if (backend == "gloo") {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout_ms);
+    gloo_options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(BindHostname(info)));
+    pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.world_size,
+                                                     gloo_options);
+#ifdef SLICE_CHECK_HAS_TPU_DIST
+  } else if (backend == "tpu_dist") {
+    namespace col = ::tpudist::collectives;
+    col::ProcessGroupTpuDist::Options options;
+    options.timeout = timeout_ms;
+    options.group_name = "slice_check";
+    options.job_id = info.job_id;
+    // Host identity: TPU_DIST_HOST_ID when the launcher set it (emulated
+    // hosts), else the host's index in the slice; bind: the host's address
+    // when it is numeric (else ResolveBindAddress picks one).
+    if (getenv("TPU_DIST_HOST_ID") == nullptr && info.host_index >= 0) {
+      options.host_id = absl::StrCat("slice_host_", info.host_index);
+    }
+    if (col::IsNumericAddress(BindHostname(info))) options.bind_address = BindHostname(info);
+    pg = c10::make_intrusive<col::ProcessGroupTpuDist>(store, info.rank, info.world_size,
+                                                       options);
+#endif
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--backend=", backend, ": not available"));
+  }
   pg->barrier()->wait();
 
   const int64_t numel = absl::GetFlag(FLAGS_numel);
@@ -83,8 +120,9 @@ absl::Status Check(const tr::RankInfo& info) {
   const double expected = info.world_size * (info.world_size + 1) / 2.0;
   const at::Tensor& sum = tensors[0];  // [numel]
   const bool ok = at::all(sum == expected).item<bool>();
-  printf("slice_check: %s gloo@%s allreduce %g (expected %g) %s\n", tr::ToString(info).c_str(),
-         GlooHostname(info).c_str(), sum[0].item<double>(), expected, ok ? "OK" : "MISMATCH");
+  printf("slice_check: %s %s@%s allreduce %g (expected %g) %s\n", tr::ToString(info).c_str(),
+         backend.c_str(), BindHostname(info).c_str(), sum[0].item<double>(), expected,
+         ok ? "OK" : "MISMATCH");
   fflush(stdout);
   pg.reset();
   (*coord)->Shutdown();
