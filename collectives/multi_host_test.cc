@@ -239,11 +239,15 @@ int NetnsRank(int host, int hosts, int local, const std::string& addr, const std
   const double gb16 = MeanMs([&] { gloo->allreduce(big)->wait(); }, 5);
   const double t8 = MeanMs([&] { pg->allreduce(tiny)->wait(); }, 50);
   const double g8 = MeanMs([&] { gloo->allreduce(tiny)->wait(); }, 50);
+  // reduce_scatter is an allreduce of the whole input: its cost vs allreduce.
+  const int64_t rs_n = (4 << 20) / world;  // 16 MiB of input, W equal blocks
+  at::Tensor rs_in = at::ones({rs_n * world}, at::kFloat), rs_o = at::empty({rs_n});
+  const double rs16 = MeanMs([&] { pg->_reduce_scatter_base(rs_o, rs_in)->wait(); }, 3);
   if (rank == 0) {
     fprintf(stdout,
             "%s %d hosts x 2: all_reduce 16 MiB tpu_dist %.2f ms gloo %.2f ms; "
-            "8 B tpu_dist %.1f us gloo %.1f us\n",
-            addr == "127.0.0.1" ? "emulated" : "netns", hosts, tb16, gb16, t8 * 1e3, g8 * 1e3);
+            "8 B tpu_dist %.1f us gloo %.1f us; reduce_scatter 16 MiB in %.2f ms\n",
+            addr == "127.0.0.1" ? "emulated" : "netns", hosts, tb16, gb16, t8 * 1e3, g8 * 1e3, rs16);
     fflush(stdout);
   }
   return 0;
