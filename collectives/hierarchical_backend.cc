@@ -1,8 +1,7 @@
 // The multi-host algorithms. Notation: W group ranks on H hosts, host h has
 // n_h ranks; "leader" = local index 0 of a host.
 //
-// Hierarchical all-reduce (also reduce, and reduce_scatter = all-reduce of
-// the W concatenated inputs, then each rank keeps its own block):
+// Hierarchical all-reduce (also reduce):
 //   1. intra-host: shm::Reduce of every local rank's buffer into the leader
 //      (one pass over shm, fp32 accumulation for bf16/fp16, local ranks'
 //      headers checked against each other);
@@ -14,6 +13,11 @@
 //   3. intra-host: shm::Broadcast from the leader (reduce: only on the
 //      root's host, into a scratch buffer, then the root copies it out).
 //   Only leaders touch the network, so TCP carries H, not W, buffers.
+// Reduce-scatter: the W input blocks are laid out per host (host h's ranks
+//   in a block of max_h n_h slots, zero padding), shm::Reduce of the whole
+//   buffer into the leader, leaders tcp::RingReduceScatter of the H equal
+//   host blocks (each leader ends with its host's reduced block; AVG divided
+//   once), then shm::Scatter of that block to the host's ranks.
 // All-gather: shm::Gather of the local inputs into the leader's host-major
 //   buffer (hosts in order, then local index), leaders tcp::RingAllGatherV of
 //   the unequal host blocks (n_h x bytes), shm::Broadcast of the whole
@@ -323,18 +327,59 @@ absl::Status HierarchicalBackend::Reduce(const OpSpec& spec, ReduceKind op, int 
 absl::Status HierarchicalBackend::ReduceScatter(const OpSpec& spec, ReduceKind op,
                                                 absl::Span<const void* const> inputs,
                                                 void* out) {
-  const int64_t bytes = spec.count * static_cast<int64_t>(shm::ElementSize(spec.dtype));
-  std::vector<uint8_t> full(std::max<int64_t>(1, bytes * size_));
-  for (int r = 0; r < size_; ++r) {
-    if (bytes > 0) std::memcpy(full.data() + r * bytes, inputs[r], bytes);
+  if (absl::Status p = poison(); !p.ok()) return p;
+  const size_t es = shm::ElementSize(spec.dtype);
+  const int64_t bytes = spec.count * static_cast<int64_t>(es);
+  const ReduceKind wire_op = op == ReduceKind::kAvg ? ReduceKind::kSum : op;
+  // Host-padded layout: host h's block starts at h * max_n * bytes and holds
+  // the inputs for its ranks by local index (equal blocks for the ring).
+  int64_t max_n = 0;
+  for (const auto& h : layout_.hosts) max_n = std::max<int64_t>(max_n, h.size());
+  const int64_t block = max_n * bytes;
+  std::vector<uint8_t> buf(std::max<int64_t>(1, block * layout_.num_hosts()), 0);
+  auto slot = [&](int r) {
+    return buf.data() + layout_.host_of_rank[r] * block + layout_.local_index[r] * bytes;
+  };
+  for (int r = 0; r < size_ && bytes > 0; ++r) std::memcpy(slot(r), inputs[r], bytes);
+  OpSpec whole = spec;  // the local reduce covers every host's block
+  whole.count = spec.count * max_n * layout_.num_hosts();
+  whole.shape = {whole.count};
+  if (local_size() > 1) {
+    if (absl::Status s = shm::Reduce(*local_, whole, wire_op, 0, buf.data()); !s.ok()) {
+      return FailLocal(s);
+    }
   }
-  OpSpec whole = spec;
-  whole.count = spec.count * size_;
-  whole.shape.insert(whole.shape.begin(), size_);
-  absl::Status s =
-      AllReduceCore(whole, OpKind::kReduceScatter, op, -1, -1, full.data());
-  if (s.ok() && bytes > 0) std::memcpy(out, full.data() + rank_ * bytes, bytes);
-  return s;
+  uint8_t* mine = buf.data() + host_ * block;
+  if (leader()) {
+    const OpHeader header = shm::MakeHeader(spec, OpKind::kReduceScatter, op, -1, true);
+    if (absl::Status s = CheckLeaders(spec, header); !s.ok()) return s;
+    const DataType dtype = spec.dtype;
+    tcp::ReduceFn fn = [this, dtype, wire_op, es](void* inout, const void* in, size_t n) {
+      if (scratch_.size() < n * es) scratch_.resize(n * es);
+      const void* ins[2] = {inout, in};
+      shm::ReduceInto(dtype, wire_op, scratch_.data(), ins, static_cast<int64_t>(n));
+      std::memcpy(inout, scratch_.data(), n * es);
+    };
+    absl::Status s = tcp::RingReduceScatter(
+        *leaders_, absl::Span<uint8_t>(buf.data(), block * layout_.num_hosts()), es, fn,
+        spec.ctx.deadline());
+    if (!s.ok()) return FailLeaders(s);
+    if (op == ReduceKind::kAvg) {
+      DivideInPlace(spec.dtype, mine, spec.count * local_size(), size_);
+    }
+  }
+  if (local_size() > 1) {
+    std::vector<const void*> pieces(local_size());
+    for (int i = 0; i < local_size(); ++i) pieces[i] = mine + i * bytes;
+    std::vector<uint8_t> piece(std::max<int64_t>(1, bytes));
+    if (absl::Status s = shm::Scatter(*local_, spec, 0, pieces, piece.data(), bytes); !s.ok()) {
+      return FailLocal(s);
+    }
+    if (bytes > 0) std::memcpy(out, piece.data(), bytes);
+  } else if (bytes > 0) {
+    std::memcpy(out, mine, bytes);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status HierarchicalBackend::AllGather(const OpSpec& spec, const void* in,

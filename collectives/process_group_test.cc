@@ -133,11 +133,13 @@ void RunEveryOp(int world, int64_t count, const std::string& hosts) {
                                  c10d::ReduceOp::SUM);
       EXPECT_TRUE(at::equal(out[0], expect.narrow(0, rank * count, count)))
           << "reduce_scatter";
-      for (at::ScalarType type : {at::kBFloat16, at::kInt}) {
+      for (at::ScalarType type : {at::kBFloat16, at::kInt, at::kDouble}) {
         at::Tensor src = full(rank, type);
         at::Tensor dst = at::empty({count}, type);
         c10d::ReduceScatterOptions o;
-        o.reduceOp = type == at::kInt ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+        o.reduceOp = type == at::kInt      ? c10d::ReduceOp::MAX
+                     : type == at::kDouble ? c10d::ReduceOp::AVG
+                                           : c10d::ReduceOp::SUM;
         pg->_reduce_scatter_base(dst, src, o)->wait();
         at::Tensor e = Oracle(all([&](int r) { return full(r, type); }), o.reduceOp);
         EXPECT_TRUE(at::equal(dst, e.narrow(0, rank * count, count)))
