@@ -242,7 +242,8 @@ int NetnsRank(int host, int hosts, int local, const std::string& addr, const std
   // reduce_scatter is an allreduce of the whole input: its cost vs allreduce.
   const int64_t rs_n = (4 << 20) / world;  // 16 MiB of input, W equal blocks
   at::Tensor rs_in = at::ones({rs_n * world}, at::kFloat), rs_o = at::empty({rs_n});
-  const double rs16 = MeanMs([&] { pg->_reduce_scatter_base(rs_o, rs_in)->wait(); }, 3);
+  pg->_reduce_scatter_base(rs_o, rs_in)->wait();  // warm-up
+  const double rs16 = MeanMs([&] { pg->_reduce_scatter_base(rs_o, rs_in)->wait(); }, 5);
   if (rank == 0) {
     fprintf(stdout,
             "%s %d hosts x 2: all_reduce 16 MiB tpu_dist %.2f ms gloo %.2f ms; "
