@@ -4,8 +4,8 @@
 //   tpurun --accelerator-type TPU-V6E --topology 4x4 --hosts-emulated --
 //       build/examples/ffn_tp_check [--backend gloo]
 //
-// --backend gloo: the tpu_dist group does not span (emulated) hosts yet;
-// on one host (--topology 2x2) tpu_dist runs as is.
+// --backend gloo runs the same check over Gloo (a comparison point); the
+// default tpu_dist group spans the emulated hosts (shm inside, TCP between).
 //
 // Each rank: seed 42, builds FeedForward(hidden) = x + w2(SiLU(w1(x))) (no
 // bias) and computes it on one device (the reference, forward + backward);
@@ -55,7 +55,7 @@ ABSL_FLAG(int64_t, batch_size, 4, "rows of the input");
 ABSL_FLAG(int64_t, hidden_dim, 64, "FeedForward hidden size (w1: hidden -> 4*hidden)");
 ABSL_FLAG(bool, wrong_style, false, "negative test: leave w2's output Partial (must fail)");
 ABSL_FLAG(std::string, backend, "tpu_dist",
-          "process-group backend: tpu_dist, or gloo while tpu_dist lacks the inter-host path");
+          "process-group backend: tpu_dist (default) or gloo");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(120), "store and collective timeout");
 
 namespace tpudist::examples {
