@@ -22,6 +22,9 @@
 //   collectives_bench --ops=all_reduce --dtypes=fp32 --min_bytes=8 --max_bytes=16777216
 //   collectives_bench --gloo=0 | --gloo_max_bytes=N   # skip Gloo (above N)
 //   collectives_bench --slot_bytes=N --slots=K --spin=N --yield=M  # shm experiments
+//   collectives_bench --world=4 --hosts=2      # 2 emulated hosts x 2 ranks (host id
+//                                              # per rank, as TPU_DIST_HOST_ID): shm
+//                                              # inside a host, TCP between hosts
 //   tools/bench.sh                             # all worlds, table + JSON
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -66,6 +69,7 @@ struct Flags {
   bool gloo = true;
   int64_t gloo_max_bytes = int64_t{1} << 40;
   std::string json_out;
+  int hosts = 1;           // emulated hosts (host id per rank), multi-host path
   int64_t slot_bytes = 0;  // 0: the group's default
   int slots = 0;           // 0: the group's default
   int spin = -1;           // -1: the group's default
@@ -92,6 +96,7 @@ Flags ParseAndStrip(int* argc, char** argv) {
     else if ((v = value(a, "--gloo="))) f.gloo = std::stoi(v) != 0;
     else if ((v = value(a, "--gloo_max_bytes="))) f.gloo_max_bytes = std::stoll(v);
     else if ((v = value(a, "--json_out="))) f.json_out = v;
+    else if ((v = value(a, "--hosts="))) f.hosts = std::stoi(v);
     else if ((v = value(a, "--slot_bytes="))) f.slot_bytes = std::stoll(v);
     else if ((v = value(a, "--slots="))) f.slots = std::stoi(v);
     else if ((v = value(a, "--spin="))) f.spin = std::stoi(v);
@@ -351,6 +356,11 @@ int main(int argc, char** argv) {
   ProcessGroupTpuDist::Options options;
   options.timeout = std::chrono::seconds(120);
   options.job_id = job;
+  if (env.flags.hosts > 1) {  // rank-major blocks of world / hosts ranks per host
+    const int per_host = std::max(1, env.flags.world / env.flags.hosts);
+    options.host_id = "bench_host" + std::to_string(env.rank / per_host);
+    options.bind_address = "127.0.0.1";  // emulated hosts share loopback
+  }
   if (env.flags.slot_bytes > 0) options.shm_slot_bytes = env.flags.slot_bytes;
   if (env.flags.slots > 0) options.shm_num_slots = env.flags.slots;
   if (env.flags.spin >= 0) options.wait.spin_iters = env.flags.spin;
@@ -379,12 +389,15 @@ int main(int argc, char** argv) {
   }
   const std::vector<tb::CollectiveRow> rows = CollectRows(env);
   const double load_after = LoadAverage();
-  std::printf("\n== collectives, %d ranks (load average %.2f -> %.2f) ==\n%s", env.flags.world,
-              load_before, load_after, tb::FormatTable(rows).c_str());
+  const std::string hosts =
+      env.flags.hosts > 1 ? " on " + std::to_string(env.flags.hosts) + " emulated hosts" : "";
+  std::printf("\n== collectives, %d ranks%s (load average %.2f -> %.2f) ==\n%s", env.flags.world,
+              hosts.c_str(), load_before, load_after, tb::FormatTable(rows).c_str());
   PrintGoals(rows, env.flags.world);
   if (!env.flags.json_out.empty()) {
     nlohmann::json j = {{"bench", "collectives"},
                         {"world", env.flags.world},
+                        {"hosts", env.flags.hosts},
                         {"load_before", load_before},
                         {"load_after", load_after},
                         {"quick", env.flags.quick},

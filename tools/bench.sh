@@ -44,20 +44,24 @@ if [[ $run_coll == 1 ]]; then
     gloo_cap=()
     if [[ $w -gt 8 ]]; then gloo_cap=(--gloo_max_bytes=16777216); fi
     timeout "$deadline" "$build/bench/collectives_bench" --world="$w" $quick "${gloo_cap[@]}" \
-      --json_out="$tmp/coll_w$w.json" --benchmark_format=json \
-      --benchmark_out="$tmp/gbench_coll_w$w.json" "${extra[@]}" \
-      | sed -n '/^== collectives/,$p'
+      --json_out="$tmp/coll_w$w.json" "${extra[@]}" | sed -n '/^== collectives/,$p'
     parts+=("$tmp/coll_w$w.json")
   done
+fi
+if [[ $run_coll == 1 && -z $quick ]]; then
+  # Multi-host path: 2 emulated hosts x 2 ranks (shm inside, TCP between).
+  timeout "$deadline" "$build/bench/collectives_bench" --world=4 --hosts=2 \
+    --json_out="$tmp/coll_w4_2hosts.json" "${extra[@]}" | sed -n '/^== collectives/,$p'
+  parts+=("$tmp/coll_w4_2hosts.json")
 fi
 if [[ $run_train == 1 && -x "$build/bench/train_bench" ]]; then
   for w in 2 4; do
     timeout "$deadline" "$build/bench/train_bench" --world="$w" $quick \
-      --json_out="$tmp/train_w$w.json" --benchmark_format=json | sed -n '/^== train/,$p'
+      --json_out="$tmp/train_w$w.json" | sed -n '/^== train/,$p'
     parts+=("$tmp/train_w$w.json")
   done
   timeout "$deadline" "$build/bench/train_bench" --world=2 --fsdp_dtype=bf16 $quick \
-    --json_out="$tmp/train_w2_bf16.json" --benchmark_format=json | sed -n '/^== train/,$p'
+    --json_out="$tmp/train_w2_bf16.json" | sed -n '/^== train/,$p'
   parts+=("$tmp/train_w2_bf16.json")
 fi
 if [[ -x "$build/bench/gemma_bench" ]]; then
@@ -70,9 +74,27 @@ fi
 {
   printf '{"date": "%s", "machine": "%s", "cpus": %s, "load_end": "%s", "results": [' \
     "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-    "$(lscpu | sed -n 's/^Model name: *//p' | head -1)" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
+    "$(lscpu | sed -n 's/^Model name: *//p' | head -1)" "$(getconf _NPROCESSORS_ONLN)" "$(cut -d' ' -f1-3 /proc/loadavg)"
   sep=""
   for p in "${parts[@]}"; do printf '%s' "$sep"; cat "$p"; sep=","; done
   printf ']}\n'
 } > "$out"
 echo "JSON: $out"
+# A condensed markdown summary (what bench/README.md shows): every fp32
+# all_reduce, and every op/dtype at 8 B and 16 MiB; then the training rows.
+jq -r '
+  def f(x): if x == null then "-" else (x * 100 | round / 100 | tostring) end;
+  def sz(b): if b >= 1048576 then "\(b / 1048576)MiB" elif b >= 1024 then "\(b / 1024)KiB"
+             else "\(b)B" end;
+  "Run \(.date), \(.machine), \(.cpus) CPUs, load at end \(.load_end).\n",
+  "| op | dtype | world | size | tpu_dist us | busBw GB/s | Gloo us | Gloo busBw | Gloo/tpu_dist | memcpy us |",
+  "|---|---|---|---|---|---|---|---|---|---|",
+  (.results[] | select(.bench == "collectives") | . as $c | .rows[]
+   | select((.op == "all_reduce" and .dtype == "fp32") or .bytes == 8 or .bytes == 16777216)
+   | "| \(.op) | \(.dtype) | \(.world)\(if ($c.hosts // 1) > 1 then " (\($c.hosts) hosts)" else "" end) | \(sz(.bytes)) | \(f(.time_us)) | \(f(.busbw_GBps)) | \(f(.gloo_time_us)) | \(f(.gloo_busbw_GBps)) | \(f(.speedup_vs_gloo)) | \(f(.memcpy_time_us)) |"),
+  "",
+  "| train step (tpu_dist) | world | FSDP dtype | step ms | tokens/s | MFU vs bf16 GEMM | bf16 GEMM GFLOP/s | FSDP/DDP tokens/s |",
+  "|---|---|---|---|---|---|---|---|",
+  (.results[] | select(.bench == "train") | . as $t | .rows[]
+   | "| \(.kind) | \($t.world) | \($t.fsdp_dtype) | \(f(.step_ms)) | \(f(.tokens_per_s)) | \(f(.mfu_vs_bf16_gemm * 100))% | \(f($t.gemm_bf16_GFLOPs)) | \(f($t.fsdp_over_ddp_tokens)) |")
+' "$out" > "${out%.json}.md" && echo "markdown: ${out%.json}.md"
