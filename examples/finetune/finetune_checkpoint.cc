@@ -1,0 +1,158 @@
+#include "examples/finetune/finetune_checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "fsdp/fully_shard/optimizer_checkpoint.h"
+#include "fsdp/fully_shard/sharded_checkpoint.h"
+#include "fsdp/fully_shard/state_dict.h"
+#include "models/gemma/hf_checkpoint.h"
+
+namespace tpudist::finetune {
+namespace {
+
+constexpr char kShardsDir[] = "shards";
+constexpr char kTrainerState[] = "trainer_state.json";
+constexpr char kPleName[] = "model.embed_tokens_per_layer.weight";
+
+std::chrono::milliseconds Ms(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+absl::Status Barrier(const CheckpointTarget& t) {
+  t.mesh->Group(0)->barrier()->wait(Ms(t.timeout));
+  return absl::OkStatus();
+}
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+// Rank 0: the gathered full state dict into a fresh unsharded model, saved
+// in HF form (fp32) with the tokenizer.
+absl::Status ExportHf(const CheckpointTarget& t, const fsdp::StateDict& full, const std::string& dir) {
+  models::gemma::GemmaForCausalLM fresh(t.model->config());
+  at::NoGradGuard no_grad;
+  for (auto& item : fresh->named_parameters(/*recurse=*/true)) {
+    auto it = full.find(item.key());
+    if (it != full.end()) {
+      item.value().copy_(it->second);
+    } else if (item.key() == kPleName && t.ple_fp32.defined()) {
+      item.value().copy_(t.ple_fp32);
+    } else {
+      return absl::InternalError(absl::StrCat("checkpoint export: no value for ", item.key()));
+    }
+  }
+  for (auto& item : fresh->named_buffers(/*recurse=*/true)) {
+    auto it = full.find(item.key());
+    if (it != full.end()) item.value().copy_(it->second);
+  }
+  models::gemma::SaveOptions so;
+  so.dtype = at::kFloat;
+  so.copy_tokenizer_from = t.model_dir;
+  return models::gemma::SaveGemmaAsHf(*fresh, dir, so);
+}
+
+}  // namespace
+
+std::string TrainerStateToJson(const TrainerState& s) {
+  nlohmann::json j = {{"epoch", s.epoch},           {"step", s.step},
+                      {"seed", s.seed},             {"world_size", s.world_size},
+                      {"dataset_size", s.dataset_size}, {"loss", s.loss}};
+  return j.dump() + "\n";
+}
+
+absl::StatusOr<TrainerState> TrainerStateFromJson(const std::string& text, const std::string& where) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    TrainerState s;
+    s.epoch = j.at("epoch").get<int64_t>();
+    s.step = j.at("step").get<int64_t>();
+    s.seed = j.at("seed").get<uint64_t>();
+    s.world_size = j.at("world_size").get<int>();
+    s.dataset_size = j.at("dataset_size").get<int64_t>();
+    s.loss = j.at("loss").is_null() ? NAN : j.at("loss").get<double>();
+    return s;
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(where, ": bad trainer state: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::string> SaveFineTuneCheckpoint(const CheckpointTarget& t, CheckpointManager* manager,
+                                                   const TrainerState& state, int64_t sequence) {
+  const int rank = t.mesh->global_rank();
+  const std::string key = absl::StrCat("finetune/ckpt_path/", sequence);
+  std::optional<PendingCheckpoint> pending;
+  if (rank == 0) {
+    absl::StatusOr<PendingCheckpoint> p = manager->BeginWrite();
+    if (!p.ok()) return p.status();
+    pending = *p;
+    std::error_code ec;
+    std::filesystem::create_directories(pending->path + "/" + kShardsDir, ec);
+    if (ec) return absl::InternalError(absl::StrCat("mkdir ", pending->path, ": ", ec.message()));
+    t.store->set(key, std::vector<uint8_t>(pending->path.begin(), pending->path.end()));
+  }
+  t.store->wait({key}, Ms(t.timeout));
+  const std::vector<uint8_t> raw = t.store->get(key);
+  const std::string dir(raw.begin(), raw.end());
+  const std::string shards = dir + "/" + kShardsDir;
+
+  fsdp::StateDictOptions sd;
+  sd.ignore_frozen_params = true;
+  if (absl::Status s = fsdp::SaveShardedCheckpoint(t.model.ptr(), *t.mesh, shards, sd); !s.ok()) return s;
+  if (absl::Status s = fsdp::SaveShardedAdamWState(t.model.ptr(), *t.optimizer, rank,
+                                                   static_cast<int>(t.mesh->size()), shards);
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<fsdp::StateDict> full = fsdp::GetModelStateDict(t.model.ptr(), *t.mesh, sd);
+  if (!full.ok()) return full.status();
+  if (rank == 0) {
+    if (absl::Status s = ExportHf(t, *full, dir); !s.ok()) return s;
+    if (absl::Status s = WriteText(dir + "/" + kTrainerState, TrainerStateToJson(state)); !s.ok()) return s;
+  }
+  if (absl::Status s = Barrier(t); !s.ok()) return s;  // every rank's files are written
+  std::string committed;
+  if (rank == 0) {
+    absl::StatusOr<CheckpointInfo> info = manager->Commit(*pending, {state.epoch, state.step, state.loss});
+    if (!info.ok()) return info.status();
+    committed = info->path;
+  }
+  return committed;
+}
+
+absl::StatusOr<TrainerState> RestoreFineTuneCheckpoint(const CheckpointTarget& t, const std::string& dir,
+                                                       const TrainerState& expect) {
+  std::ifstream in(dir + "/" + kTrainerState, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", dir, "/", kTrainerState));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<TrainerState> state = TrainerStateFromJson(text.str(), dir);
+  if (!state.ok()) return state.status();
+  if (state->world_size != expect.world_size || state->dataset_size != expect.dataset_size ||
+      state->seed != expect.seed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, ": written by a run with world_size ", state->world_size, ", dataset_size ",
+        state->dataset_size, ", seed ", state->seed, "; this run has ", expect.world_size, ", ",
+        expect.dataset_size, ", ", expect.seed, ": resuming would not continue the same run"));
+  }
+  const std::string shards = dir + "/" + kShardsDir;
+  if (absl::Status s = fsdp::LoadShardedCheckpoint(t.model.ptr(), *t.mesh, shards); !s.ok()) return s;
+  if (absl::Status s = fsdp::LoadShardedAdamWState(t.model.ptr(), *t.optimizer, t.mesh->global_rank(),
+                                                   static_cast<int>(t.mesh->size()), shards);
+      !s.ok()) {
+    return s;
+  }
+  return state;
+}
+
+}  // namespace tpudist::finetune

@@ -1,0 +1,79 @@
+// One fine-tune checkpoint: what every rank writes at an epoch end so that
+// a restarted job continues exactly, and what rank 0 exports for use.
+//
+//   <run_dir>/checkpoint_<timestamp>/
+//     config.json, model.safetensors,     the full model in HF form (rank 0;
+//     tokenizer.json, ...                 a loadable --model-dir, fp32)
+//     shards/shard-<r>-of-<W>.safetensors model shards (each rank) +
+//     shards/metadata.json                fsdp/fully_shard sharded_checkpoint.h
+//     shards/optim-<r>-of-<W>.safetensors AdamW state shards (each rank)
+//     trainer_state.json                  {"epoch","step","seed","world_size",
+//                                          "dataset_size","loss"} (rank 0)
+//     checkpoint.json                     CheckpointManager's marker, last
+//
+// Protocol (collective over the mesh; `manager` non-null on rank 0 only):
+// rank 0 BeginWrite()s the temp dir and publishes its path under a store
+// key; all ranks write their shards; the full state dict is gathered to
+// rank 0 (cpu offload, frozen PLE skipped and taken from rank 0's own fp32
+// copy instead, since it never changes) and exported; barrier; rank 0
+// Commit()s (atomic rename + marker) and prunes to the best num_to_keep.
+// A rank dying anywhere before Commit leaves only a temp dir.
+#ifndef EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_
+#define EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/optim/adamw.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "examples/finetune/checkpoint_manager.h"
+#include "fsdp/device_mesh.h"
+#include "models/gemma/gemma_model.h"
+
+namespace tpudist::finetune {
+
+// Where training stands; what trainer_state.json records.
+struct TrainerState {
+  int64_t epoch = 0;  // 0-based epoch this checkpoint is in
+  int64_t step = 0;   // batches of `epoch` already consumed
+  uint64_t seed = 0;
+  int world_size = 1;
+  int64_t dataset_size = 0;
+  double loss = 0.0;  // the epoch's all-reduced loss
+};
+
+// Everything a checkpoint write or restore touches; views, not owned.
+struct CheckpointTarget {
+  models::gemma::GemmaForCausalLM model{nullptr};  // FullyShard-ed
+  const fsdp::DeviceMesh* mesh = nullptr;
+  torch::optim::AdamW* optimizer = nullptr;
+  c10::intrusive_ptr<c10d::Store> store;  // for sharing the temp path
+  at::Tensor ple_fp32;                    // [Vp, L * P] frozen table, rank 0
+  std::string model_dir;                  // tokenizer files are copied from it
+  absl::Duration timeout = absl::Minutes(5);
+};
+
+// Writes and commits one checkpoint (protocol above). Returns the committed
+// path on rank 0, "" on the others.
+absl::StatusOr<std::string> SaveFineTuneCheckpoint(const CheckpointTarget& target,
+                                                   CheckpointManager* manager,
+                                                   const TrainerState& state, int64_t sequence);
+
+// Restores model shards and optimizer state from checkpoint `dir` (every
+// rank; same world size as the writer) and returns its trainer state.
+// FailedPrecondition when the world size or dataset size differs.
+absl::StatusOr<TrainerState> RestoreFineTuneCheckpoint(const CheckpointTarget& target,
+                                                       const std::string& dir,
+                                                       const TrainerState& expect);
+
+// trainer_state.json round trip. Pure.
+std::string TrainerStateToJson(const TrainerState& s);
+absl::StatusOr<TrainerState> TrainerStateFromJson(const std::string& text, const std::string& where);
+
+}  // namespace tpudist::finetune
+
+#endif  // EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_

@@ -1,0 +1,267 @@
+#include "examples/finetune/finetune_trainer.h"
+
+#include <signal.h>
+#include <stdio.h>
+
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/optim/adamw.h>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/process_group_tpu_dist.h"
+#include "examples/finetune/checkpoint_manager.h"
+#include "examples/finetune/distributed_sampler.h"
+#include "examples/finetune/dolly_dataset.h"
+#include "examples/finetune/finetune_checkpoint.h"
+#include "examples/finetune/progress_reporter.h"
+#include "examples/finetune/tokenized_dataset.h"
+#include "fsdp/device_mesh.h"
+#include "models/gemma/hf_checkpoint.h"
+#include "models/gemma/parallelize_gemma.h"
+#include "models/gemma/tokenizer.h"
+#include "tpu_runtime/coordination/coordination_runtime.h"
+
+namespace tpudist::finetune {
+namespace {
+
+namespace gemma = ::tpudist::models::gemma;
+namespace coord = ::tpudist::tpu_runtime::coordination;
+
+std::chrono::milliseconds Ms(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+absl::Status Annotate(const absl::Status& s, int rank, absl::string_view stage) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat("rank ", rank, ": ", stage, ": ", s.message()));
+}
+
+absl::StatusOr<fsdp::DeviceMesh> MakeMesh(const tpu_runtime::RankInfo& info,
+                                          const c10::intrusive_ptr<c10d::Store>& store,
+                                          absl::Duration timeout) {
+  fsdp::DeviceMeshEnv env;
+  env.rank = info.rank;
+  env.world_size = info.world_size;
+  env.store = store;
+  env.mesh_name = "finetune_dp";
+  env.collective_timeout = timeout;
+  // Each attempt gets fresh shm segment names (a killed attempt's may linger).
+  const std::string job = absl::StrCat(coord::EffectiveJobId(info), "_a", info.restart_count);
+  env.group_factory = [job, timeout](const c10::intrusive_ptr<c10d::Store>& s, int group_rank,
+                                     const std::vector<int>& ranks)
+      -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
+    collectives::ProcessGroupTpuDist::Options o;
+    o.timeout = Ms(timeout);
+    o.job_id = job;
+    o.group_name = absl::StrCat("finetune_dp_", ranks.size());
+    return c10::intrusive_ptr<c10d::ProcessGroup>(c10::make_intrusive<collectives::ProcessGroupTpuDist>(
+        s, group_rank, static_cast<int>(ranks.size()), o));
+  };
+  return fsdp::InitDeviceMesh("tpu", {info.world_size}, {"dp"}, env);
+}
+
+absl::StatusOr<TokenizedDataset> LoadData(const FineTuneConfig& c, const gemma::Tokenizer& tok) {
+  absl::StatusOr<std::vector<DollyExample>> rows = LoadDollySplit(c.dataset, c.dataset_split);
+  if (!rows.ok()) return rows.status();
+  Encoder encode = [&tok](absl::string_view text) -> absl::StatusOr<std::vector<int>> {
+    std::vector<int64_t> ids = tok.Encode(text, /*add_bos=*/false);
+    return std::vector<int>(ids.begin(), ids.end());
+  };
+  TokenizeOptions t;
+  t.max_length = c.max_seq_len;
+  t.pad_id = static_cast<int>(tok.pad_id());
+  t.bos_id = static_cast<int>(tok.bos_id());
+  t.eos_id = static_cast<int>(tok.eos_id());
+  return TokenizedDataset::Create(*rows, encode, t);
+}
+
+// Mean over ranks of `value` (all_reduce AVG).
+double AllReduceAvg(const fsdp::DeviceMesh& mesh, double value, absl::Duration timeout) {
+  std::vector<at::Tensor> t = {at::full({1}, value, at::kDouble)};  // [1]
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::AVG;
+  mesh.Group(0)->allreduce(t, o)->wait(Ms(timeout));
+  return t[0].item<double>();
+}
+
+// Rank 0 decides where to resume from and tells the others through the
+// store: "" (fresh) or a checkpoint path.
+absl::StatusOr<std::string> AgreeOnResume(const tpu_runtime::RankInfo& info, CheckpointManager* mgr,
+                                          c10d::Store& store, absl::Duration timeout) {
+  const std::string key = "finetune/resume_from";
+  if (info.rank == 0) {
+    std::string path;
+    if (info.restart_count > 0) {
+      absl::StatusOr<std::optional<CheckpointInfo>> latest = mgr->LatestComplete();
+      if (!latest.ok()) return latest.status();
+      if (latest->has_value()) path = (*latest)->path;
+    }
+    store.set(key, std::vector<uint8_t>(path.begin(), path.end()));
+  }
+  store.wait({key}, Ms(timeout));
+  const std::vector<uint8_t> v = store.get(key);
+  return std::string(v.begin(), v.end());
+}
+
+}  // namespace
+
+std::string DefaultRunName(const std::string& job_id) {
+  return job_id.empty() ? "gemma_finetune" : absl::StrCat("gemma_finetune_", job_id);
+}
+
+absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, const FineTuneConfig& c) {
+  const int rank = info.rank, world = info.world_size;
+  if (c.storage_path.empty()) return absl::InvalidArgumentError("--storage-path (or STORAGE_PATH) is required");
+  if (c.num_epochs < 1 || c.batch_size_per_device < 1 || c.max_seq_len < 2) {
+    return absl::InvalidArgumentError("need --num-epochs >= 1, --batch-size-per-device >= 1, --max-seq-len >= 2");
+  }
+  if (info.restart_count > c.max_failures) {
+    return absl::FailedPreconditionError(absl::StrCat("attempt ", info.restart_count, " exceeds --max-failures ",
+                                                      c.max_failures));
+  }
+  // Data first: a bad dataset fails fast, before any rendezvous.
+  absl::StatusOr<std::unique_ptr<gemma::Tokenizer>> tok = gemma::LoadTokenizer(c.model_dir);
+  if (!tok.ok()) return Annotate(tok.status(), rank, "tokenizer");
+  absl::StatusOr<TokenizedDataset> data = LoadData(c, **tok);
+  if (!data.ok()) return Annotate(data.status(), rank, "dataset");
+  absl::StatusOr<DistributedSampler> sampler =
+      DistributedSampler::Create({data->size(), world, rank, /*shuffle=*/true, c.seed, /*drop_last=*/true});
+  if (!sampler.ok()) return Annotate(sampler.status(), rank, "sampler");
+  const int64_t num_batches = sampler->NumBatches(c.batch_size_per_device);
+
+  coord::RuntimeOptions ro;
+  ro.store_timeout = Ms(c.timeout);
+  ro.startup_barrier_timeout = c.timeout;
+  absl::StatusOr<std::unique_ptr<coord::CoordinationRuntime>> runtime = coord::StartOrConnect(info, ro);
+  if (!runtime.ok()) return Annotate(runtime.status(), rank, "coordination");
+  auto store = c10::make_intrusive<c10d::PrefixStore>("gemma_finetune", (*runtime)->store());
+  absl::StatusOr<fsdp::DeviceMesh> mesh = MakeMesh(info, store, c.timeout);
+  if (!mesh.ok()) return Annotate(mesh.status(), rank, "device mesh");
+
+  absl::StatusOr<gemma::GemmaForCausalLM> model = gemma::LoadGemmaFromHf(c.model_dir);
+  if (!model.ok()) return Annotate(model.status(), rank, "model");
+  at::Tensor ple_fp32 = gemma::PleWeight(**model);
+  if (ple_fp32.defined()) ple_fp32 = ple_fp32.detach().clone();
+  gemma::GemmaParallelOptions popts;
+  if (!c.bf16) popts.param_dtype = std::nullopt;
+  absl::StatusOr<fsdp::FsdpModule> root = gemma::ParallelizeGemma(*model, *mesh, popts);
+  if (!root.ok()) return Annotate(root.status(), rank, "parallelize");
+  std::vector<at::Tensor> trainable;
+  for (const at::Tensor& p : (*model)->parameters()) {
+    if (p.requires_grad()) trainable.push_back(p);
+  }
+  torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+
+  std::unique_ptr<CheckpointManager> mgr;
+  std::optional<MetricsLog> metrics;
+  const std::string run_name = c.run_name.empty() ? DefaultRunName(info.job_id) : c.run_name;
+  if (rank == 0) {
+    CheckpointManagerOptions mo;
+    mo.storage_path = c.storage_path;
+    mo.run_name = run_name;
+    mo.num_to_keep = c.num_to_keep;
+    absl::StatusOr<std::unique_ptr<CheckpointManager>> m = CheckpointManager::Open(mo);
+    if (!m.ok()) return Annotate(m.status(), rank, "checkpoints");
+    mgr = std::move(*m);
+    absl::StatusOr<MetricsLog> log = MetricsLog::Open(mgr->run_dir());
+    if (!log.ok()) return Annotate(log.status(), rank, "metrics");
+    metrics = std::move(*log);
+  }
+  CheckpointTarget target;
+  target.model = *model;
+  target.mesh = &*mesh;
+  target.optimizer = &opt;
+  target.store = store;
+  target.ple_fp32 = ple_fp32;
+  target.model_dir = c.model_dir;
+  target.timeout = c.timeout;
+  TrainerState expect;
+  expect.seed = c.seed;
+  expect.world_size = world;
+  expect.dataset_size = data->size();
+
+  FineTuneResult result;
+  int64_t start_epoch = 0, start_step = 0;
+  absl::StatusOr<std::string> resume = AgreeOnResume(info, mgr.get(), *store, c.timeout);
+  if (!resume.ok()) return Annotate(resume.status(), rank, "resume");
+  if (!resume->empty()) {
+    absl::StatusOr<TrainerState> st = RestoreFineTuneCheckpoint(target, *resume, expect);
+    if (!st.ok()) return Annotate(st.status(), rank, "restore");
+    start_epoch = st->epoch;
+    start_step = st->step;
+    if (start_step >= num_batches) ++start_epoch, start_step = 0;
+    result.resumed_from_epoch = start_epoch;
+    result.latest_checkpoint = *resume;
+    result.final_metrics.loss = st->loss;
+    result.final_metrics.epoch = st->epoch + 1;
+    if (rank == 0) printf("Resuming from %s (epoch %lld, step %lld)\n", resume->c_str(),
+                          static_cast<long long>(start_epoch + 1), static_cast<long long>(start_step));
+  }
+
+  ProgressOptions po;
+  po.enabled = rank == 0;
+  po.tty = IsTerminal(stdout);
+  po.plain_every = std::max<int64_t>(1, num_batches / 4);
+  ProgressReporter progress(std::cout, po);
+  for (int64_t epoch = start_epoch; epoch < c.num_epochs; ++epoch, start_step = 0) {
+    sampler->SetEpoch(epoch);
+    const absl::Time t0 = absl::Now();
+    progress.BeginEpoch(epoch + 1, c.num_epochs, num_batches);
+    double loss_sum = 0.0;
+    int64_t steps = 0;
+    for (int64_t step = start_step; step < num_batches; ++step) {
+      if (rank == c.die_rank && info.restart_count == 0 && epoch == c.die_epoch && step == c.die_step) {
+        fprintf(stderr, "gemma_finetune: rank %d: --die-rank at epoch %lld step %lld, raising SIGKILL\n", rank,
+                static_cast<long long>(epoch), static_cast<long long>(step));
+        fflush(stderr);
+        raise(SIGKILL);
+      }
+      absl::StatusOr<std::vector<int64_t>> ids = sampler->BatchIndices(step, c.batch_size_per_device);
+      if (!ids.ok()) return Annotate(ids.status(), rank, "sampler");
+      absl::StatusOr<Batch> batch = data->MakeBatch(*ids);
+      if (!batch.ok()) return Annotate(batch.status(), rank, "batch");
+      opt.zero_grad();
+      at::Tensor loss = (*model)->forward(batch->input_ids, batch->attention_mask, batch->labels).loss;
+      loss.backward();
+      opt.step();
+      const double l = loss.item<double>();
+      loss_sum += l;
+      ++steps;
+      progress.Update(step + 1, l);
+    }
+    progress.EndEpoch();
+    EpochMetrics m;
+    m.epoch = epoch + 1;
+    m.loss = AllReduceAvg(*mesh, steps > 0 ? loss_sum / steps : 0.0, c.timeout);
+    m.steps = steps;
+    m.epoch_time_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    m.tokens_per_s = TokensPerSecond(steps, c.batch_size_per_device * world, c.max_seq_len, m.epoch_time_s);
+    m.timestamp = absl::Now();
+    if (rank == 0) {
+      printf("%s\n", FormatEpochLine(m, c.num_epochs).c_str());
+      fflush(stdout);
+    }
+    TrainerState st = expect;
+    st.epoch = epoch;
+    st.step = num_batches;
+    st.loss = m.loss;
+    absl::StatusOr<std::string> saved = SaveFineTuneCheckpoint(target, mgr.get(), st, epoch);
+    if (!saved.ok()) return Annotate(saved.status(), rank, "checkpoint");
+    if (rank == 0) {
+      result.latest_checkpoint = *saved;
+      if (absl::Status s = metrics->Append(m); !s.ok()) return Annotate(s, rank, "metrics");
+    }
+    result.epochs.push_back(m);
+    result.final_metrics = m;
+  }
+  mesh->Group(0)->barrier()->wait(Ms(c.timeout));
+  (*runtime)->Shutdown();
+  return result;
+}
+
+}  // namespace tpudist::finetune

@@ -1,0 +1,80 @@
+// RunFineTune: one rank of the Gemma fine-tune (gemma_finetune, the C++
+// rebuild of the seed's ray_train_llm_finetune.py). Every process of the job
+// calls it with the same config and its own RankInfo.
+//
+//   data     LoadDollySplit -> TokenizedDataset ("Instruction: ..\nResponse: ..",
+//            [bos] ids [eos], truncated + padded to max_seq_len, labels -100 at
+//            pads) -> DistributedSampler (shuffle, SetEpoch, drop_last)
+//   model    LoadGemmaFromHf (fp32 master) -> ParallelizeGemma (PLE frozen and
+//            ignored, FullyShard per layer MLP then root, bf16 compute, fp32
+//            reduce) -> AdamW(lr, weight_decay) over the trainable shards
+//   epoch    steps; loss = all_reduce AVG of the ranks' epoch-mean losses;
+//            rank 0 prints FormatEpochLine, a progress bar on a TTY
+//   ckpt     each epoch end (finetune_checkpoint.h): sharded model +
+//            optimizer + trainer state, and the full model in HF form, into
+//            one atomic checkpoint; keep-best(num_to_keep, loss, min); then
+//            rank 0 appends metrics.jsonl
+//   resume   when info.restart_count > 0: from LatestComplete(); the run
+//            continues exactly where the uninterrupted run would be (model
+//            shards, AdamW state, sampler epoch/step; the step uses no RNG)
+//
+// The run directory is <storage_path>/<run_name>; run_name must be the same
+// in every attempt of a job (default: derived from the job id).
+// Blocking waits (store, collectives) have config.timeout as deadline.
+// Thread-safety: call once per process, from one thread.
+#ifndef EXAMPLES_FINETUNE_FINETUNE_TRAINER_H_
+#define EXAMPLES_FINETUNE_FINETUNE_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "examples/finetune/metrics_log.h"
+#include "tpu_runtime/rank_info.h"
+
+namespace tpudist::finetune {
+
+struct FineTuneConfig {
+  std::string model_dir;      // HF-format directory (config.json, model.safetensors, tokenizer)
+  std::string dataset;        // Dolly-format JSONL
+  std::string dataset_split = "train[:1024]";
+  int64_t num_epochs = 3;
+  int64_t batch_size_per_device = 4;
+  int64_t max_seq_len = 512;
+  double lr = 2e-5;
+  double weight_decay = 0.01;
+  std::string storage_path;   // required
+  std::string run_name;       // "" -> "gemma_finetune_<job id>"
+  int num_to_keep = 1;
+  int max_failures = 0;       // restarts allowed (the launcher's --max-restarts)
+  uint64_t seed = 0;          // sampler shuffle seed
+  bool bf16 = true;           // bf16 compute (fp32 master and reduce)
+  absl::Duration timeout = absl::Minutes(5);
+  // Test-only failure injection: rank die_rank SIGKILLs itself before step
+  // die_step (0-based) of epoch die_epoch (0-based), in attempt 0 only.
+  int die_rank = -1;
+  int64_t die_epoch = 0;
+  int64_t die_step = 0;
+};
+
+struct FineTuneResult {
+  std::vector<EpochMetrics> epochs;  // the epochs this attempt ran
+  EpochMetrics final_metrics;        // the last epoch's (also after resume)
+  std::string latest_checkpoint;     // path of the newest complete checkpoint
+  int64_t resumed_from_epoch = -1;   // 0-based epoch it restarted at; -1 fresh
+};
+
+// The run name used when config.run_name is empty. Pure.
+std::string DefaultRunName(const std::string& job_id);
+
+// Runs (or resumes) the whole fine-tune on this rank. Errors name the rank
+// and the stage; data errors (bad JSONL, missing field, empty split) come
+// back as InvalidArgument/NotFound from the loaders.
+absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info,
+                                           const FineTuneConfig& config);
+
+}  // namespace tpudist::finetune
+
+#endif  // EXAMPLES_FINETUNE_FINETUNE_TRAINER_H_

@@ -1,0 +1,141 @@
+// gemma_finetune: the seed's Ray Train fine-tune (ray_train_llm_finetune.py)
+// as a C++ binary, one process per device under tpurun (or any launcher
+// whose environment tpu_runtime reads).
+//
+//   tpurun --accelerator-type TPU-V6E --topology 2x2 --max-restarts 1 -- \
+//       build/examples/gemma_finetune --storage-path /tmp/ft --max-failures 1
+//
+// Defaults: the bundled tiny Gemma 4 (data/tiny_gemma) and instruction set
+// (data/instructions/train.jsonl), and the seed's hyper-parameters. Rank 0
+// prints one line per epoch, then "Training completed! Final metrics: {...}"
+// and "Saved checkpoint: <dir>". See docs/finetune.md.
+//
+// Failures: restarts are the launcher's (tpurun --max-restarts N); pass the
+// same N as --max-failures (default: $TORCHELASTIC_MAX_RESTARTS when set).
+// An attempt with restart count > 0 resumes from the latest complete
+// checkpoint. --die-rank/--die-epoch/--die-step (tests) kill one rank in
+// attempt 0.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "examples/finetune/finetune_trainer.h"
+#include "examples/finetune/metrics_log.h"
+#include "tpu_runtime/env_discovery.h"
+#include "tpu_runtime/launcher/flag_names.h"
+#include "tpu_runtime/rank_info.h"
+#include "tpu_runtime/slice_env.h"
+
+ABSL_FLAG(std::string, model_dir, TPU_DIST_SOURCE_DIR "/data/tiny_gemma", "HF-format model directory");
+ABSL_FLAG(std::string, topology, "", "expected slice topology (e.g. 4x4); empty: as discovered");
+ABSL_FLAG(std::string, accelerator_type, "", "expected accelerator type (e.g. TPU-V6E); empty: as discovered");
+ABSL_FLAG(int, num_workers, 0, "expected number of ranks; 0: as discovered");
+ABSL_FLAG(std::string, dataset, TPU_DIST_SOURCE_DIR "/data/instructions/train.jsonl", "Dolly-format JSONL");
+ABSL_FLAG(std::string, dataset_split, "train[:1024]", "HF split syntax, e.g. train[:1024], train[:10%]");
+ABSL_FLAG(int64_t, num_epochs, 3, "epochs");
+ABSL_FLAG(int64_t, batch_size_per_device, 4, "rows per rank per step");
+ABSL_FLAG(int64_t, max_seq_len, 512, "tokens per row (truncation + padding)");
+ABSL_FLAG(double, lr, 2e-5, "AdamW learning rate");
+ABSL_FLAG(double, weight_decay, 0.01, "AdamW weight decay");
+ABSL_FLAG(std::string, storage_path, "", "run storage (required; default $STORAGE_PATH)");
+ABSL_FLAG(std::string, run_name, "", "run directory name (default gemma_finetune_<job id>)");
+ABSL_FLAG(int, num_to_keep, 1, "checkpoints kept (best by loss, plus the latest); <= 0 keeps all");
+ABSL_FLAG(int, max_failures, -1, "restarts allowed (-1: $TORCHELASTIC_MAX_RESTARTS, else 0)");
+ABSL_FLAG(uint64_t, seed, 0, "sampler shuffle seed");
+ABSL_FLAG(bool, bf16, true, "bf16 compute (fp32 master weights and gradient reduction)");
+ABSL_FLAG(absl::Duration, timeout, absl::Minutes(5), "store and collective timeout");
+ABSL_FLAG(int, die_rank, -1, "test: this rank raises SIGKILL in attempt 0 ...");
+ABSL_FLAG(int64_t, die_epoch, 0, "test: ... at this 0-based epoch ...");
+ABSL_FLAG(int64_t, die_step, 0, "test: ... before this 0-based step");
+
+namespace {
+
+namespace tr = ::tpudist::tpu_runtime;
+namespace ft = ::tpudist::finetune;
+
+absl::Status CheckShape(const tr::RankInfo& info) {
+  const std::string topo = absl::GetFlag(FLAGS_topology), acc = absl::GetFlag(FLAGS_accelerator_type);
+  if (!topo.empty() || !acc.empty()) {
+    absl::StatusOr<tr::SliceSpec> want =
+        tr::SliceSpecFromFlags(acc.empty() ? info.slice.accelerator_type : acc, topo);
+    if (!want.ok()) return want.status();
+    if (want->num_devices() != info.world_size) {
+      return absl::FailedPreconditionError(absl::StrCat("--topology/--accelerator-type give ", want->num_devices(),
+                                                        " devices but the job has ", info.world_size, " ranks"));
+    }
+  }
+  const int n = absl::GetFlag(FLAGS_num_workers);
+  if (n > 0 && n != info.world_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--num-workers ", n, " but the job has ", info.world_size, " ranks"));
+  }
+  return absl::OkStatus();
+}
+
+int MaxFailures() {
+  int n = absl::GetFlag(FLAGS_max_failures);
+  if (n >= 0) return n;
+  const char* env = getenv("TORCHELASTIC_MAX_RESTARTS");
+  return env != nullptr && absl::SimpleAtoi(env, &n) ? n : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tr::launcher::NormalizedArgv args(argc, argv);
+  absl::ParseCommandLine(args.argc(), args.argv());
+  absl::StatusOr<tr::RankInfo> info = tr::DiscoverRankInfo(tr::EnvMapFromProcess());
+  if (!info.ok()) {
+    fprintf(stderr, "gemma_finetune: discovery failed: %s\n", info.status().ToString().c_str());
+    return 1;
+  }
+  ft::FineTuneConfig c;
+  c.model_dir = absl::GetFlag(FLAGS_model_dir);
+  c.dataset = absl::GetFlag(FLAGS_dataset);
+  c.dataset_split = absl::GetFlag(FLAGS_dataset_split);
+  c.num_epochs = absl::GetFlag(FLAGS_num_epochs);
+  c.batch_size_per_device = absl::GetFlag(FLAGS_batch_size_per_device);
+  c.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
+  c.lr = absl::GetFlag(FLAGS_lr);
+  c.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  c.storage_path = absl::GetFlag(FLAGS_storage_path);
+  if (c.storage_path.empty() && getenv("STORAGE_PATH") != nullptr) c.storage_path = getenv("STORAGE_PATH");
+  c.run_name = absl::GetFlag(FLAGS_run_name);
+  c.num_to_keep = absl::GetFlag(FLAGS_num_to_keep);
+  c.max_failures = MaxFailures();
+  c.seed = absl::GetFlag(FLAGS_seed);
+  c.bf16 = absl::GetFlag(FLAGS_bf16);
+  c.timeout = absl::GetFlag(FLAGS_timeout);
+  c.die_rank = absl::GetFlag(FLAGS_die_rank);
+  c.die_epoch = absl::GetFlag(FLAGS_die_epoch);
+  c.die_step = absl::GetFlag(FLAGS_die_step);
+
+  absl::Status status = CheckShape(*info);
+  absl::StatusOr<ft::FineTuneResult> result = absl::UnknownError("not run");
+  if (status.ok()) {
+    try {
+      result = ft::RunFineTune(*info, c);
+    } catch (const std::exception& e) {  // c10d and module forward report failures as exceptions
+      result = absl::InternalError(absl::StrCat("rank ", info->rank, ": ", e.what()));
+    }
+    status = result.status();
+  }
+  if (!status.ok()) {
+    fprintf(stderr, "gemma_finetune: error: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  if (info->rank == 0) {
+    std::string line = ft::EpochMetricsToJsonLine(result->final_metrics);
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    printf("Training completed! Final metrics: %s\n", line.c_str());
+    printf("Saved checkpoint: %s\n", result->latest_checkpoint.c_str());
+    fflush(stdout);
+  }
+  return 0;
+}
