@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <iostream>
 #include <memory>
@@ -52,11 +53,18 @@ absl::StatusOr<fsdp::DeviceMesh> MakeMesh(const tpu_runtime::RankInfo& info,
   env.collective_timeout = timeout;
   // Each attempt gets fresh shm segment names (a killed attempt's may linger).
   const std::string job = absl::StrCat(coord::EffectiveJobId(info), "_a", info.restart_count);
-  env.group_factory = [job, timeout](const c10::intrusive_ptr<c10d::Store>& s, int group_rank,
-                                     const std::vector<int>& ranks)
+  // Host identity: TPU_DIST_HOST_ID when the launcher set it (emulated
+  // hosts), else the host's index in the slice (as slice_check does).
+  std::string host_id;
+  if (getenv("TPU_DIST_HOST_ID") == nullptr && info.host_index >= 0) {
+    host_id = absl::StrCat("slice_host_", info.host_index);
+  }
+  env.group_factory = [job, host_id, timeout](const c10::intrusive_ptr<c10d::Store>& s, int group_rank,
+                                              const std::vector<int>& ranks)
       -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
     collectives::ProcessGroupTpuDist::Options o;
     o.timeout = Ms(timeout);
+    o.host_id = host_id;
     o.job_id = job;
     o.group_name = absl::StrCat("finetune_dp_", ranks.size());
     return c10::intrusive_ptr<c10d::ProcessGroup>(c10::make_intrusive<collectives::ProcessGroupTpuDist>(

@@ -1,0 +1,201 @@
+// gemma_finetune end to end under tpurun: 4 ranks (plain mode, one host),
+// 2 epochs on the bundled tiny model and a slice of the bundled data.
+//
+//   - the loss falls, rank 0 prints the epoch lines and the final lines;
+//   - the kept checkpoint has the HF files, shards, optimizer state; its HF
+//     export reloads (LoadGemmaFromHf) to exactly the sharded weights, and
+//     its PLE table is the original's; keep-best leaves the best one;
+//   - a rank SIGKILLed mid-epoch 2 with --max-failures 1 (tpurun
+//     --max-restarts 1) finishes with the same losses as the clean run;
+//   - bad lines, missing fields and empty splits fail with clear errors.
+// Every child runs under `timeout`, so a hang fails the test.
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "examples/finetune/checkpoint_manager.h"
+#include "examples/finetune/internal/test_temp_dir.h"
+#include "examples/finetune/metrics_log.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/gemma/hf_checkpoint.h"
+#include "models/gemma/safetensors.h"
+
+namespace tpudist::finetune {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr int kWorld = 4;
+
+std::string SourceDir() {
+  const char* env = std::getenv("TPU_DIST_SOURCE_DIR");
+  return env != nullptr ? env : TPU_DIST_SOURCE_DIR_DEFAULT;
+}
+
+struct RunOutput {
+  int exit_code = -1;
+  std::string output;  // stdout + stderr of tpurun and every rank
+};
+
+// Runs gemma_finetune under tpurun with `args`, at most `limit_s` seconds.
+RunOutput RunFinetune(int nproc, const std::string& tpurun_args, const std::string& args, int limit_s = 300) {
+  const std::string cmd = absl::StrCat("OMP_NUM_THREADS=1 timeout -s KILL ", limit_s, " ", TPURUN_PATH,
+                                       " --nproc ", nproc, " ", tpurun_args, " -- ", GEMMA_FINETUNE_PATH,
+                                       " --timeout 120s ", args, " 2>&1");
+  RunOutput r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// The tiny fine-tune both runs share; differs only in failure injection.
+std::string TrainArgs(const std::string& storage, const std::string& run) {
+  return absl::StrCat("--storage-path ", storage, " --run-name ", run,
+                      " --dataset-split train[:128] --num-epochs 2 --batch-size-per-device 4",
+                      " --max-seq-len 64 --lr 3e-3 --num-to-keep 1 --seed 5");
+}
+
+class GemmaFinetuneE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new internal::TestTempDir();
+    clean_ = new RunOutput(RunFinetune(kWorld, "", TrainArgs(tmp_->path(), "clean")));
+  }
+  static void TearDownTestSuite() {
+    delete clean_;
+    delete tmp_;
+  }
+  static std::string RunDir(const std::string& run) { return tmp_->path() + "/" + run; }
+
+  static internal::TestTempDir* tmp_;
+  static RunOutput* clean_;
+};
+internal::TestTempDir* GemmaFinetuneE2eTest::tmp_ = nullptr;
+RunOutput* GemmaFinetuneE2eTest::clean_ = nullptr;
+
+TEST_F(GemmaFinetuneE2eTest, TrainsAndLossFalls) {
+  ASSERT_EQ(clean_->exit_code, 0) << clean_->output;
+  EXPECT_TRUE(std::regex_search(clean_->output, std::regex(R"(Epoch 1/2 \| loss=[0-9.]+ \| epoch_time=[0-9.]+s \| tokens/s=[0-9.]+)")))
+      << clean_->output;
+  EXPECT_THAT(clean_->output, HasSubstr("Epoch 2/2 | loss="));
+  EXPECT_THAT(clean_->output, HasSubstr("Training completed! Final metrics: {\"epoch\":2,"));
+  // Only rank 0 prints epoch lines.
+  const std::regex epoch1("Epoch 1/2 \\|");
+  EXPECT_EQ(std::distance(std::sregex_iterator(clean_->output.begin(), clean_->output.end(), epoch1),
+                          std::sregex_iterator()),
+            1);
+  absl::StatusOr<std::vector<EpochMetrics>> m = ReadMetricsLog(RunDir("clean") + "/metrics.jsonl");
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->size(), 2u);
+  EXPECT_LT((*m)[1].loss, (*m)[0].loss);
+  EXPECT_LT((*m)[0].loss, 6.3);  // below ln(512) = 6.24 + slack: it learned
+  EXPECT_EQ((*m)[0].steps, 128 / kWorld / 4);
+}
+
+TEST_F(GemmaFinetuneE2eTest, CheckpointKeptReloadsToShardedWeights) {
+  ASSERT_EQ(clean_->exit_code, 0) << clean_->output;
+  CheckpointManagerOptions o;
+  o.storage_path = tmp_->path();
+  o.run_name = "clean";
+  auto mgr = CheckpointManager::Open(o);
+  ASSERT_TRUE(mgr.ok()) << mgr.status();
+  auto all = (*mgr)->ListComplete();
+  ASSERT_TRUE(all.ok());
+  // num_to_keep 1 and a falling loss: epoch 2's is best and latest, epoch 1's is pruned.
+  ASSERT_EQ(all->size(), 1u);
+  const std::string dir = (*all)[0].path;
+  EXPECT_EQ((*all)[0].metadata.epoch, 1);
+  EXPECT_THAT(clean_->output, HasSubstr("Saved checkpoint: " + dir));
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "trainer_state.json",
+                        "shards/metadata.json", "shards/shard-3-of-4.safetensors",
+                        "shards/optim-3-of-4.safetensors"}) {
+    EXPECT_TRUE(fs::exists(dir + "/" + f)) << f;
+  }
+  // The HF export is a loadable --model-dir whose weights are the shards'.
+  absl::StatusOr<models::gemma::GemmaForCausalLM> loaded = models::gemma::LoadGemmaFromHf(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::vector<std::shared_ptr<const models::gemma::SafetensorsFile>> shards;
+  for (int r = 0; r < kWorld; ++r) {
+    auto f = models::gemma::SafetensorsFile::Open(absl::StrCat(dir, "/shards/shard-", r, "-of-", kWorld, ".safetensors"));
+    ASSERT_TRUE(f.ok()) << f.status();
+    shards.push_back(*f);
+  }
+  auto original = models::gemma::LoadGemmaFromHf(SourceDir() + "/data/tiny_gemma");
+  ASSERT_TRUE(original.ok());
+  auto orig_params = (*original)->named_parameters();
+  int compared = 0, changed = 0;
+  for (const auto& item : (*loaded)->named_parameters()) {
+    if (item.key() == "model.embed_tokens_per_layer.weight") {  // frozen: the original, exactly
+      EXPECT_TRUE(at::equal(item.value(), orig_params[item.key()])) << item.key();
+      continue;
+    }
+    std::vector<at::Tensor> rows;
+    for (const auto& f : shards) {
+      if (!f->Contains(item.key())) continue;
+      auto t = f->Get(item.key());
+      ASSERT_TRUE(t.ok()) << t.status();
+      rows.push_back(*t);
+    }
+    ASSERT_FALSE(rows.empty()) << item.key();
+    // Sharded rows concatenate to the full tensor (unsharded ones are whole in rank 0's file).
+    at::Tensor full = rows.size() == 1 ? rows[0] : at::cat(rows, 0);
+    ASSERT_EQ(full.sizes(), item.value().sizes()) << item.key();
+    EXPECT_TRUE(at::equal(full.to(at::kFloat), item.value())) << item.key();
+    ++compared;
+    changed += at::equal(item.value(), orig_params[item.key()]) ? 0 : 1;
+  }
+  EXPECT_GT(compared, 20);
+  EXPECT_GT(changed, compared / 2);  // training moved the weights
+}
+
+TEST_F(GemmaFinetuneE2eTest, KilledRankResumesToSameLosses) {
+  ASSERT_EQ(clean_->exit_code, 0) << clean_->output;
+  // Rank 2 dies before step 3 of epoch 2 in attempt 0; attempt 1 resumes
+  // from the epoch-1 checkpoint.
+  RunOutput r = RunFinetune(kWorld, "--max-restarts 1",
+                    TrainArgs(tmp_->path(), "killed") + " --max-failures 1 --die-rank 2 --die-epoch 1 --die-step 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--die-rank at epoch 1 step 3"));
+  EXPECT_THAT(r.output, HasSubstr("Resuming from "));
+  auto clean = ReadMetricsLog(RunDir("clean") + "/metrics.jsonl");
+  auto killed = ReadMetricsLog(RunDir("killed") + "/metrics.jsonl");
+  ASSERT_TRUE(clean.ok() && killed.ok());
+  ASSERT_EQ(killed->size(), 2u);
+  for (size_t e = 0; e < 2; ++e) EXPECT_EQ((*killed)[e].loss, (*clean)[e].loss) << "epoch " << e + 1;
+}
+
+TEST_F(GemmaFinetuneE2eTest, BadDataFailsClearly) {
+  const std::string dir = tmp_->path();
+  std::ofstream(dir + "/bad.jsonl") << "{\"instruction\":\"a\",\"context\":\"\",\"response\":\"b\",\"category\":\"x\"}\n{oops\n";
+  std::ofstream(dir + "/missing.jsonl") << "{\"instruction\":\"a\",\"context\":\"\",\"category\":\"x\"}\n";
+  const std::string base = absl::StrCat("--storage-path ", dir, " --run-name bad --num-epochs 1");
+  RunOutput bad = RunFinetune(1, "", base + " --dataset " + dir + "/bad.jsonl", 120);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.output, HasSubstr("bad.jsonl:2: bad JSON"));
+  RunOutput missing = RunFinetune(1, "", base + " --dataset " + dir + "/missing.jsonl", 120);
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_THAT(missing.output, HasSubstr("missing.jsonl:1: missing field \"response\""));
+  RunOutput empty = RunFinetune(1, "", base + " --dataset-split train[5:5]", 120);
+  EXPECT_NE(empty.exit_code, 0);
+  EXPECT_THAT(empty.output, HasSubstr("train[5:5]"));
+  RunOutput no_storage = RunFinetune(1, "", "--num-epochs 1", 120);
+  EXPECT_NE(no_storage.exit_code, 0);
+  EXPECT_THAT(no_storage.output, HasSubstr("--storage-path"));
+}
+
+}  // namespace
+}  // namespace tpudist::finetune
