@@ -120,9 +120,20 @@ __attribute__((target_clones("avx2", "default"))) void WidenBf16(
   }
 }
 
+// Round-to-nearest-even fp32 -> bf16 bits, NaN -> canonical quiet NaN.
+// Branch-free and inline so the NarrowBf16 loop vectorizes (an out-of-line
+// call per element made bf16 reductions ~5x slower than fp32).
+inline uint16_t RoundToBf16Bits(float value) {
+  uint32_t u;
+  std::memcpy(&u, &value, 4);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return static_cast<uint16_t>(is_nan ? 0x7fc0u : rounded);
+}
+
 __attribute__((target_clones("avx2", "default"))) void NarrowBf16(
     uint16_t* __restrict dst, const float* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBFloat16Bits(src[i]);
+  for (int64_t i = 0; i < n; ++i) dst[i] = RoundToBf16Bits(src[i]);
 }
 
 void WidenHalf(float* dst, const uint16_t* src, int64_t n) {
@@ -173,13 +184,7 @@ float BFloat16BitsToFloat(uint16_t bits) {
   return f;
 }
 
-uint16_t FloatToBFloat16Bits(float value) {
-  uint32_t u;
-  std::memcpy(&u, &value, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
+uint16_t FloatToBFloat16Bits(float value) { return RoundToBf16Bits(value); }
 
 size_t ElementSize(DataType type) {
   switch (type) {

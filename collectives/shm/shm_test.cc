@@ -37,6 +37,32 @@ TEST(ReduceKernelsTest, BFloat16RoundingMatchesC10) {
   EXPECT_TRUE(std::isnan(BFloat16BitsToFloat(FloatToBFloat16Bits(NAN))));
 }
 
+TEST(ReduceKernelsTest, BFloat16ReductionSpecialValuesMatchC10) {
+  // The vectorized narrowing of a bf16 sum must round exactly like
+  // c10::BFloat16: exact ties go to even (1 + 2^-8 -> 1, 1.0078125 + 2^-8 ->
+  // 1.015625), sums past the largest bf16 become Inf, NaN stays NaN.
+  std::vector<float> a = {1.0f, 1.0078125f, -1.0f, 3.3895e38f, INFINITY, NAN, 0.5f, -0.0f};
+  std::vector<float> b = {0.00390625f, 0.00390625f, -0.00390625f, 3.3895e38f, 1.0f, 1.0f,
+                          0.001953125f, -0.0f};
+  at::Tensor ta = at::tensor(a).to(at::kBFloat16);
+  at::Tensor tb = at::tensor(b).to(at::kBFloat16);
+  at::Tensor out = at::empty_like(ta);
+  std::vector<at::Tensor> ins = {ta, tb};
+  ReduceInto(DataType::kBFloat16, ReduceKind::kSum, out.data_ptr(), Ptrs(ins), ta.numel());
+  at::Tensor expect = (ta.to(at::kFloat) + tb.to(at::kFloat)).to(at::kBFloat16);
+  EXPECT_EQ(out[0].item<float>(), 1.0f);
+  EXPECT_EQ(out[1].item<float>(), 1.015625f);
+  for (int64_t i = 0; i < ta.numel(); ++i) {
+    const float e = expect[i].item<float>();
+    const float g = out[i].item<float>();
+    if (std::isnan(e)) {
+      EXPECT_TRUE(std::isnan(g)) << i;
+    } else {
+      EXPECT_EQ(g, e) << "element " << i;
+    }
+  }
+}
+
 TEST(ReduceKernelsTest, BFloat16SumAccumulatesInFp32AndRoundsOnce) {
   // 16 inputs whose bf16-by-bf16 sum loses precision; the one-rounding
   // result must equal round(fp32 sum), and differ from naive bf16 adds.
