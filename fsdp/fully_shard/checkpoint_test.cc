@@ -177,7 +177,6 @@ TEST(OptimizerCheckpointTest, ResumeIsBitIdentical) {
       testing::CopyParams(*init, *m);
       Shard(m, mesh);
       torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.01));
-      int first = 0;
       if (mode == "straight") {
         for (int i = 0; i < 2; ++i) step(m, opt, r.rank, i);
         ASSERT_TRUE(SaveShardedCheckpoint(m.ptr(), mesh, dir).ok());
@@ -191,8 +190,7 @@ TEST(OptimizerCheckpointTest, ResumeIsBitIdentical) {
           EXPECT_FALSE(LoadShardedAdamWState(m.ptr(), opt, r.rank, 3, dir).ok());
         }
       }
-      first = 2;
-      for (int i = first; i < 4; ++i) step(m, opt, r.rank, i);
+      for (int i = 2; i < 4; ++i) step(m, opt, r.rank, i);
       absl::StatusOr<StateDict> d = GetModelStateDict(m.ptr(), mesh);
       ASSERT_TRUE(d.ok());
       if (r.rank == 0) {
