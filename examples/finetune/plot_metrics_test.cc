@@ -5,8 +5,11 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "examples/finetune/internal/fs_util.h"
 #include "examples/finetune/internal/test_temp_dir.h"
 #include "examples/finetune/metrics_log.h"
@@ -52,6 +55,32 @@ TEST(PlotMetricsTest, RendersAPng) {
   EXPECT_EQ(BigEndian32(*bytes, 16), 640u);
   EXPECT_EQ(BigEndian32(*bytes, 20), 480u);
   EXPECT_NE(bytes->find("IEND"), std::string::npos);
+
+  // Tick labels stay distinct on a narrow range of large values (tokens/s
+  // 14787..14891 once printed "14.8k" three times).
+  auto narrow = MetricsLog::Open(tmp.path() + "/narrow");
+  ASSERT_TRUE(narrow.ok());
+  const double tps[] = {14855.5, 14787.1, 14891.7};
+  for (int e = 1; e <= 3; ++e) {
+    ASSERT_TRUE(narrow->Append({e, 5.0 - e, 8.8, tps[e - 1], 16,
+                                absl::FromUnixSeconds(1'800'000'000 + e)})
+                    .ok());
+  }
+  const std::string ticks_file = tmp.path() + "/ticks.txt";
+  const std::string ticks_cmd =
+      absl::StrCat("timeout 60 python3 ", SourceDir(), "/tools/plot_metrics ", narrow->path(),
+                   " -o ", png, " --print-ticks > ", ticks_file);
+  ASSERT_EQ(std::system(ticks_cmd.c_str()), 0) << ticks_cmd;
+  auto ticks = internal::ReadFile(ticks_file);
+  ASSERT_TRUE(ticks.ok()) << ticks.status();
+  const size_t at = ticks->find("tokens/s: ");
+  ASSERT_NE(at, std::string::npos) << *ticks;
+  std::vector<std::string> labels = absl::StrSplit(
+      absl::StripAsciiWhitespace(ticks->substr(at + 10, ticks->find('\n', at) - at - 10)), ' ');
+  ASSERT_GE(labels.size(), 3u) << *ticks;
+  for (size_t i = 1; i < labels.size(); ++i) {
+    EXPECT_NE(labels[i], labels[i - 1]) << *ticks;
+  }
 
   // A bad input fails with a message, not a traceback-free success.
   const std::string bad = absl::StrCat(
