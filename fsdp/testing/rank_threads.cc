@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
@@ -73,6 +74,7 @@ std::string TestBackend() {
 
 void RunRanks(int world_size, const std::function<void(const RankContext&)>& body,
               absl::Duration deadline) {
+  at::set_num_threads(1);  // ranks are threads on a 2-core machine
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string backend = TestBackend();
   // One factory per run (its job id names the run's shm segments).

@@ -1,72 +1,14 @@
 #include "fsdp/fully_shard/testing/fsdp_test_util.h"
 
-#include <unistd.h>
-
-#include <atomic>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
-#include <future>
 #include <memory>
-#include <thread>
 
 #include <torch/csrc/autograd/grad_mode.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include "absl/strings/str_cat.h"
-#include "collectives/process_group_tpu_dist.h"
 #include "gtest/gtest.h"
 
 namespace tpudist::fsdp::testing {
-
-void RunRanks(int world, const std::function<void(const Rank&)>& body, absl::Duration deadline) {
-  static std::atomic<int> run_counter{0};  // test-only: unique shm job ids
-  at::set_num_threads(1);  // ranks are threads on a 2-core machine
-  const std::string job = absl::StrCat("fsdp", getpid(), "r", run_counter++);
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::future<void>> done;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    auto task = std::make_shared<std::packaged_task<void()>>([=] {
-      Rank rk;
-      rk.rank = r;
-      rk.world_size = world;
-      rk.env.rank = r;
-      rk.env.world_size = world;
-      rk.env.store = store;
-      rk.env.mesh_name = "fsdp_mesh";
-      rk.env.collective_timeout = absl::Seconds(30);
-      rk.env.group_factory = [job](const c10::intrusive_ptr<c10d::Store>& s, int group_rank,
-                                   const std::vector<int>& ranks)
-          -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
-        collectives::ProcessGroupTpuDist::Options o;
-        o.timeout = std::chrono::seconds(30);
-        o.job_id = job;
-        o.group_name = absl::StrCat("g", ranks.front(), "_", ranks.size());
-        return c10::intrusive_ptr<c10d::ProcessGroup>(c10::make_intrusive<collectives::ProcessGroupTpuDist>(
-            s, group_rank, static_cast<int>(ranks.size()), o));
-      };
-      try {
-        body(rk);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
-      }
-    });
-    done.push_back(task->get_future());
-    threads.emplace_back([task] { (*task)(); });
-  }
-  const auto until = std::chrono::steady_clock::now() +
-                     std::chrono::milliseconds(absl::ToInt64Milliseconds(deadline));
-  for (int r = 0; r < world; ++r) {
-    if (done[r].wait_until(until) != std::future_status::ready) {
-      std::fprintf(stderr, "RunRanks: rank %d of %d still running after %s: hang, aborting\n", r,
-                   world, absl::FormatDuration(deadline).c_str());
-      std::abort();
-    }
-  }
-  for (auto& t : threads) t.join();
-}
 
 DeviceMesh MakeMesh(const Rank& r) {
   absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {r.world_size}, {"dp"}, r.env);

@@ -16,20 +16,14 @@
 
 #include "absl/time/time.h"
 #include "fsdp/device_mesh.h"
+#include "fsdp/testing/rank_threads.h"
 #include "models/common/module_hooks.h"
 
 namespace tpudist::fsdp::testing {
 
-struct Rank {
-  int rank = 0;
-  int world_size = 1;
-  DeviceMeshEnv env;
-};
-
-// Runs body(rank) on world threads; aborts the binary (a hang) when a rank
-// is still running after `deadline`. Failures go through gtest macros.
-void RunRanks(int world, const std::function<void(const Rank&)>& body,
-              absl::Duration deadline = absl::Seconds(120));
+// Ranks run as threads through fsdp/testing/rank_threads.h (on tpu_dist,
+// which implements _reduce_scatter_base; Gloo 1.13 does not).
+using Rank = RankContext;
 
 // The 1-D mesh over all ranks; fails the test on error.
 DeviceMesh MakeMesh(const Rank& r);
