@@ -162,7 +162,7 @@ Buffers MakeBuffers(CollectiveOp op, int64_t bytes, at::ScalarType dtype, int wo
 }
 
 // Runs one op of `pg` (ours or Gloo) on `b` and waits.
-void RunOp(c10d::ProcessGroup& pg, bool is_gloo, CollectiveOp op, Buffers& b) {
+void RunOp(c10d::Backend& pg, bool is_gloo, CollectiveOp op, Buffers& b) {
   std::vector<at::Tensor> one = {b.in};
   switch (op) {
     case CollectiveOp::kAllReduce:
@@ -242,8 +242,8 @@ void RegisterCase(Env& env, CollectiveOp op, const std::string& dt, int64_t byte
   auto* bm = benchmark::RegisterBenchmark(
       name.c_str(), [&env, name, op, dt, bytes, impl, is_gloo](benchmark::State& state) {
         Buffers b = MakeBuffers(op, bytes, DType(dt), env.flags.world, env.rank);
-        c10d::ProcessGroup& pg = is_gloo ? static_cast<c10d::ProcessGroup&>(*env.gloo)
-                                         : static_cast<c10d::ProcessGroup&>(*env.ours);
+        c10d::Backend& pg = is_gloo ? static_cast<c10d::Backend&>(*env.gloo)
+                                         : static_cast<c10d::Backend&>(*env.ours);
         env.ours->barrier()->wait();
         RunOp(pg, is_gloo, op, b);  // warm-up: page faults, lazy set-up
         env.ours->barrier()->wait();

@@ -46,7 +46,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_math.h"
 #include "bench/forked_ranks.h"
-#include "collectives/process_group_tpu_dist.h"
+#include "collectives/process_group_factory.h"
 #include "fsdp/device_mesh.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/gemma_model.h"
@@ -113,19 +113,14 @@ tpudist::fsdp::GroupFactory MakeFactory(const std::string& backend, const std::s
              -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
     const int size = static_cast<int>(ranks.size());
     if (backend == "gloo") {
-      auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      opts->threads = 1;
-      return c10::intrusive_ptr<c10d::ProcessGroup>(
-          c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, size, opts));
+      return tpudist::collectives::NewGlooProcessGroup(store, group_rank, size, "127.0.0.1",
+                                                       timeout, "gloo", /*threads=*/1);
     }
     tpudist::collectives::ProcessGroupTpuDist::Options opts;
     opts.timeout = timeout;
     opts.group_name = absl::StrCat("g", absl::StrJoin(ranks, "_"));
     opts.job_id = job;
-    return c10::intrusive_ptr<c10d::ProcessGroup>(
-        c10::make_intrusive<tpudist::collectives::ProcessGroupTpuDist>(store, group_rank, size,
-                                                                      opts));
+    return tpudist::collectives::NewTpuDistProcessGroup(store, group_rank, size, opts);
   };
 }
 

@@ -1,7 +1,20 @@
-# Third-party packages, all from Debian 12 (tools/install_deps.sh installs them).
+# Third-party packages: Debian 12 packages and, for libtorch, the project
+# venv's torch wheel (tools/install_deps.sh installs both).
 # Why each one is here: README.md, "Dependencies".
 
-find_package(Torch REQUIRED)            # tensors, autograd, nn, c10d (ProcessGroup, Store, Gloo)
+# tensors, autograd, nn, c10d (Backend, Store, Gloo): the venv's torch wheel.
+include(cmake/tpu_dist_torch.cmake)
+set(TPU_DIST_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
+  "Python interpreter whose torch wheel provides libtorch")
+tpu_dist_find_torch(tpu_dist_torch_wheel)
+# What our targets link: the wheel target in the build tree, the one the
+# installed TpuDistConfig.cmake defines (same wheel) in an installed tree.
+add_library(tpu_dist_torch INTERFACE)
+target_link_libraries(tpu_dist_torch INTERFACE
+  $<BUILD_INTERFACE:tpu_dist_torch_wheel> $<INSTALL_INTERFACE:TpuDist::torch_wheel>)
+add_library(tpu_dist::torch ALIAS tpu_dist_torch)
+# Binaries find libtorch at run time from the build and the install tree.
+list(APPEND CMAKE_INSTALL_RPATH "${TPU_DIST_TORCH_LIB_DIR}")
 find_package(absl REQUIRED)             # Status/StatusOr, strings, flags, Mutex, time
 find_package(Protobuf REQUIRED)         # coordination service messages
 find_package(gRPC CONFIG REQUIRED)      # coordination service transport
@@ -12,15 +25,4 @@ if(TPU_DIST_BUILD_TESTS)
 endif()
 if(TPU_DIST_BUILD_BENCH)
   find_package(benchmark REQUIRED)
-endif()
-
-# One imported target for libtorch so consumers and our targets say `tpu_dist::torch`.
-# Debian's libtorch ships Gloo inside libtorch_cpu; ProcessGroupGloo.hpp is
-# guarded by USE_C10D_GLOO and needs libgloo-dev's headers.
-if(NOT TARGET tpu_dist_torch)
-  add_library(tpu_dist_torch INTERFACE)
-  target_link_libraries(tpu_dist_torch INTERFACE ${TORCH_LIBRARIES})
-  target_include_directories(tpu_dist_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
-  target_compile_definitions(tpu_dist_torch INTERFACE USE_C10D_GLOO)
-  add_library(tpu_dist::torch ALIAS tpu_dist_torch)
 endif()

@@ -19,6 +19,6 @@ configure_package_config_file(cmake/TpuDistConfig.cmake.in
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/TpuDist)
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/TpuDistConfigVersion.cmake"
   COMPATIBILITY SameMinorVersion)
-install(FILES "${PROJECT_BINARY_DIR}/TpuDistConfig.cmake"
+install(FILES "${PROJECT_BINARY_DIR}/TpuDistConfig.cmake" cmake/tpu_dist_torch.cmake
   "${PROJECT_BINARY_DIR}/TpuDistConfigVersion.cmake"
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/TpuDist)

@@ -65,8 +65,9 @@ TEST_P(GlooParityTest, SameResultsAsGloo) {
       for (auto op : {c10d::ReduceOp::SUM, c10d::ReduceOp::MAX, c10d::ReduceOp::MIN}) {
         ++salt;
         std::vector<at::Tensor> a = {RandomInput(rank, count, type, salt)};
-        // Gloo 1.13 has no bf16 kernels: its oracle for bf16 is the fp32
-        // reduction of the widened inputs, rounded once (our contract).
+        // bf16: the oracle here is Gloo's fp32 reduction of the widened
+        // inputs, rounded once (our contract); Gloo's own bf16 kernels are
+        // compared in process_group_gloo_oracle_test.cc.
         const bool widen = type == at::kBFloat16;
         std::vector<at::Tensor> b = {widen ? a[0].to(at::kFloat) : a[0].clone()};
         c10d::AllreduceOptions o;

@@ -35,7 +35,7 @@ T ValueOrThrow(absl::StatusOr<T> v) {
 ProcessGroupTpuDist::ProcessGroupTpuDist(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     Options options)
-    : c10d::ProcessGroup(rank, size),
+    : c10d::Backend(rank, size),
       options_(std::move(options)),
       store_(c10::make_intrusive<c10d::PrefixStore>(
           "tpu_dist/" + options_.group_name, store)) {

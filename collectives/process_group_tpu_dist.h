@@ -1,11 +1,16 @@
-// ProcessGroupTpuDist: the "tpu_dist" c10d process group.
+// ProcessGroupTpuDist: the "tpu_dist" c10d backend (torch 2.x c10d::Backend,
+// as ProcessGroupGloo is).
 //
-// Usable wherever a libtorch C++ trainer uses ProcessGroupGloo:
+// Usable wherever a libtorch C++ trainer uses ProcessGroupGloo. Most callers
+// want the c10d::ProcessGroup that holds it (process_group_factory.h):
 //
 //   auto store = c10::make_intrusive<c10d::FileStore>(path, world);
 //   ProcessGroupTpuDist::Options opts;            // timeout, group name, ...
-//   auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world, opts);
+//   auto pg = NewTpuDistProcessGroup(store, rank, world, opts);
 //   pg->allreduce(tensors)->wait();
+//
+// The backend itself can also be driven directly:
+//   auto backend = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world, opts);
 //
 // Construction is collective: all `size` ranks construct the group over the
 // same store (keys are namespaced by Options::group_name, which must be unique
@@ -55,14 +60,14 @@
 #include "collectives/host_layout.h"
 #include "collectives/op_worker.h"
 #include "collectives/shm/communicator.h"
-#include "torch/csrc/distributed/c10d/ProcessGroup.hpp"
+#include "torch/csrc/distributed/c10d/Backend.hpp"
 #include "torch/csrc/distributed/c10d/Store.hpp"
 
 namespace tpudist::collectives {
 
 class TpuDistWork;
 
-class ProcessGroupTpuDist : public c10d::ProcessGroup {
+class ProcessGroupTpuDist : public c10d::Backend {
  public:
   struct Options {
     std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per op

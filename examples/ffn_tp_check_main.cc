@@ -38,7 +38,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "collectives/process_group_tpu_dist.h"
+#include "collectives/process_group_factory.h"
 #include "fsdp/device_mesh.h"
 #include "fsdp/parallelize_module.h"
 #include "fsdp/tensor_parallel.h"
@@ -158,18 +158,16 @@ absl::Status Check(const tr::RankInfo& info) {
       o.timeout = timeout_ms;
       o.group_name = absl::StrCat("ffn_tp_", ranks.size());
       o.job_id = info.job_id;
-      return c10::intrusive_ptr<c10d::ProcessGroup>(
-          c10::make_intrusive<collectives::ProcessGroupTpuDist>(
-              s, group_rank, static_cast<int>(ranks.size()), o));
+      return collectives::NewTpuDistProcessGroup(s, group_rank,
+                                                 static_cast<int>(ranks.size()), o);
     };
   } else if (backend == "gloo") {
     env.group_factory = [&](const c10::intrusive_ptr<c10d::Store>& s, int group_rank,
                             const std::vector<int>& ranks)
         -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
-      auto o = c10d::ProcessGroupGloo::Options::create(timeout_ms);
-      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(Hostname(info)));
-      return c10::intrusive_ptr<c10d::ProcessGroup>(c10::make_intrusive<c10d::ProcessGroupGloo>(
-          s, group_rank, static_cast<int>(ranks.size()), o));
+      return collectives::NewGlooProcessGroup(s, group_rank, static_cast<int>(ranks.size()),
+                                              Hostname(info), timeout_ms,
+                                              absl::StrCat("ffn_tp_gloo_", ranks.size()));
     };
   } else {
     return absl::InvalidArgumentError(absl::StrCat("--backend=", backend, ": want tpu_dist|gloo"));

@@ -21,12 +21,9 @@
 
 #include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <vector>
 
-#ifdef SLICE_CHECK_HAS_TPU_DIST
-#include "collectives/process_group_tpu_dist.h"
-#endif
+#include "collectives/process_group_factory.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
@@ -41,11 +38,7 @@ ABSL_FLAG(int, die_rank, -1, "this rank raises SIGKILL before the barrier");
 ABSL_FLAG(int, die_restart, -1,
           "with --die-rank: die only in the attempt with this restart count (-1: every attempt)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60), "collective and store timeout");
-#ifdef SLICE_CHECK_HAS_TPU_DIST
 ABSL_FLAG(std::string, backend, "tpu_dist", "process-group backend: tpu_dist or gloo");
-#else
-ABSL_FLAG(std::string, backend, "gloo", "process-group backend: gloo (tpu_dist not built)");
-#endif
 ABSL_FLAG(int, numel, 8, "elements in the all_reduce tensor");
 
 namespace tpudist::examples {
@@ -86,12 +79,9 @@ absl::Status Check(const tr::RankInfo& info) {
   const std::string backend = absl::GetFlag(FLAGS_backend);
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   if (backend == "gloo") {
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout_ms);
-    gloo_options->devices.push_back(
-        c10d::ProcessGroupGloo::createDeviceForHostname(BindHostname(info)));
-    pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.world_size,
-                                                     gloo_options);
-#ifdef SLICE_CHECK_HAS_TPU_DIST
+    pg = ::tpudist::collectives::NewGlooProcessGroup(store, info.rank, info.world_size,
+                                                     BindHostname(info), timeout_ms,
+                                                     "slice_check_gloo");
   } else if (backend == "tpu_dist") {
     namespace col = ::tpudist::collectives;
     col::ProcessGroupTpuDist::Options options;
@@ -105,9 +95,7 @@ absl::Status Check(const tr::RankInfo& info) {
       options.host_id = absl::StrCat("slice_host_", info.host_index);
     }
     if (col::IsNumericAddress(BindHostname(info))) options.bind_address = BindHostname(info);
-    pg = c10::make_intrusive<col::ProcessGroupTpuDist>(store, info.rank, info.world_size,
-                                                       options);
-#endif
+    pg = col::NewTpuDistProcessGroup(store, info.rank, info.world_size, options);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("--backend=", backend, ": not available"));
   }

@@ -14,7 +14,7 @@
 #include <torch/optim/adamw.h>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/process_group_tpu_dist.h"
+#include "collectives/process_group_factory.h"
 #include "examples/finetune/checkpoint_manager.h"
 #include "examples/finetune/distributed_sampler.h"
 #include "examples/finetune/dolly_dataset.h"
@@ -67,8 +67,7 @@ absl::StatusOr<fsdp::DeviceMesh> MakeMesh(const tpu_runtime::RankInfo& info,
     o.host_id = host_id;
     o.job_id = job;
     o.group_name = absl::StrCat("finetune_dp_", ranks.size());
-    return c10::intrusive_ptr<c10d::ProcessGroup>(c10::make_intrusive<collectives::ProcessGroupTpuDist>(
-        s, group_rank, static_cast<int>(ranks.size()), o));
+    return collectives::NewTpuDistProcessGroup(s, group_rank, static_cast<int>(ranks.size()), o);
   };
   return fsdp::InitDeviceMesh("tpu", {info.world_size}, {"dp"}, env);
 }

@@ -201,8 +201,8 @@ void FsdpParamGroup::HookGradAccumulators() {
     if (!p.trainable) continue;
     // set_data with a new dtype drops the weak accumulator; the one the next
     // forward uses is the one made now, with full-shape metadata.
-    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(p.param);
-    if (acc == nullptr || acc == p.grad_acc) continue;
+    c10::intrusive_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(p.param);
+    if (!acc || acc == p.grad_acc) continue;
     acc->add_post_hook(std::make_unique<GradReadyHook>(weak_from_this(), i));
     p.grad_acc = std::move(acc);
   }

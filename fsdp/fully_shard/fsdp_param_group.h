@@ -133,7 +133,7 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
     at::Tensor param;         // the registered leaf; data = shard or full
     at::Tensor shard;         // [ShardShape] view into flat_shard_
     bool trainable = false;
-    std::shared_ptr<torch::autograd::Node> grad_acc;  // hooked AccumulateGrad
+    c10::intrusive_ptr<torch::autograd::Node> grad_acc;  // hooked AccumulateGrad
     bool grad_ready = false;
     at::Tensor stashed_grad;   // [ShardShape] grad from before this backward
     at::Tensor accumulated;    // [global shape] reduce_dtype, sync off

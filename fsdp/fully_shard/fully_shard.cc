@@ -291,7 +291,7 @@ absl::StatusOr<FsdpModule> FullyShard(const std::shared_ptr<torch::nn::Module>& 
       FsdpParamGroup::Create(label, std::move(params), mesh, options.mp_policy);
   if (!group.ok()) return group.status();
   for (size_t i = 0; i < (*group)->size(); ++i) {
-    torch::autograd::impl::add_hook((*group)->param(i), std::make_shared<OwnerTag>(label));
+    torch::autograd::impl::add_hook((*group)->param(i), std::make_unique<OwnerTag>(label));
   }
   auto state = std::make_shared<FsdpState>(module.get(), *std::move(group), options);
   state->InstallHooks(*hookable);

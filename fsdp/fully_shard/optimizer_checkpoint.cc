@@ -11,7 +11,8 @@
 namespace tpudist::fsdp {
 namespace {
 
-std::string StateKey(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+// torch 2.x keys optimizer state by the parameter's TensorImpl address.
+void* StateKey(const at::Tensor& p) { return p.unsafeGetTensorImpl(); }
 
 }  // namespace
 

@@ -15,9 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#ifdef TPU_DIST_FSDP_TEST_HAVE_TPU_DIST
-#include "collectives/process_group_tpu_dist.h"
-#endif
+#include "collectives/process_group_factory.h"
 #include "gtest/gtest.h"
 
 namespace tpudist::fsdp::testing {
@@ -28,11 +26,10 @@ GroupFactory MakeGroupFactory(const std::string& backend, absl::Duration timeout
     return [ms](const c10::intrusive_ptr<c10d::Store>& store, int group_rank,
                 const std::vector<int>& ranks)
                -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
-      auto opts = c10d::ProcessGroupGloo::Options::create(ms);
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      opts->threads = 1;
-      return c10::intrusive_ptr<c10d::ProcessGroup>(c10::make_intrusive<c10d::ProcessGroupGloo>(
-          store, group_rank, static_cast<int>(ranks.size()), opts));
+      return collectives::NewGlooProcessGroup(store, group_rank, static_cast<int>(ranks.size()),
+                                              "127.0.0.1", ms,
+                                              absl::StrCat("gloo_", absl::StrJoin(ranks, "_")),
+                                              /*threads=*/1);
     };
   }
 #ifdef TPU_DIST_FSDP_TEST_HAVE_TPU_DIST
@@ -48,9 +45,8 @@ GroupFactory MakeGroupFactory(const std::string& backend, absl::Duration timeout
       opts.timeout = ms;
       opts.group_name = absl::StrCat("g", absl::StrJoin(ranks, "_"));
       opts.job_id = job;
-      return c10::intrusive_ptr<c10d::ProcessGroup>(
-          c10::make_intrusive<collectives::ProcessGroupTpuDist>(
-              store, group_rank, static_cast<int>(ranks.size()), opts));
+      return collectives::NewTpuDistProcessGroup(store, group_rank,
+                                                 static_cast<int>(ranks.size()), opts);
     };
   }
 #endif
@@ -60,7 +56,7 @@ GroupFactory MakeGroupFactory(const std::string& backend, absl::Duration timeout
   };
 }
 
-bool BackendHasReduceScatter(const std::string& backend) { return backend != "gloo"; }
+bool BackendHasReduceScatter(const std::string& backend) { return true; }
 
 std::string TestBackend() {
   const char* env = std::getenv("TPU_DIST_TEST_BACKEND");

@@ -1,13 +1,15 @@
-// Links against an installed TpuDist: a RankInfo round trip through the public
-// headers, and a one-rank tpu_dist process group doing an allreduce.
-// Exit 0 on success.
+// Links against an installed TpuDist (built on the torch wheel's libtorch): a
+// RankInfo round trip through the public headers, then a multi-rank tpu_dist
+// process group from the one-call factory (ranks as threads over a
+// HashStore) doing an allreduce. Exit 0 on success.
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
-#include "collectives/process_group_tpu_dist.h"
+#include "collectives/process_group_factory.h"
 #include "tpu_runtime/rank_info.h"
 
 int main() {
@@ -20,13 +22,35 @@ int main() {
   std::cout << "consumer: " << text << "\n";
   if (text.find("rank 1/2") == std::string::npos) return 1;
 
+  constexpr int kWorld = 3;
   auto store = c10::make_intrusive<c10d::HashStore>();
-  tpudist::collectives::ProcessGroupTpuDist::Options opts;
-  opts.group_name = "install_consumer";
-  auto pg = c10::make_intrusive<tpudist::collectives::ProcessGroupTpuDist>(store, 0, 1, opts);
-  std::vector<at::Tensor> tensors = {at::full({4}, 3.0f)};  // [4]
-  pg->allreduce(tensors)->wait();
-  const float sum = tensors[0].sum().item<float>();
-  std::cout << "consumer: " << pg->getBackendName() << " allreduce sum " << sum << "\n";
-  return (pg->getBackendName() == "tpu_dist" && sum == 12.0f) ? 0 : 1;
+  std::vector<int> ok(kWorld, 0);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ranks.emplace_back([&, rank] {
+      try {
+        tpudist::collectives::ProcessGroupTpuDist::Options opts;
+        opts.group_name = "install_consumer";
+        opts.timeout = std::chrono::seconds(30);
+        c10::intrusive_ptr<c10d::ProcessGroup> pg =
+            tpudist::collectives::NewTpuDistProcessGroup(store, rank, kWorld, opts);
+        std::vector<at::Tensor> tensors = {at::full({4}, rank + 1.0f)};  // [4]
+        pg->allreduce(tensors)->wait();
+        const float sum = tensors[0].sum().item<float>();  // 4 * (1 + 2 + 3)
+        const std::string backend = pg->getBackend(c10::DeviceType::CPU)->getBackendName();
+        ok[rank] = backend == "tpu_dist" && sum == 24.0f;
+        if (rank == 0) {
+          std::cout << "consumer: " << backend << " allreduce over " << kWorld
+                    << " ranks, sum " << sum << "\n";
+        }
+      } catch (const std::exception& e) {
+        std::cerr << "consumer: rank " << rank << ": " << e.what() << "\n";
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int v : ok) {
+    if (!v) return 1;
+  }
+  return 0;
 }

@@ -52,6 +52,10 @@ CoordinationStore::CoordinationStore(std::shared_ptr<CoordinationClient> client,
 
 CoordinationStore::~CoordinationStore() = default;
 
+c10::intrusive_ptr<c10d::Store> CoordinationStore::clone() {
+  return c10::make_intrusive<CoordinationStore>(client_, timeout_, prefix_);
+}
+
 void CoordinationStore::set(const std::string& key,
                             const std::vector<uint8_t>& value) {
   ThrowIfError(

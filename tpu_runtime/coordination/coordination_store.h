@@ -41,6 +41,10 @@ class CoordinationStore : public c10d::Store {
       std::string key_prefix = "c10d/");
   ~CoordinationStore() override;
 
+  // A store over the same client and prefix (c10d uses clones from other
+  // threads; the client is thread-safe).
+  c10::intrusive_ptr<c10d::Store> clone() override;
+
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> compareSet(
       const std::string& key, const std::vector<uint8_t>& currentValue,
