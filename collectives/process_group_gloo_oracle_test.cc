@@ -5,7 +5,8 @@
 // These are the ops torch 2.x's Gloo gained since 1.13 and that were compared
 // only to single-process oracles before: reduce_scatter (list and tensor
 // forms), allgather into one tensor, uneven alltoall_base, alltoall of lists,
-// and bf16 reductions done natively by Gloo (no widening to fp32 first).
+// and bf16 reductions done natively by Gloo (no widening to fp32 first);
+// and the coalesced forms torch 2.x's functional collectives call.
 // Both groups use one HashStore; Gloo rounds bf16 after every add and we
 // round once, so bf16 sums are compared within a few ulps of the result.
 #include <ATen/ATen.h>
@@ -141,6 +142,38 @@ TEST_P(GlooOracleTest, ProcessGroupOpsMatchGloo) {
       ours->alltoall(oa, in)->wait();
       gloo->alltoall(ob, in2)->wait();
       for (int p = 0; p < world; ++p) ExpectSame(oa[p], ob[p], world, "alltoall");
+    }
+    // Coalesced forms (functional collectives, DTensor, FSDP2): two members
+    // of different sizes each, one Work.
+    {
+      std::vector<at::Tensor> a = {Input(rank, count, at::kFloat, 300),
+                                   Input(rank, count + 3, at::kFloat, 301)};
+      std::vector<at::Tensor> b = {a[0].clone(), a[1].clone()};
+      ours->allreduce_coalesced(a)->wait();
+      gloo->allreduce_coalesced(b)->wait();
+      for (int i = 0; i < 2; ++i) ExpectSame(a[i], b[i], world, "allreduce_coalesced");
+
+      std::vector<at::Tensor> in = {Input(rank, count, at::kFloat, 302),
+                                    Input(rank, count + 1, at::kFloat, 303)};
+      std::vector<at::Tensor> in2 = {in[0].clone(), in[1].clone()};
+      std::vector<at::Tensor> oa = {at::empty({world * count}), at::empty({world * (count + 1)})};
+      std::vector<at::Tensor> ob = {at::empty({world * count}), at::empty({world * (count + 1)})};
+      auto work = ours->allgather_into_tensor_coalesced(oa, in);
+      work->wait();
+      gloo->allgather_into_tensor_coalesced(ob, in2)->wait();
+      for (int i = 0; i < 2; ++i) ExpectSame(oa[i], ob[i], world, "allgather_into_tensor_coalesced");
+      EXPECT_EQ(work->result().size(), 2u);
+
+      std::vector<at::Tensor> flat = {Input(rank, world * count, at::kFloat, 304),
+                                      Input(rank, world * (count + 2), at::kFloat, 305)};
+      std::vector<at::Tensor> ra = {at::empty({count}), at::empty({count + 2})};
+      ours->reduce_scatter_tensor_coalesced(ra, flat)->wait();
+      for (int i = 0; i < 2; ++i) {
+        std::vector<at::Tensor> single = {at::empty_like(ra[i])};
+        at::Tensor f = flat[i].clone();
+        gloo->_reduce_scatter_base(single[0], f)->wait();
+        ExpectSame(ra[i], single[0], world, "reduce_scatter_tensor_coalesced");
+      }
     }
     ours->barrier()->wait();
     gloo->barrier()->wait();

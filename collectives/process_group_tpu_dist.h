@@ -23,7 +23,9 @@
 // Ops: allreduce (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR), reduce,
 // allgather, _allgather_base, reduce_scatter, _reduce_scatter_base,
 // broadcast, gather, scatter, alltoall, alltoall_base (even and uneven
-// splits), barrier, send, recv. dtypes: float32, float64, bfloat16, float16,
+// splits), barrier, send, recv, and the coalesced forms allreduce_coalesced,
+// allgather_coalesced, allgather_into_tensor_coalesced,
+// reduce_scatter_tensor_coalesced. dtypes: float32, float64, bfloat16, float16,
 // int32, int64, uint8. Inputs may be non-contiguous. Each op call takes a
 // list of exactly one tensor (for list-of-lists args, one inner list).
 //
@@ -167,6 +169,26 @@ class ProcessGroupTpuDist : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  // Coalesced forms (process_group_coalesced_ops.cc): the member ops in
+  // order, one Work that completes after the last. Shapes as the single op's
+  // per member; tensors: {[n_i...]} in place.
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts =
+          c10d::AllreduceCoalescedOptions()) override;
+  // output_lists[i]: W x [n_i...]; inputs[i]: [n_i...].
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& output_lists,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  // outputs[i]: [W * n_i]; inputs[i]: [n_i...].
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  // outputs[i]: [n_i...]; inputs[i]: [W * n_i].
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
   // tensors: {[n...]}; the matching recv must have the same byte size.
@@ -187,6 +209,11 @@ class ProcessGroupTpuDist : public c10d::Backend {
                                          std::vector<at::Tensor> outputs,
                                          OpBody body);
   std::chrono::milliseconds OpTimeout(std::chrono::milliseconds requested) const;
+  // A Work that completes, on the worker, after every op issued before it,
+  // failing if the group is poisoned by then; its result is `outputs`.
+  c10::intrusive_ptr<c10d::Work> CompleteAfterIssued(const char* name, c10d::OpType type,
+                                                     std::chrono::milliseconds timeout,
+                                                     std::vector<at::Tensor> outputs);
   uint32_t NextSeq() { return ++op_seq_; }
   // Per-(peer, tag) message counter for send/recv keys.
   int64_t NextP2pIndex(const std::string& channel);

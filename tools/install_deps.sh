@@ -17,7 +17,7 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libsentencepiece-dev
-  iproute2 procps
+  iproute2 procps jq
 )
 
 missing=()
@@ -50,12 +50,17 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 # The stamp is the hash of the pins: unchanged pins, nothing to do.
-stamp="$(cat "$root/requirements.txt" "$root/requirements-lock.txt" | sha256sum | cut -d' ' -f1)"
+stamp="$(cat "$root/requirements.txt" "$root/requirements-lock.txt" "$root/python/pyproject.toml" \
+  | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$venv/.tpu_dist_requirements" 2>/dev/null || true)" = "$stamp" ]; then
   echo "install_deps: venv up to date ($venv)"
 else
   echo "install_deps: installing requirements.txt into $venv (torch wheel ~0.5 GB + CUDA runtime wheels; cached by pip)"
   "$venv/bin/pip" install --disable-pip-version-check --progress-bar off -q \
     -r "$root/requirements.txt" -c "$root/requirements-lock.txt"
+  # Our own package, editable: `import tpu_dist` loads python/tpu_dist and the
+  # extension tools/build.sh builds into it.
+  "$venv/bin/pip" install --disable-pip-version-check -q --no-deps --no-build-isolation \
+    -e "$root/python"
   echo "$stamp" > "$venv/.tpu_dist_requirements"
 fi

@@ -97,6 +97,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const json&
     if (!it.value().is_number_integer()) return Bad(source, "model.vocab", absl::StrCat("'", it.key(), "' has no integer id"));
     if (auto st = set_token(it.key(), it.value().get<int64_t>()); !st.ok()) return st;
   }
+  t->model_vocab_ = t->vocab_;  // BPE sees only the model's vocabulary, as in HF
   t->byte_fallback_ = model->value("byte_fallback", false);
   t->fuse_unk_ = model->value("fuse_unk", false);
   t->ignore_merges_ = model->value("ignore_merges", false);
@@ -127,28 +128,34 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const json&
         return Bad(source, "model.merges", absl::StrCat("merge '", a, " ", b, "' uses tokens outside the vocabulary"));
       }
       const uint64_t key = (static_cast<uint64_t>(ia->second) << 32) | static_cast<uint64_t>(ib->second);
-      t->merges_.emplace(key, Merge{rank++, iab->second});
+      // A repeated merge takes its last rank (HF collects the list into a map).
+      t->merges_.insert_or_assign(key, Merge{rank++, iab->second});
     }
   }
   if (auto a = tok.find("added_tokens"); a != tok.end() && a->is_array()) {
     for (const auto& e : *a) {
-      if (!e.is_object() || !e.contains("id") || !e.contains("content")) return Bad(source, "added_tokens", "entry needs id and content");
-      Added added{e["content"].get<std::string>(), e["id"].get<int64_t>(), e.value("special", false)};
+      if (!e.is_object() || !e.contains("id") || !e.contains("content") || !e["content"].is_string() ||
+          !e["id"].is_number_integer()) {
+        return Bad(source, "added_tokens", "entry needs an integer id and a string content");
+      }
+      Added added;
+      added.content = e["content"].get<std::string>();
+      added.id = e["id"].get<int64_t>();
+      // HF AddedToken defaults: not special, normalized unless special.
+      added.special = e.value("special", false);
+      added.normalized = e.value("normalized", !added.special);
+      added.lstrip = e.value("lstrip", false);
+      added.rstrip = e.value("rstrip", false);
+      added.single_word = e.value("single_word", false);
       if (added.content.empty()) return Bad(source, "added_tokens", "empty content");
       if (auto st = set_token(added.content, added.id); !st.ok()) return st;
       t->is_special_[added.id] = added.special;
       t->added_.push_back(std::move(added));
     }
   }
-  std::stable_sort(t->added_.begin(), t->added_.end(),
-                   [](const Added& x, const Added& y) { return x.content.size() > y.content.size(); });
-  t->added_by_byte_.resize(256);
-  for (size_t k = 0; k < t->added_.size(); ++k) {
-    t->added_by_byte_[static_cast<unsigned char>(t->added_[k].content[0])].push_back(static_cast<int>(k));
-  }
   for (int b = 0; b < 256; ++b) {
-    auto f = t->vocab_.find(absl::StrFormat("<0x%02X>", b));
-    t->byte_ids_[b] = f == t->vocab_.end() ? -1 : f->second;
+    auto f = t->model_vocab_.find(absl::StrFormat("<0x%02X>", b));
+    t->byte_ids_[b] = f == t->model_vocab_.end() ? -1 : f->second;
   }
 
   std::vector<json> steps;
@@ -215,6 +222,21 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const json&
     t->decoder_.push_back(step);
   }
 
+  // Added-token matchers; normalized tokens match their normalized content.
+  t->raw_added_.assign(256, {});
+  t->normalized_added_.assign(256, {});
+  for (Added& a : t->added_) a.pattern = a.normalized ? t->Normalize(a.content) : a.content;
+  std::vector<int> order(t->added_.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    return t->added_[x].pattern.size() > t->added_[y].pattern.size();
+  });
+  for (int k : order) {
+    const Added& a = t->added_[k];
+    if (a.pattern.empty()) continue;
+    (a.normalized ? t->normalized_added_ : t->raw_added_)[static_cast<unsigned char>(a.pattern[0])].push_back(k);
+  }
+
   // Special ids: tokenizer_config.json names, else Gemma's fixed strings.
   auto resolve = [&](const char* key, const char* fallback, int64_t* out) {
     std::string s = config.is_object() && config.contains(key) ? TokenString(config[key]) : "";
@@ -278,7 +300,7 @@ std::string BpeTokenizer::Normalize(absl::string_view text) const {
   return s;
 }
 
-std::vector<std::string> BpeTokenizer::PreTokenize(const std::string& text, bool first_run) const {
+std::vector<std::string> BpeTokenizer::PreTokenize(const std::string& text, bool at_start) const {
   std::vector<std::string> pieces = {text};
   for (const Step& step : pre_tokenizer_) {
     std::vector<std::string> next;
@@ -288,7 +310,7 @@ std::vector<std::string> BpeTokenizer::PreTokenize(const std::string& text, bool
       std::string behavior = step.b;
       if (step.kind == "Metaspace") {
         s = ReplaceAll(s, " ", step.a);
-        const bool prepend = step.b == "always" || (step.b == "first" && first_run);
+        const bool prepend = step.b == "always" || (step.b == "first" && at_start);
         if (prepend && s.compare(0, step.a.size(), step.a) != 0) s = step.a + s;
         if (!step.flag) {
           next.push_back(s);
@@ -329,7 +351,7 @@ std::vector<std::string> BpeTokenizer::PreTokenize(const std::string& text, bool
 void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int64_t>* out) const {
   if (piece.empty()) return;
   if (ignore_merges_) {
-    if (auto f = vocab_.find(std::string(piece)); f != vocab_.end()) {
+    if (auto f = model_vocab_.find(std::string(piece)); f != model_vocab_.end()) {
       out->push_back(f->second);
       return;
     }
@@ -345,8 +367,8 @@ void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int64_t>* ou
     syms.push_back(Sym{id, static_cast<int>(syms.size()) - 1, static_cast<int>(syms.size()) + 1, true});
   };
   for (absl::string_view ch : SplitUtf8(piece)) {
-    auto f = vocab_.find(std::string(ch));
-    if (f != vocab_.end()) {
+    auto f = model_vocab_.find(std::string(ch));
+    if (f != model_vocab_.end()) {
       push(f->second);
       continue;
     }
@@ -363,7 +385,7 @@ void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int64_t>* ou
   struct Cand {
     int32_t rank;
     int pos;
-    int64_t left, right, merged;
+    int64_t merged;
     bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
   std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
@@ -371,14 +393,18 @@ void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int64_t>* ou
     if (pos < 0 || syms[pos].next < 0) return;
     const uint64_t key = (static_cast<uint64_t>(syms[pos].id) << 32) | static_cast<uint64_t>(syms[syms[pos].next].id);
     auto m = merges_.find(key);
-    if (m != merges_.end()) heap.push(Cand{m->second.rank, pos, syms[pos].id, syms[syms[pos].next].id, m->second.id});
+    if (m != merges_.end()) heap.push(Cand{m->second.rank, pos, m->second.id});
   };
   for (int i = 0; i < static_cast<int>(syms.size()); ++i) consider(i);
   while (!heap.empty()) {
     Cand c = heap.top();
     heap.pop();
     Sym& s = syms[c.pos];
-    if (!s.alive || s.id != c.left || s.next < 0 || syms[s.next].id != c.right) continue;  // stale
+    if (!s.alive || s.next < 0) continue;
+    // Stale unless the pair there now merges into the same token (HF's test:
+    // it compares the resulting id, not the pair, and keeps the queued rank).
+    const uint64_t now = (static_cast<uint64_t>(s.id) << 32) | static_cast<uint64_t>(syms[s.next].id);
+    if (auto m = merges_.find(now); m == merges_.end() || m->second.id != c.merged) continue;
     Sym& r = syms[s.next];
     r.alive = false;
     s.id = c.merged;
@@ -392,37 +418,78 @@ void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int64_t>* ou
   }
 }
 
-std::vector<int64_t> BpeTokenizer::Encode(absl::string_view text, std::optional<bool> add_bos) const {
-  std::vector<int64_t> ids;
-  if (add_bos.value_or(add_bos_) && bos_id_ >= 0) ids.push_back(bos_id_);
-  bool first_run = true;
-  size_t i = 0;
-  auto flush = [&](absl::string_view run) {
-    if (run.empty()) return;
-    for (const std::string& piece : PreTokenize(Normalize(run), first_run)) EncodePiece(piece, &ids);
-    first_run = false;
-  };
-  size_t run_start = 0;
-  while (i < text.size()) {
+std::vector<BpeTokenizer::Segment> BpeTokenizer::SplitAdded(absl::string_view text, const AddedIndex& index) const {
+  std::vector<Segment> out;
+  const size_t n = text.size();
+  size_t start_offset = 0;  // end of the previous emitted token
+  size_t pos = 0;           // scan position (after the previous match, kept or not)
+  while (pos < n) {
     const Added* hit = nullptr;
-    for (int k : added_by_byte_[static_cast<unsigned char>(text[i])]) {  // longest first
+    for (int k : index[static_cast<unsigned char>(text[pos])]) {  // longest first
       const Added& a = added_[k];
-      if (text.compare(i, a.content.size(), a.content) == 0) {
+      if (text.compare(pos, a.pattern.size(), a.pattern) == 0) {
         hit = &a;
         break;
       }
     }
     if (hit == nullptr) {
-      ++i;
+      ++pos;
       continue;
     }
-    flush(text.substr(run_start, i - run_start));
-    ids.push_back(hit->id);
-    first_run = false;
-    i += hit->content.size();
-    run_start = i;
+    size_t start = pos, stop = pos + hit->pattern.size();
+    pos = stop;
+    if (hit->single_word) {
+      const bool word_before = start > 0 && IsWordChar(LastCodePoint(text.substr(0, start)));
+      size_t len;
+      const bool word_after = stop < n && IsWordChar(DecodeUtf8At(text, stop, &len));
+      if (word_before || word_after) continue;  // discarded; the scan still moves past it
+    }
+    if (hit->lstrip) {
+      size_t s = start;
+      while (s > start_offset) {
+        size_t back = s - 1;
+        while (back > 0 && (static_cast<unsigned char>(text[back]) & 0xc0) == 0x80) --back;
+        size_t len;
+        if (!IsUnicodeWhitespace(DecodeUtf8At(text, back, &len))) break;
+        s = back;
+      }
+      start = s;
+    }
+    if (hit->rstrip) {
+      size_t len;
+      while (stop < n && IsUnicodeWhitespace(DecodeUtf8At(text, stop, &len))) stop += len;
+      pos = stop;
+    }
+    if (start_offset < start) out.push_back(Segment{-1, start_offset, start});
+    out.push_back(Segment{hit->id, start, stop});
+    start_offset = stop;
   }
-  flush(text.substr(run_start));
+  if (start_offset < n) out.push_back(Segment{-1, start_offset, n});
+  return out;
+}
+
+std::vector<int64_t> BpeTokenizer::Encode(absl::string_view input, std::optional<bool> add_bos) const {
+  std::vector<int64_t> ids;
+  if (add_bos.value_or(add_bos_) && bos_id_ >= 0) ids.push_back(bos_id_);
+  const std::string text = SanitizeUtf8(input);
+  for (const Segment& raw : SplitAdded(text, raw_added_)) {
+    if (raw.id >= 0) {
+      ids.push_back(raw.id);
+      continue;
+    }
+    const std::string normalized = Normalize(absl::string_view(text).substr(raw.begin, raw.end - raw.begin));
+    for (const Segment& piece : SplitAdded(normalized, normalized_added_)) {
+      if (piece.id >= 0) {
+        ids.push_back(piece.id);
+        continue;
+      }
+      // Metaspace's prepend_scheme "first": only a piece at offset 0 of the input.
+      const bool at_start = raw.begin == 0 && piece.begin == 0;
+      for (const std::string& word : PreTokenize(normalized.substr(piece.begin, piece.end - piece.begin), at_start)) {
+        EncodePiece(word, &ids);
+      }
+    }
+  }
   return ids;
 }
 
@@ -458,20 +525,15 @@ std::string BpeTokenizer::Decode(absl::Span<const int64_t> ids, bool skip_specia
       }
     } else if (step.kind == "ByteFallback") {
       // Runs of <0xNN> tokens become their bytes when valid UTF-8, else one
-      // U+FFFD per byte (HF semantics).
+      // U+FFFD per byte of the run (HF semantics).
       std::vector<std::string> outv;
       std::string bytes;
       int nbytes = 0;
       auto flush = [&] {
         if (nbytes == 0) return;
-        bool valid = true;
-        for (size_t p = 0; p < bytes.size() && valid;) {
-          int n = Utf8CharLen(static_cast<unsigned char>(bytes[p]));
-          if ((n == 1 && static_cast<unsigned char>(bytes[p]) >= 0x80) || p + n > bytes.size()) valid = false;
-          for (int q = 1; valid && q < n; ++q) valid = (static_cast<unsigned char>(bytes[p + q]) & 0xc0) == 0x80;
-          p += n;
-        }
-        if (valid) {
+        // Strict UTF-8 (Rust's String::from_utf8: no overlongs, surrogates
+        // or code points past U+10FFFF).
+        if (SanitizeUtf8(bytes) == bytes) {
           outv.push_back(bytes);
         } else {
           for (int q = 0; q < nbytes; ++q) outv.push_back("\xef\xbf\xbd");

@@ -1,23 +1,38 @@
 // BpeTokenizer: the HF `tokenizers` BPE model as Gemma's tokenizer.json uses it.
 //
-// Pipeline, per tokenizer.json:
-//   1. added/special tokens ("added_tokens") are matched on the raw text first
-//      (leftmost, then longest) and emitted as their ids;
-//   2. each text run between them goes through the normalizer
-//      (Replace / Prepend / Sequence; Gemma: Replace " " -> "▁"),
+// Pipeline, per tokenizer.json (HF tokenizers' order, checked against
+// tokenizers 0.23 by tokenizer_oracle_test on tests/oracles fixtures):
+//   0. ill-formed UTF-8 input is first made well-formed the way Python's
+//      bytes.decode("utf-8", errors="replace") does (one U+FFFD per maximal
+//      subpart), since HF tokenizers only ever see such strings;
+//   1. added tokens with `normalized: false` are matched on the raw text,
+//      leftmost then longest, non-overlapping; `single_word` drops a match
+//      next to a word character (regex \w), `lstrip` / `rstrip` absorb the
+//      Unicode whitespace (regex \s) before / after it;
+//   2. each remaining piece goes through the normalizer (Replace / Prepend /
+//      Sequence; Gemma: Replace " " -> "▁"), and added tokens with
+//      `normalized: true` are matched the same way on the normalized piece,
+//      against their normalized content (so lstrip/rstrip there never see a
+//      space, only "▁");
 //   3. the pre-tokenizer (null, Split with a string pattern, Metaspace,
 //      Sequence; Gemma's Split(" ", merged_with_previous) runs after the
-//      normalizer removed every space, so the run stays whole),
+//      normalizer removed every space, so the run stays whole);
 //   4. BPE: characters -> vocab ids (byte_fallback to <0xNN> tokens, else
 //      unk, fuse_unk merging consecutive unks), then the merge with the lowest
-//      rank is applied repeatedly (leftmost first on ties).
-// Decoding applies the decoder steps (Replace, ByteFallback, Fuse, Strip,
-// Metaspace, Sequence) to the token strings. BOS is prepended when add_bos:
-// from the caller, else tokenizer_config.json add_bos_token, else whether the
-// post_processor template starts with a special token.
+//      rank is applied repeatedly (leftmost first on ties). A merge listed
+//      twice has the rank of its last occurrence, as in HF's merge map.
+// Decoding maps ids to token strings (added tokens first), drops special
+// tokens when asked (HF's default is to keep them, and so is ours), and
+// applies the decoder steps (Replace, ByteFallback, Fuse, Strip, Metaspace,
+// Sequence) to all of them. BOS is prepended when add_bos: from the caller,
+// else tokenizer_config.json add_bos_token, else whether the post_processor
+// template starts with a special token.
 //
 // Unsupported components (regex patterns, NFKC, WordPiece/Unigram models...)
-// are a load error naming the file and the field.
+// are a load error naming the file and the field. Known differences from HF:
+// \w is approximated outside the common scripts (see IsWordChar in utf8.h),
+// and an added token that starts with whitespace right after an rstrip
+// token is not matched inside the whitespace that token absorbed.
 //
 // Thread-safety: immutable after construction.
 #ifndef TPU_DIST_MODELS_GEMMA_BPE_TOKENIZER_H_
@@ -49,7 +64,7 @@ class BpeTokenizer : public Tokenizer {
                                                                   std::optional<bool> add_bos = std::nullopt);
 
   std::vector<int64_t> Encode(absl::string_view text, std::optional<bool> add_bos = std::nullopt) const override;
-  std::string Decode(absl::Span<const int64_t> ids, bool skip_special = true) const override;
+  std::string Decode(absl::Span<const int64_t> ids, bool skip_special = false) const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(id_to_token_.size()); }
   int64_t pad_id() const override { return pad_id_; }
   int64_t bos_id() const override { return bos_id_; }
@@ -68,25 +83,43 @@ class BpeTokenizer : public Tokenizer {
   };
   struct Added {
     std::string content;
-    int64_t id;
-    bool special;
+    std::string pattern;  // matched text: content, or its normalized form when `normalized`
+    int64_t id = 0;
+    bool special = false;
+    bool normalized = false;
+    bool lstrip = false;
+    bool rstrip = false;
+    bool single_word = false;
   };
   struct Merge {
     int32_t rank;
     int64_t id;
   };
+  // A piece of the input: an added token's id, or text still to encode.
+  struct Segment {
+    int64_t id = -1;  // >= 0 for an added token
+    size_t begin = 0, end = 0;  // byte range in the split string
+  };
+  // [256] lists of indices into added_ by the pattern's first byte, longest
+  // pattern first.
+  using AddedIndex = std::vector<std::vector<int>>;
 
   BpeTokenizer() = default;
   std::string Normalize(absl::string_view text) const;
-  std::vector<std::string> PreTokenize(const std::string& text, bool first_run) const;
+  std::vector<std::string> PreTokenize(const std::string& text, bool at_start) const;
   void EncodePiece(absl::string_view piece, std::vector<int64_t>* out) const;
+  // HF AddedVocabulary::find_matches: splits `text` at the added tokens of
+  // `index` (leftmost-longest, then the single_word / lstrip / rstrip rules).
+  std::vector<Segment> SplitAdded(absl::string_view text, const AddedIndex& index) const;
 
-  std::unordered_map<std::string, int64_t> vocab_;  // includes added tokens
+  std::unordered_map<std::string, int64_t> vocab_;        // model vocabulary and added tokens
+  std::unordered_map<std::string, int64_t> model_vocab_;  // model.vocab only (what BPE looks up)
   std::vector<std::string> id_to_token_;
   std::vector<bool> is_special_;
   std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id)
-  std::vector<Added> added_;                    // sorted by content length, longest first
-  std::vector<std::vector<int>> added_by_byte_;  // [256] indices into added_ by first byte
+  std::vector<Added> added_;
+  AddedIndex raw_added_;         // normalized == false: matched on the raw text
+  AddedIndex normalized_added_;  // normalized == true: matched on normalized pieces
   std::vector<Step> normalizer_, pre_tokenizer_, decoder_;
   bool byte_fallback_ = false;
   bool fuse_unk_ = false;

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace tpudist::models::gemma {
@@ -57,8 +58,9 @@ absl::Status ReadRope(const json& j, absl::string_view source, absl::string_view
   if (out->rope_type != "default" && out->rope_type != "proportional") {
     return FieldError(source, field, absl::StrCat("unsupported rope_type '", out->rope_type, "'"));
   }
-  const std::string f(field);
   if (auto st = ReadDouble(j, source, "rope_theta", &out->rope_theta); !st.ok()) return st;
+  if (auto st = ReadDouble(j, source, "factor", &out->factor); !st.ok()) return st;
+  if (!(out->factor > 0)) return FieldError(source, field, "factor must be positive");
   return ReadDouble(j, source, "partial_rotary_factor", &out->partial_rotary_factor);
 }
 
@@ -67,6 +69,59 @@ absl::Status ReadRope(const json& j, absl::string_view source, absl::string_view
     absl::Status _st = (expr);             \
     if (!_st.ok()) return _st;             \
   } while (0)
+
+// HF's heterogeneous-layer spelling (transformers >= 5.2x): {"<layer>":
+// {"head_dim": D, ...}} listing only the values that differ from the global
+// ones. Gemma 4 writes the full-attention layers' head_dim there. When the
+// key is present HF ignores `global_head_dim`, and a full layer without an
+// override uses the global head_dim. REQUIRES: c->layer_types set.
+absl::Status ParsePerLayerConfig(const json& j, absl::string_view source, GemmaConfig* c) {
+  if (!j.is_object()) return FieldError(source, "per_layer_config", "not an object");
+  // Validate reports a layer_types / num_hidden_layers mismatch.
+  if (static_cast<int64_t>(c->layer_types.size()) != c->num_hidden_layers) return absl::OkStatus();
+  std::optional<int64_t> full_dim;
+  std::vector<bool> has_head_dim(c->num_hidden_layers, false);
+  // Keys are layer indices, zero-padded by transformers ("04" of 35 layers).
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string field = absl::StrCat("per_layer_config.", it.key());
+    int64_t layer = -1;
+    if (!absl::SimpleAtoi(it.key(), &layer) || layer < 0 || layer >= c->num_hidden_layers) {
+      return FieldError(source, field, "not a layer index in [0, num_hidden_layers)");
+    }
+    if (!it->is_object()) return FieldError(source, field, "not an object");
+    for (auto o = it->begin(); o != it->end(); ++o) {
+      const std::string key = absl::StrCat(field, ".", o.key());
+      if (!o->is_number_integer()) return FieldError(source, key, "only integer overrides are supported");
+      const int64_t v = o->get<int64_t>();
+      if (o.key() == "head_dim") {
+        if (c->layer_types[layer] != LayerType::kFull) {
+          if (v != c->head_dim) return FieldError(source, key, "a sliding layer cannot override head_dim");
+          continue;
+        }
+        if (full_dim && *full_dim != v) {
+          return FieldError(source, key, absl::StrCat("full layers disagree on head_dim (", *full_dim, " vs ", v, ")"));
+        }
+        full_dim = v;
+        has_head_dim[layer] = true;
+      } else if (o.key() == "num_key_value_heads") {
+        if (v != c->num_key_value_heads) {
+          return FieldError(source, key, "per-layer num_key_value_heads is not supported");
+        }
+      } else {
+        return FieldError(source, key, "unsupported per-layer override");
+      }
+    }
+  }
+  c->global_head_dim = full_dim.value_or(c->head_dim);
+  for (int64_t i = 0; i < c->num_hidden_layers; ++i) {
+    if (c->layer_types[i] != LayerType::kFull || !full_dim) continue;
+    if (!has_head_dim[i]) {
+      return FieldError(source, absl::StrCat("per_layer_config.", i),
+                        absl::StrCat("full layer without the head_dim ", *full_dim, " of the other full layers"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<GemmaConfig> ParseText(const json& t, absl::string_view source) {
   GemmaConfig c;
@@ -149,6 +204,9 @@ absl::StatusOr<GemmaConfig> ParseText(const json& t, absl::string_view source) {
   }
   // HF forces the last layer to full attention (with a warning) in both cases.
   if (!c.layer_types.empty()) c.layer_types.back() = LayerType::kFull;
+  if (auto it = t.find("per_layer_config"); it != t.end() && !it->is_null()) {
+    TPU_RETURN_IF_ERROR(ParsePerLayerConfig(*it, source, &c));
+  }
   c.full_rope = RopeParameters{"proportional", 1e6, 0.25};
   if (auto it = t.find("rope_parameters"); it != t.end() && !it->is_null()) {
     if (!it->is_object()) return FieldError(source, "rope_parameters", "not an object");
@@ -168,6 +226,7 @@ absl::StatusOr<GemmaConfig> ParseText(const json& t, absl::string_view source) {
 json RopeJson(const RopeParameters& r) {
   json j = {{"rope_type", r.rope_type}, {"rope_theta", r.rope_theta}};
   if (r.rope_type == "proportional") j["partial_rotary_factor"] = r.partial_rotary_factor;
+  if (r.factor != 1.0) j["factor"] = r.factor;
   return j;
 }
 

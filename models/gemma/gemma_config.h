@@ -33,6 +33,10 @@ struct RopeParameters {
   std::string rope_type = "default";  // "default" or "proportional"
   double rope_theta = 10000.0;
   double partial_rotary_factor = 1.0;  // only read for "proportional"
+  // Only read for "proportional": every inverse frequency is divided by it
+  // (HF _compute_proportional_rope_parameters); the "default" type ignores it
+  // as HF's Gemma4TextRotaryEmbedding does.
+  double factor = 1.0;
 };
 
 struct GemmaConfig {
@@ -43,7 +47,10 @@ struct GemmaConfig {
   int64_t num_attention_heads = 0;
   int64_t num_key_value_heads = 0;
   int64_t head_dim = 0;         // sliding layers
-  int64_t global_head_dim = 0;  // full layers
+  // Full layers. HF >= 5.x keeps it as per_layer_config {layer: {"head_dim":
+  // D}} on the full-attention layers (transformers 5.23 writes only that);
+  // the `global_head_dim` key is the older spelling (HF's kwarg, default 512).
+  int64_t global_head_dim = 0;
   int64_t hidden_size_per_layer_input = 0;  // 0 disables per-layer embeddings
   int64_t vocab_size_per_layer_input = 0;
   int64_t sliding_window = 512;
@@ -81,7 +88,11 @@ struct GemmaConfig {
 
 // Parses a HF config.json document. `source` (usually the file path) is named
 // in every error. Unknown model_type / architectures or a missing required
-// field is an InvalidArgument error naming the field.
+// field is an InvalidArgument error naming the field. `per_layer_config`
+// (transformers >= 5.2x) takes precedence over `global_head_dim`, as in HF:
+// full-attention layers may override head_dim (all to the same value) and
+// num_key_value_heads only to the global value; any other per-layer override
+// is an error naming the layer and key.
 absl::StatusOr<GemmaConfig> GemmaConfigFromJson(const nlohmann::json& json,
                                                 absl::string_view source);
 

@@ -43,6 +43,6 @@ int main(int argc, char** argv) {
   std::vector<int64_t> out = g::GreedyGenerate(**model, prompt, absl::GetFlag(FLAGS_max_new_tokens), stop);
   std::cout << "prompt_ids: " << absl::StrJoin(prompt, " ") << "\n";
   std::cout << "new_ids: " << absl::StrJoin(out, " ") << "\n";
-  std::cout << "text: " << (*tokenizer)->Decode(out) << "\n";
+  std::cout << "text: " << (*tokenizer)->Decode(out, /*skip_special=*/true) << "\n";
   return 0;
 }

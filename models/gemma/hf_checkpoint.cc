@@ -30,6 +30,24 @@ std::map<std::string, at::Tensor> OurTensors(GemmaForCausalLMImpl& model) {
 
 std::string ShapeString(at::IntArrayRef s) { return c10::str(s); }
 
+// The dtype of the floating-point tensors being saved: that of the
+// parameters, which outnumber the [1] layer_scalar buffers (kFloat if none).
+at::ScalarType StoredDtype(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::map<at::ScalarType, int64_t> count;
+  for (const auto& [name, t] : tensors) {
+    if (at::isFloatingType(t.scalar_type())) count[t.scalar_type()] += t.numel();
+  }
+  at::ScalarType best = at::kFloat;
+  int64_t most = -1;
+  for (const auto& [type, n] : count) {
+    if (n > most) {
+      best = type;
+      most = n;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 std::string HfNameFor(const std::string& our_name) {
@@ -150,11 +168,12 @@ absl::Status SaveGemmaAsHf(GemmaForCausalLMImpl& model, const std::string& dir, 
     return st;
   }
   nlohmann::json config = GemmaConfigToHfJson(model.config(), options.multimodal_wrapper);
-  if (options.dtype) {
-    const char* name = *options.dtype == at::kBFloat16 ? "bfloat16" : *options.dtype == at::kHalf ? "float16" : "float32";
-    config["dtype"] = name;
-    if (config.contains("text_config")) config["text_config"]["dtype"] = name;
-  }
+  // "dtype" names the stored parameters' dtype (HF from_pretrained's default
+  // dtype="auto" loads in it): the requested one, else the model's own.
+  const at::ScalarType stored = options.dtype ? *options.dtype : StoredDtype(tensors);
+  const char* dtype_name = stored == at::kBFloat16 ? "bfloat16" : stored == at::kHalf ? "float16" : "float32";
+  config["dtype"] = dtype_name;
+  if (config.contains("text_config")) config["text_config"]["dtype"] = dtype_name;
   {
     std::ofstream out(root / "config.json");
     out << config.dump(2) << "\n";

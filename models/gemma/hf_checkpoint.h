@@ -57,7 +57,10 @@ struct SaveOptions {
 };
 
 // Writes config.json and model.safetensors (HF names, no lm_head since tied)
-// into `dir` (created if needed).
+// into `dir` (created if needed). config.json's "dtype" (top level and
+// text_config) is the saved parameters' dtype. transformers 5.23's
+// from_pretrained loads the result with no missing or unexpected keys
+// (tests/oracles/test_save_as_hf.py).
 absl::Status SaveGemmaAsHf(GemmaForCausalLMImpl& model, const std::string& dir, const SaveOptions& options = {});
 
 }  // namespace tpudist::models::gemma

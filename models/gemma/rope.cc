@@ -19,6 +19,8 @@ at::Tensor RopeInvFreq(const RopeParameters& params, int64_t head_dim) {
   // Same op order as HF: exponent = arange(0, D, 2) / D computed in fp32.
   at::Tensor exponent = at::arange(0, 2 * rotated, 2, at::kLong).to(at::kFloat) / static_cast<double>(head_dim);
   inv.narrow(0, 0, rotated).copy_(1.0 / at::pow(params.rope_theta, exponent));
+  // HF divides the whole proportional vector (zeros included) by `factor`.
+  if (params.rope_type == "proportional" && params.factor != 1.0) inv.div_(params.factor);
   return inv;
 }
 

@@ -5,7 +5,8 @@
 //  - "proportional" (full-attention layers): only the first
 //    floor(partial_rotary_factor * D / 2) frequencies are non-zero, with the
 //    exponent denominator still the full D; the remaining frequencies are 0,
-//    so those dimension pairs (j, j + D/2) pass through unchanged.
+//    so those dimension pairs (j, j + D/2) pass through unchanged; all of
+//    them are then divided by `factor` (default 1).
 // cos/sin are computed in fp32 from emb = cat(freqs, freqs) and cast to the
 // activation dtype; x_rot = x * cos + rotate_half(x) * sin.
 //

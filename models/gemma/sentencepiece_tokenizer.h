@@ -33,7 +33,7 @@ class SentencePieceTokenizer : public Tokenizer {
   ~SentencePieceTokenizer() override;
 
   std::vector<int64_t> Encode(absl::string_view text, std::optional<bool> add_bos = std::nullopt) const override;
-  std::string Decode(absl::Span<const int64_t> ids, bool skip_special = true) const override;
+  std::string Decode(absl::Span<const int64_t> ids, bool skip_special = false) const override;
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t pad_id() const override { return pad_id_; }
   int64_t bos_id() const override { return bos_id_; }

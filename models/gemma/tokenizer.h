@@ -30,8 +30,9 @@ class Tokenizer {
   virtual std::vector<int64_t> Encode(absl::string_view text, std::optional<bool> add_bos = std::nullopt) const = 0;
 
   // Text for `ids`; special tokens (pad/bos/eos/...) are dropped when
-  // `skip_special`. Out-of-range ids are skipped.
-  virtual std::string Decode(absl::Span<const int64_t> ids, bool skip_special = true) const = 0;
+  // `skip_special`. As HF's decode (skip_special_tokens=False), the default
+  // keeps them. Out-of-range ids are skipped.
+  virtual std::string Decode(absl::Span<const int64_t> ids, bool skip_special = false) const = 0;
 
   virtual int64_t vocab_size() const = 0;
   virtual int64_t pad_id() const = 0;

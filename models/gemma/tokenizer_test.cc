@@ -83,7 +83,9 @@ TEST(BpeTokenizer, AddedTokensMatchedBeforeBpeAndSpecialsSkipped) {
   EXPECT_TRUE(t->add_bos());
   EXPECT_EQ(t->Encode("<start_of_turn>hello<eos>"), (std::vector<int64_t>{2, 275, 272, 1}));
   EXPECT_EQ(t->Encode("hello", false), (std::vector<int64_t>{272}));
-  EXPECT_EQ(t->Decode({2, 272, 1}), "hello");
+  // HF's decode keeps special tokens unless skip_special_tokens=True.
+  EXPECT_EQ(t->Decode({2, 272, 1}), "<bos>hello<eos>");
+  EXPECT_EQ(t->Decode({2, 272, 1}, /*skip_special=*/true), "hello");
   EXPECT_EQ(t->Decode({2, 272, 1}, /*skip_special=*/false), "<bos>hello<eos>");
   EXPECT_EQ(t->pad_id(), 0);
   EXPECT_EQ(t->eos_id(), 1);

@@ -1,0 +1,106 @@
+// tpu_dist._C: the Python binding of the tpu_dist c10d backend.
+//
+// Exposes ProcessGroupTpuDist as a subclass of torch's own
+// torch._C._distributed_c10d.Backend (the pybind11 type torch registered), so
+// the object returned to torch.distributed's backend registry is a real c10d
+// Backend: torch's ProcessGroup front end dispatches CPU ops to it exactly as
+// to Gloo. Also exposes RankInfo discovery. torch must be imported first
+// (tpu_dist/__init__.py does), which registers the base types.
+//
+// Errors: the backend's c10::Error becomes RuntimeError (torch's translator);
+// a discovery failure is a ValueError naming the variable.
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <string>
+
+#include "collectives/process_group_tpu_dist.h"
+#include "tpu_runtime/env_discovery.h"
+#include "tpu_runtime/rank_info.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using tpudist::collectives::ProcessGroupTpuDist;
+namespace tr = tpudist::tpu_runtime;
+
+py::dict RankInfoDict(const tr::RankInfo& info) {
+  py::dict d;
+  d["rank"] = info.rank;
+  d["world_size"] = info.world_size;
+  d["local_rank"] = info.local_rank;
+  d["local_world_size"] = info.local_world_size;
+  d["host_index"] = info.host_index;
+  d["num_hosts"] = info.num_hosts;
+  d["master_addr"] = info.master_addr;
+  d["master_port"] = info.master_port;
+  d["hostnames"] = info.hostnames;
+  d["slicebuilder_addresses"] = info.slicebuilder_addresses;
+  d["accelerator_type"] = info.slice.accelerator_type;
+  d["chip_topology"] = info.slice.chip_topology;
+  d["devices_per_host"] = info.slice.devices_per_host;
+  d["source"] = std::string(tr::DiscoverySourceName(info.source));
+  d["restart_count"] = info.restart_count;
+  d["job_id"] = info.job_id;
+  d["summary"] = tr::ToString(info);
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "tpu_dist c10d backend (shared memory inside a host, TCP between hosts)";
+  // The base class must be registered before ours refers to it.
+  py::module_::import("torch.distributed");
+
+  py::class_<ProcessGroupTpuDist, c10d::Backend, c10::intrusive_ptr<ProcessGroupTpuDist>>(
+      m, "ProcessGroupTpuDist",
+      R"(The tpu_dist backend. Construction is collective over `store`.
+
+Args:
+  store: a torch.distributed Store shared by the group's ranks.
+  rank, size: this rank in the group and the group's size.
+  timeout: per-op timeout (datetime.timedelta).
+  group_name: namespaces the group's store keys and shm segments; unique per store.
+  host_id: ranks with equal host ids share memory; "" = TPU_DIST_HOST_ID or this machine.
+  job_id: part of shm segment names; "" = TPU_DIST_JOB_ID or a random id.
+  bind_address: address the inter-host TCP listeners bind; "" = derived.)")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout, const std::string& group_name,
+                       const std::string& host_id, const std::string& job_id,
+                       const std::string& bind_address) {
+             ProcessGroupTpuDist::Options o;
+             o.timeout = timeout;
+             o.group_name = group_name;
+             o.host_id = host_id;
+             o.job_id = job_id;
+             o.bind_address = bind_address;
+             return c10::make_intrusive<ProcessGroupTpuDist>(store, rank, size, o);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::arg("group_name") = "default", py::arg("host_id") = "",
+           py::arg("job_id") = "", py::arg("bind_address") = "",
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("num_hosts",
+                             [](const ProcessGroupTpuDist& pg) {
+                               return pg.host_layout().num_hosts();
+                             })
+      .def("status", [](const ProcessGroupTpuDist& pg) { return pg.status().ToString(); },
+           "OK, or the error that poisoned the group.");
+
+  m.def(
+      "rank_info",
+      []() {
+        absl::StatusOr<tr::RankInfo> info = tr::DiscoverRankInfo(tr::EnvMapFromProcess());
+        if (!info.ok()) throw py::value_error(std::string(info.status().message()));
+        return RankInfoDict(*info);
+      },
+      "This process's place in the job, discovered from the environment (KubeRay TPU "
+      "webhook, TorchTPU, torchrun/Ray Train, MPI, SLURM); see docs/runtime.md.");
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Regenerates every oracle fixture under tests/oracles/fixtures/ (or under
+# $1 when given) with the project venv's pinned transformers / tokenizers /
+# torch. Deterministic: fixed seeds, one thread; test_fixtures_fresh.py
+# checks that a fresh run reproduces the committed files exactly.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "${here}/../.." && pwd)"
+out="${1:-${here}/fixtures}"
+python="${PYTHON:-${repo}/.venv/bin/python}"
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 TOKENIZERS_PARALLELISM=false
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
+mkdir -p "${out}"
+"${python}" "${here}/make_gemma_fixtures.py" --out "${out}/gemma"
+"${python}" "${here}/make_tokenizer_fixtures.py" --out "${out}/tokenizer"
