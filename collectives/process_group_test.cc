@@ -458,3 +458,46 @@ TEST(ProcessGroupSingleTest, SubgroupsFollowTheGivenRankOrder) {
 
 }  // namespace
 }  // namespace tpudist::collectives
+
+namespace tpudist::collectives {
+namespace {
+
+// A pending recv must occupy neither the collective queue nor the issuer:
+// (1) both ranks post irecv before isend (batch_isend_irecv's order);
+// (2) rank 0 recv(src=1) then all_reduce, rank 1 all_reduce then send(dst=0).
+// Both used to wait out the recv timeout (the recv sat on the op worker).
+TEST(ProcessGroupP2pTest, PendingRecvBlocksNeitherCollectivesNorSends) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = testing::UniqueJob("p2p");
+  const auto start = std::chrono::steady_clock::now();
+  testing::RunThreads(2, [&](int rank) {
+    ProcessGroupTpuDist::Options o = testing::SmallOptions(job);
+    o.timeout = std::chrono::seconds(10);
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
+    const int peer = 1 - rank;
+    std::vector<at::Tensor> in = {at::empty({4})};
+    std::vector<at::Tensor> out = {at::full({4}, float(rank))};
+    auto r = pg->recv(in, peer, 0);
+    auto s = pg->send(out, peer, 0);
+    s->wait();
+    r->wait();
+    EXPECT_TRUE(at::equal(in[0], at::full({4}, float(peer))));
+
+    std::vector<at::Tensor> y = {at::ones({3})};
+    std::vector<at::Tensor> msg = {rank == 0 ? at::empty({2}) : at::full({2}, 7.0f)};
+    if (rank == 0) {
+      auto pending = pg->recv(msg, 1, 1);
+      pg->allreduce(y)->wait();
+      pending->wait();
+      EXPECT_TRUE(at::equal(msg[0], at::full({2}, 7.0f)));
+    } else {
+      pg->allreduce(y)->wait();
+      pg->send(msg, 0, 1)->wait();
+    }
+    EXPECT_TRUE(at::equal(y[0], at::full({3}, 2.0f)));
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+}  // namespace
+}  // namespace tpudist::collectives

@@ -78,10 +78,14 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
     backend_ = ValueOrThrow(
         HierarchicalBackend::Create(store_, rank, size, layout_, hier));
   }
+  p2p_worker_ = std::make_unique<OpWorker>();
   worker_ = std::make_unique<OpWorker>();
 }
 
-ProcessGroupTpuDist::~ProcessGroupTpuDist() { worker_.reset(); }
+ProcessGroupTpuDist::~ProcessGroupTpuDist() {
+  worker_.reset();
+  p2p_worker_.reset();
+}
 
 c10::intrusive_ptr<ProcessGroupTpuDist> ProcessGroupTpuDist::NewSubgroup(
     const c10::intrusive_ptr<c10d::Store>& parent_store, int global_rank,
@@ -128,10 +132,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     work->Finish(s);
   };
   // Latency-bound collectives skip the two thread handoffs when the queue is
-  // idle (issue order is unaffected). Point-to-point never runs inline: a
-  // recv issued before its matching send must not block the issuer.
-  const bool p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV;
-  if (!p2p && bytes <= options_.inline_max_bytes && worker_->RunInlineIfIdle(run)) {
+  // idle (issue order is unaffected). A recv waits on the p2p worker: it must
+  // block neither the issuer nor the collectives queued after it.
+  if (type == c10d::OpType::RECV) {
+    p2p_worker_->Enqueue(std::move(run));
+    return work;
+  }
+  if (bytes <= options_.inline_max_bytes && worker_->RunInlineIfIdle(run)) {
     return work;
   }
   worker_->Enqueue(std::move(run));
@@ -233,16 +240,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
               "tpu_dist: send to invalid rank ", dst_rank);
   at::Tensor t = tensors[0];
   ValueOrThrow(ToDataType(t.scalar_type(), "send"));
-  std::lock_guard<std::mutex> lock(issue_mu_);
-  const std::string channel = absl::StrCat("p2p/", rank_, "/", dst_rank, "/", tag);
-  const std::string key = absl::StrCat(channel, "/", NextP2pIndex(channel));
-  return Enqueue("send", c10d::OpType::SEND, options_.timeout, t.nbytes(), tensors,
-                 [this, t, key](CollectiveBackend&, const shm::OpContext&) {
-                   at::Tensor buf = ContiguousBuffer(t);
-                   const uint8_t* p = static_cast<const uint8_t*>(buf.data_ptr());
-                   store_->set(key, std::vector<uint8_t>(p, p + buf.nbytes()));
-                   return absl::OkStatus();
-                 });
+  std::string key;
+  {
+    std::lock_guard<std::mutex> lock(issue_mu_);
+    const std::string channel = absl::StrCat("p2p/", rank_, "/", dst_rank, "/", tag);
+    key = absl::StrCat(channel, "/", NextP2pIndex(channel));
+  }
+  // Buffered, on the calling thread: the Work is complete on return.
+  auto work = c10::make_intrusive<TpuDistWork>(rank_, c10d::OpType::SEND, tensors,
+                                               options_.timeout);
+  absl::Status s;
+  try {
+    at::Tensor buf = ContiguousBuffer(t);
+    const uint8_t* p = static_cast<const uint8_t*>(buf.data_ptr());
+    store_->set(key, std::vector<uint8_t>(p, p + buf.nbytes()));
+  } catch (const std::exception& e) {
+    s = absl::UnavailableError(absl::StrCat("send on rank ", rank_, " to rank ", dst_rank,
+                                            " (", t.nbytes(), " bytes): ", e.what()));
+  }
+  work->Finish(s);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(

@@ -38,7 +38,12 @@
 // (cross-rank mismatch, peer death, timeout) fail the Work on every rank and
 // poison the group: later ops fail fast with the same cause.
 //
-// send/recv go through the store (correct, not fast), on one host or many.
+// send/recv go through the store (correct, not fast), on one host or many,
+// and never occupy the collective queue: send is buffered and completes on
+// the calling thread once its bytes are in the store; each recv waits on a
+// second worker thread of its own (p2p), in issue order. So a pending recv
+// delays neither collectives nor sends (batch_isend_irecv with the irecv
+// first completes on every rank).
 //
 // Thread-safety: op methods may be called from any thread; the group orders
 // them by call order.
@@ -225,6 +230,7 @@ class ProcessGroupTpuDist : public c10d::Backend {
   uint32_t op_seq_ = 0;                       // issuing thread(s) under issue_mu_
   std::mutex issue_mu_;
   std::map<std::string, int64_t> p2p_counters_;  // GUARDED_BY(issue_mu_)
+  std::unique_ptr<OpWorker> p2p_worker_;      // recv waits; joined after worker_
   std::unique_ptr<OpWorker> worker_;          // last: joined first
 };
 

@@ -200,3 +200,34 @@ def test_complex_works_and_unsupported_dtype_is_a_clear_error() -> None:
     for values, msg in run_ranks(_unsupported, 2, timeout_s=60):
         assert values == [3.0, -1.0, 2.0], values
         assert "tpu_dist" in msg and "dtype" in msg and "Char" in msg, msg
+
+
+def _pending_recv(rank: int, world: int) -> list[float]:
+    import tpu_dist  # noqa: F401
+
+    dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=20))
+    peer = 1 - rank
+    got = torch.empty(3)
+    # irecv first on both ranks (batch_isend_irecv's order).
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.irecv, got, peer),
+                                   dist.P2POp(dist.isend, torch.full((3,), float(rank)), peer)])
+    for r in reqs:
+        r.wait()
+    y = torch.ones(2)
+    msg = torch.empty(1) if rank == 0 else torch.full((1,), 7.0)
+    if rank == 0:  # a recv pending across a collective
+        req = dist.irecv(msg, src=1)
+        dist.all_reduce(y)
+        req.wait()
+    else:
+        dist.all_reduce(y)
+        dist.send(msg, dst=0)
+    dist.destroy_process_group()
+    return got.tolist() + y.tolist() + msg.tolist()
+
+
+def test_pending_recv_blocks_neither_collectives_nor_sends() -> None:
+    # Each case used to wait out the 20 s timeout and poison the group.
+    results = run_ranks(_pending_recv, 2, timeout_s=60)
+    assert results[0] == [1.0, 1.0, 1.0, 2.0, 2.0, 7.0]
+    assert results[1] == [0.0, 0.0, 0.0, 2.0, 2.0, 7.0]
