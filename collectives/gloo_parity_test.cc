@@ -27,8 +27,8 @@ at::Tensor RandomInput(int rank, int64_t n, at::ScalarType type, uint64_t salt) 
   if (at::isFloatingType(type)) {
     return at::randn({n}, gen, at::TensorOptions().dtype(at::kFloat)).to(type);
   }
-  const int64_t hi = type == at::kByte ? 256 : 1000;
-  const int64_t lo = type == at::kByte ? 0 : -1000;
+  const int64_t hi = type == at::kByte ? 256 : type == at::kChar ? 128 : 1000;
+  const int64_t lo = type == at::kByte ? 0 : type == at::kChar ? -128 : -1000;
   return at::randint(lo, hi, {n}, gen, at::TensorOptions().dtype(at::kLong)).to(type);
 }
 
@@ -61,7 +61,7 @@ TEST_P(GlooParityTest, SameResultsAsGloo) {
     uint64_t salt = 0;
     // allreduce over dtypes x ops.
     for (at::ScalarType type : {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf,
-                                at::kInt, at::kLong, at::kByte}) {
+                                at::kInt, at::kLong, at::kByte, at::kChar}) {
       for (auto op : {c10d::ReduceOp::SUM, c10d::ReduceOp::MAX, c10d::ReduceOp::MIN}) {
         ++salt;
         std::vector<at::Tensor> a = {RandomInput(rank, count, type, salt)};

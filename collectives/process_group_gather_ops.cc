@@ -180,7 +180,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce_scatter(
   at::Tensor out = outputs[0];
   const shm::DataType dtype =
       ValueOrThrow(ToDataType(out.scalar_type(), "reduce_scatter"));
-  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp));
+  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
   ThrowIfError(shm::CheckReducible(dtype, kind));
   CheckList("reduce_scatter", inputs[0], size_, out);
   std::vector<at::Tensor> ins = inputs[0];
@@ -204,7 +204,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   const shm::DataType dtype =
       ValueOrThrow(ToDataType(output.scalar_type(), "_reduce_scatter_base"));
-  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp));
+  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
   ThrowIfError(shm::CheckReducible(dtype, kind));
   TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
                   input.numel() == output.numel() * size_,

@@ -150,7 +150,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allreduce(
   TORCH_CHECK(tensors.size() == 1, "tpu_dist: allreduce takes exactly one tensor");
   at::Tensor t = tensors[0];
   const shm::DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "allreduce"));
-  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp));
+  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
   ThrowIfError(shm::CheckReducible(dtype, kind));
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
@@ -196,7 +196,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce(
               "tpu_dist: reduce root ", opts.rootRank, " out of range");
   at::Tensor t = tensors[0];
   const shm::DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "reduce"));
-  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp));
+  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
   ThrowIfError(shm::CheckReducible(dtype, kind));
   const int root = static_cast<int>(opts.rootRank);
   std::lock_guard<std::mutex> lock(issue_mu_);

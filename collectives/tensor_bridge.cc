@@ -15,12 +15,26 @@ absl::StatusOr<shm::DataType> ToDataType(at::ScalarType type, const char* op) {
     case at::kInt: return shm::DataType::kInt32;
     case at::kLong: return shm::DataType::kInt64;
     case at::kByte: return shm::DataType::kUInt8;
+    case at::kChar: return shm::DataType::kInt8;
+    case at::kShort: return shm::DataType::kInt16;
+    case at::kBool: return shm::DataType::kBool;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           op, ": unsupported dtype ", c10::toString(type),
-          " (tpu_dist supports float32, float64, bfloat16, float16, int32, "
-          "int64, uint8)"));
+          " (tpu_dist supports float32, float64, bfloat16, float16, int64, int32, "
+          "int16, int8, uint8, bool; complex through torch.distributed's real view)"));
   }
+}
+
+absl::StatusOr<shm::ReduceKind> ToReduceKind(const c10d::ReduceOp& op,
+                                             shm::DataType dtype) {
+  absl::StatusOr<shm::ReduceKind> kind = ToReduceKind(op);
+  // As torch's Gloo: a bool SUM is a logical or, a PRODUCT a logical and.
+  if (kind.ok() && dtype == shm::DataType::kBool) {
+    if (*kind == shm::ReduceKind::kSum) return shm::ReduceKind::kBor;
+    if (*kind == shm::ReduceKind::kProduct) return shm::ReduceKind::kBand;
+  }
+  return kind;
 }
 
 absl::StatusOr<shm::ReduceKind> ToReduceKind(const c10d::ReduceOp& op) {

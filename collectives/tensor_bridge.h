@@ -21,6 +21,10 @@ absl::StatusOr<shm::DataType> ToDataType(at::ScalarType type, const char* op);
 
 // c10d reduce op -> kernel op; PREMUL_SUM is Unimplemented.
 absl::StatusOr<shm::ReduceKind> ToReduceKind(const c10d::ReduceOp& op);
+// The kind for reducing `dtype`: bool SUM -> BOR, bool PRODUCT -> BAND (as
+// torch's Gloo computes them), otherwise ToReduceKind(op).
+absl::StatusOr<shm::ReduceKind> ToReduceKind(const c10d::ReduceOp& op,
+                                             shm::DataType dtype);
 
 // Throws c10::Error carrying `status` if it is not OK. The only status ->
 // exception bridge of the process group.

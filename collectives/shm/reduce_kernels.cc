@@ -197,7 +197,11 @@ size_t ElementSize(DataType type) {
     case DataType::kBFloat16:
     case DataType::kFloat16:
       return 2;
+    case DataType::kInt16:
+      return 2;
     case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kBool:
       return 1;
   }
   return 1;
@@ -212,6 +216,9 @@ absl::string_view DataTypeName(DataType type) {
     case DataType::kInt32: return "int32";
     case DataType::kInt64: return "int64";
     case DataType::kUInt8: return "uint8";
+    case DataType::kInt8: return "int8";
+    case DataType::kInt16: return "int16";
+    case DataType::kBool: return "bool";
   }
   return "unknown";
 }
@@ -238,6 +245,10 @@ absl::Status CheckReducible(DataType type, ReduceKind kind) {
         absl::StrCat("reduce op ", ReduceKindName(kind),
                      " is not defined for ", DataTypeName(type)));
   }
+  if (type == DataType::kBool && (kind == ReduceKind::kSum || kind == ReduceKind::kProduct)) {
+    return absl::InvalidArgumentError(
+        "bool reductions take BOR/BAND/MIN/MAX (the process group maps SUM and PRODUCT to them)");
+  }
   if (!IsFloating(type) && kind == ReduceKind::kAvg) {
     return absl::InvalidArgumentError(absl::StrCat(
         "reduce op AVG needs a floating dtype, got ", DataTypeName(type)));
@@ -259,7 +270,12 @@ void ReduceInto(DataType type, ReduceKind kind, void* out,
     case DataType::kInt64:
       return ReduceSame<int64_t>(kind, out, inputs, count, false);
     case DataType::kUInt8:
+    case DataType::kBool:  // 0/1 bytes: BOR/BAND/MIN/MAX keep them 0/1
       return ReduceSame<uint8_t>(kind, out, inputs, count, false);
+    case DataType::kInt8:
+      return ReduceSame<int8_t>(kind, out, inputs, count, false);
+    case DataType::kInt16:
+      return ReduceSame<int16_t>(kind, out, inputs, count, false);
     case DataType::kBFloat16:
       return ReduceWidened<WidenBf16, NarrowBf16>(kind, out, inputs, count,
                                                   divide);

@@ -31,6 +31,9 @@ enum class DataType : uint8_t {
   kInt32,
   kInt64,
   kUInt8,
+  kInt8,
+  kInt16,
+  kBool,  // one byte, 0 or 1; SUM/PRODUCT arrive here as BOR/BAND
 };
 
 enum class ReduceKind : uint8_t {

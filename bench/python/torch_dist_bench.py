@@ -1,0 +1,199 @@
+"""torch.distributed from Python: tpu_dist vs Gloo side by side in one run.
+
+    .venv/bin/python bench/python/torch_dist_bench.py [--worlds 2 4 16] [--quick]
+        [--json-out FILE]
+
+For each world size it spawns that many ranks (one process each, like
+torchrun), initialises the default group with backend "tpu_dist" and a Gloo
+group over the same ranks, then times, on rank 0, `dist.all_reduce`,
+`dist.all_gather_into_tensor` and `dist.reduce_scatter_tensor` (fp32,
+8 B .. 64 MiB; size = the largest buffer a rank touches, as bench/README.md)
+on both, and FSDP2 training steps/s (torch's `fully_shard` of a small
+transformer, AdamW) on both. Every case: barrier, one warm-up op, barrier,
+timed loop. Prints a markdown table with the load average; nothing asserts a
+number (this is a benchmark, not a test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20, 64 << 20]
+OPS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor"]
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def _iters(nbytes: int, quick: bool) -> int:
+    if quick:
+        return 2
+    return max(3, min(200, (64 << 20) // max(nbytes, 1) // 4))
+
+
+def _time_op(op: str, nbytes: int, world: int, group: Any, iters: int) -> float:
+    numel = max(world, nbytes // 4 // world * world)  # divisible by world
+    if op == "all_reduce":
+        buf = torch.ones(numel)
+        fn = lambda: dist.all_reduce(buf, group=group)  # noqa: E731
+    elif op == "all_gather_into_tensor":
+        out = torch.empty(numel)
+        inp = torch.ones(numel // world)
+        fn = lambda: dist.all_gather_into_tensor(out, inp, group=group)  # noqa: E731
+    else:
+        inp = torch.ones(numel)
+        out = torch.empty(numel // world)
+        fn = lambda: dist.reduce_scatter_tensor(out, inp, group=group)  # noqa: E731
+    dist.barrier()
+    fn()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - start) / iters
+
+
+class _Block(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, 4 * dim)
+        self.down = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [batch, seq, dim]
+        return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
+
+
+def _fsdp_steps_per_s(world: int, group: Any, steps: int) -> float:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[_Block(128) for _ in range(4)])
+    mesh = DeviceMesh.from_group(group, "cpu")
+    for block in model:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(4, 32, 128)
+
+    def step() -> None:
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+
+    step()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    dist.barrier()
+    return steps / (time.perf_counter() - start)
+
+
+def _rank_main(rank: int, world: int, port: int, quick: bool, queue: Any) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    import tpu_dist  # noqa: F401
+
+    timeout = datetime.timedelta(seconds=600)
+    dist.init_process_group("tpu_dist", timeout=timeout)
+    groups = {"tpu_dist": dist.group.WORLD,
+              "gloo": dist.new_group(backend="gloo", timeout=timeout)}
+    rows = []
+    for op in OPS:
+        for nbytes in (SIZES[:1] + SIZES[5:6] if quick else SIZES):
+            row: dict[str, Any] = {"op": op, "bytes": nbytes, "world": world}
+            for name, group in groups.items():
+                if name == "gloo" and world > 8 and nbytes > (16 << 20):
+                    row["gloo_us"] = None  # Gloo at 16 ranks x 64 MiB: minutes
+                    continue
+                row[f"{name}_us"] = _time_op(op, nbytes, world, group,
+                                             _iters(nbytes, quick)) * 1e6
+            rows.append(row)
+    steps = 2 if quick else 10
+    train = {name: _fsdp_steps_per_s(world, g, steps) for name, g in groups.items()}
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        queue.put({"world": world, "rows": rows, "fsdp2_steps_per_s": train})
+
+
+def _run_world(world: int, quick: bool) -> dict[str, Any]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    load_before = _load()
+    procs = [ctx.Process(target=_rank_main, args=(r, world, port, quick, queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        result = queue.get(timeout=1800)
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+    result["load"] = f"{load_before} -> {_load()}"
+    return result
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20}MiB" if n >= 1 << 20 else f"{n >> 10}KiB" if n >= 1024 else f"{n}B"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4, 16])
+    parser.add_argument("--quick", action="store_true", help="2 sizes, 2 iterations")
+    parser.add_argument("--json-out", default="")
+    args = parser.parse_args()
+    results = [_run_world(w, args.quick) for w in args.worlds]
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs")
+    print("| op | world | size | tpu_dist us | Gloo us | Gloo/tpu_dist |")
+    print("|---|---|---|---|---|---|")
+    for res in results:
+        for r in res["rows"]:
+            ratio = (r["gloo_us"] / r["tpu_dist_us"]) if r.get("gloo_us") else None
+            print(f"| {r['op']} | {r['world']} | {_size(r['bytes'])} | "
+                  f"{_fmt(r['tpu_dist_us'])} | {_fmt(r.get('gloo_us'))} | "
+                  f"{'-' if ratio is None else f'{ratio:.2f}'} |")
+    print()
+    print("| FSDP2 training (torch fully_shard) | world | tpu_dist steps/s | Gloo steps/s | "
+          "ratio | load average |")
+    print("|---|---|---|---|---|---|")
+    for res in results:
+        t = res["fsdp2_steps_per_s"]
+        print(f"| 4 blocks x dim 128, batch 4 x 32 | {res['world']} | {t['tpu_dist']:.2f} | "
+              f"{t['gloo']:.2f} | {t['tpu_dist'] / t['gloo']:.2f} | {res['load']} |")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       "torch": torch.__version__, "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
