@@ -40,21 +40,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allreduce_coalesced(
                              OpTimeout(opts.timeout), tensors);
 }
 
+// output_lists is per rank, as torch's allgather_coalesced passes it:
+// output_lists[r][i] receives rank r's inputs[i].
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(output_lists.size() == inputs.size(), "tpu_dist: allgather_coalesced: ",
-              output_lists.size(), " output lists for ", inputs.size(), " inputs");
+  TORCH_CHECK(static_cast<int>(output_lists.size()) == size_,
+              "tpu_dist: allgather_coalesced: ", output_lists.size(),
+              " output lists, the group has ", size_, " ranks");
   std::vector<at::Tensor> outputs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    ThrowIfError(ToDataType(inputs[i].scalar_type(), "allgather_coalesced").status());
-    TORCH_CHECK(static_cast<int>(output_lists[i].size()) == size_,
-                "tpu_dist: allgather_coalesced: output list ", i, " has ",
-                output_lists[i].size(), " tensors, the group has ", size_, " ranks");
-    outputs.insert(outputs.end(), output_lists[i].begin(), output_lists[i].end());
+  for (int r = 0; r < size_; ++r) {
+    TORCH_CHECK(output_lists[r].size() == inputs.size(), "tpu_dist: allgather_coalesced: ",
+                "output list of rank ", r, " has ", output_lists[r].size(), " tensors for ",
+                inputs.size(), " inputs");
+    outputs.insert(outputs.end(), output_lists[r].begin(), output_lists[r].end());
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
-    std::vector<std::vector<at::Tensor>> out = {output_lists[i]};
+    ThrowIfError(ToDataType(inputs[i].scalar_type(), "allgather_coalesced").status());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int r = 0; r < size_; ++r) out[0].push_back(output_lists[r][i]);
     std::vector<at::Tensor> in = {inputs[i]};
     allgather(out, in, opts);
   }

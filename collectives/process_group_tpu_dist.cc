@@ -148,6 +148,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   TORCH_CHECK(tensors.size() == 1, "tpu_dist: allreduce takes exactly one tensor");
+  TORCH_CHECK(tensors[0].layout() == c10::kStrided, "tpu_dist: allreduce: only dense tensors are "
+              "supported, got layout ", tensors[0].layout(), " (use .to_dense())");
   at::Tensor t = tensors[0];
   const shm::DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "allreduce"));
   const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
@@ -169,6 +171,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allreduce(
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   TORCH_CHECK(tensors.size() == 1, "tpu_dist: broadcast takes exactly one tensor");
+  TORCH_CHECK(tensors[0].layout() == c10::kStrided, "tpu_dist: broadcast: only dense tensors are "
+              "supported, got layout ", tensors[0].layout(), " (use .to_dense())");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_,
               "tpu_dist: broadcast root ", opts.rootRank, " out of range");
   at::Tensor t = tensors[0];
@@ -192,6 +196,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::broadcast(
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   TORCH_CHECK(tensors.size() == 1, "tpu_dist: reduce takes exactly one tensor");
+  TORCH_CHECK(tensors[0].layout() == c10::kStrided, "tpu_dist: reduce: only dense tensors are "
+              "supported, got layout ", tensors[0].layout(), " (use .to_dense())");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_,
               "tpu_dist: reduce root ", opts.rootRank, " out of range");
   at::Tensor t = tensors[0];

@@ -181,7 +181,7 @@ class ProcessGroupTpuDist : public c10d::Backend {
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts =
           c10d::AllreduceCoalescedOptions()) override;
-  // output_lists[i]: W x [n_i...]; inputs[i]: [n_i...].
+  // output_lists[r][i]: [n_i...] from rank r; inputs[i]: [n_i...].
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& output_lists,
       std::vector<at::Tensor>& inputs,
@@ -196,6 +196,15 @@ class ProcessGroupTpuDist : public c10d::Backend {
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  // torch.distributed.monitored_barrier (monitored_barrier.cc): blocking, on
+  // the caller. Rank 0 waits for every rank's arrival until opts.timeout and
+  // throws naming the first rank (or, with wait_all_ranks, every rank) that
+  // did not arrive; the others wait for rank 0's release and throw if it
+  // does not come. Messages as Gloo's, which torch's tests match.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  // Collectives issued so far on this rank; equal on every rank of a group
+  // in sync.
+  uint64_t getSequenceNumberForGroup() override;
   // tensors: {[n...]}; the matching recv must have the same byte size.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
                                       int dst_rank, int tag) override;
@@ -228,6 +237,7 @@ class ProcessGroupTpuDist : public c10d::Backend {
   HostLayout layout_;
   std::unique_ptr<CollectiveBackend> backend_;  // shm, or hierarchical
   uint32_t op_seq_ = 0;                       // issuing thread(s) under issue_mu_
+  int64_t monitored_barrier_seq_ = 0;         // GUARDED_BY(issue_mu_)
   std::mutex issue_mu_;
   std::map<std::string, int64_t> p2p_counters_;  // GUARDED_BY(issue_mu_)
   std::unique_ptr<OpWorker> p2p_worker_;      // recv waits; joined after worker_

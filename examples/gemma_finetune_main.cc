@@ -2,7 +2,7 @@
 // as a C++ binary, one process per device under tpurun (or any launcher
 // whose environment tpu_runtime reads).
 //
-//   tpurun --accelerator-type TPU-V6E --topology 2x2 --max-restarts 1 -- \
+//   tpurun --accelerator-type TPU-V6E --topology 2x2 --max-restarts 1 --
 //       build/examples/gemma_finetune --storage-path /tmp/ft --max-failures 1
 //
 // Defaults: the bundled tiny Gemma 4 (data/tiny_gemma) and instruction set
@@ -41,6 +41,8 @@ ABSL_FLAG(std::string, dataset_split, "train[:1024]", "HF split syntax, e.g. tra
 ABSL_FLAG(int64_t, num_epochs, 3, "epochs");
 ABSL_FLAG(int64_t, batch_size_per_device, 4, "rows per rank per step");
 ABSL_FLAG(int64_t, max_seq_len, 512, "tokens per row (truncation + padding)");
+ABSL_FLAG(bool, include_context, false,
+          "add a \"Context: ...\" line to the prompt for examples with a context (the seed's prompt has none)");
 ABSL_FLAG(double, lr, 2e-5, "AdamW learning rate");
 ABSL_FLAG(double, weight_decay, 0.01, "AdamW weight decay");
 ABSL_FLAG(std::string, storage_path, "", "run storage (required; default $STORAGE_PATH)");
@@ -102,6 +104,7 @@ int main(int argc, char** argv) {
   c.num_epochs = absl::GetFlag(FLAGS_num_epochs);
   c.batch_size_per_device = absl::GetFlag(FLAGS_batch_size_per_device);
   c.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
+  c.include_context = absl::GetFlag(FLAGS_include_context);
   c.lr = absl::GetFlag(FLAGS_lr);
   c.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   c.storage_path = absl::GetFlag(FLAGS_storage_path);

@@ -19,6 +19,7 @@
 #include "examples/finetune/distributed_sampler.h"
 #include "examples/finetune/dolly_dataset.h"
 #include "examples/finetune/finetune_checkpoint.h"
+#include "examples/finetune/hf_tokenizer_call.h"
 #include "examples/finetune/progress_reporter.h"
 #include "examples/finetune/tokenized_dataset.h"
 #include "fsdp/device_mesh.h"
@@ -75,16 +76,17 @@ absl::StatusOr<fsdp::DeviceMesh> MakeMesh(const tpu_runtime::RankInfo& info,
 absl::StatusOr<TokenizedDataset> LoadData(const FineTuneConfig& c, const gemma::Tokenizer& tok) {
   absl::StatusOr<std::vector<DollyExample>> rows = LoadDollySplit(c.dataset, c.dataset_split);
   if (!rows.ok()) return rows.status();
+  // The seed's tokenizer(..., truncation=True, max_length, padding="max_length"):
+  // specials, padding and truncation sides as the model directory's HF files say.
+  absl::StatusOr<TokenizeOptions> t =
+      SeedTokenizeOptions(c.model_dir, c.max_seq_len, static_cast<int>(tok.pad_id()),
+                          tok.add_bos() ? static_cast<int>(tok.bos_id()) : -1);
+  if (!t.ok()) return t.status();
   Encoder encode = [&tok](absl::string_view text) -> absl::StatusOr<std::vector<int>> {
     std::vector<int64_t> ids = tok.Encode(text, /*add_bos=*/false);
     return std::vector<int>(ids.begin(), ids.end());
   };
-  TokenizeOptions t;
-  t.max_length = c.max_seq_len;
-  t.pad_id = static_cast<int>(tok.pad_id());
-  t.bos_id = static_cast<int>(tok.bos_id());
-  t.eos_id = static_cast<int>(tok.eos_id());
-  return TokenizedDataset::Create(*rows, encode, t);
+  return TokenizedDataset::Create(*rows, encode, *t, c.include_context);
 }
 
 // Mean over ranks of `value` (all_reduce AVG).

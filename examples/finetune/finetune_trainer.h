@@ -2,9 +2,13 @@
 // rebuild of the seed's ray_train_llm_finetune.py). Every process of the job
 // calls it with the same config and its own RankInfo.
 //
-//   data     LoadDollySplit -> TokenizedDataset ("Instruction: ..\nResponse: ..",
-//            [bos] ids [eos], truncated + padded to max_seq_len, labels -100 at
-//            pads) -> DistributedSampler (shuffle, SetEpoch, drop_last)
+//   data     LoadDollySplit -> TokenizedDataset (the seed's "Instruction: ..
+//            \nResponse: .." -- a Context: line only with include_context --
+//            tokenized, truncated and padded to max_seq_len as HF's tokenizer
+//            call for model_dir (hf_tokenizer_call.h: left padding, no BOS/EOS
+//            for the bundled Gemma), labels -100 at pad ids as HF's
+//            DataCollatorForLanguageModeling) -> DistributedSampler (shuffle,
+//            SetEpoch, drop_last)
 //   model    LoadGemmaFromHf (fp32 master) -> ParallelizeGemma (PLE frozen and
 //            ignored, FullyShard per layer MLP then root, bf16 compute, fp32
 //            reduce) -> AdamW(lr, weight_decay) over the trainable shards
@@ -43,6 +47,7 @@ struct FineTuneConfig {
   int64_t num_epochs = 3;
   int64_t batch_size_per_device = 4;
   int64_t max_seq_len = 512;
+  bool include_context = false;  // add "Context: ..." lines (the seed has none)
   double lr = 2e-5;
   double weight_decay = 0.01;
   std::string storage_path;   // required

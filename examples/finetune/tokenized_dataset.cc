@@ -9,8 +9,8 @@
 
 namespace tpudist::finetune {
 
-std::string FormatPrompt(const DollyExample& ex) {
-  if (ex.context.empty()) {
+std::string FormatPrompt(const DollyExample& ex, bool include_context) {
+  if (!include_context || ex.context.empty()) {
     return absl::StrCat("Instruction: ", ex.instruction,
                         "\nResponse: ", ex.response);
   }
@@ -18,37 +18,62 @@ std::string FormatPrompt(const DollyExample& ex) {
                       "\nContext: ", ex.context, "\nResponse: ", ex.response);
 }
 
+namespace {
+
+// First position of the real tokens in a padded row of length l.
+int64_t RealBegin(int64_t l, int64_t num_tokens, Side padding_side) {
+  return padding_side == Side::kLeft ? l - num_tokens : 0;
+}
+
+int64_t LabelOf(int64_t id, int pad_id) {
+  return id == pad_id ? kIgnoreIndex : id;
+}
+
+}  // namespace
+
 TokenizedRow MakeRow(absl::Span<const int> ids,
                      const TokenizeOptions& options) {
   const int64_t max_len = options.max_length;
+  const int64_t num_special = (options.bos_id >= 0) + (options.eos_id >= 0);
+  const int64_t n = static_cast<int64_t>(ids.size());
   TokenizedRow row;
-  row.input_ids.reserve(max_len);
-  const int64_t full = static_cast<int64_t>(ids.size()) +
-                       (options.bos_id >= 0) + (options.eos_id >= 0);
-  row.truncated = full > max_len;
-  auto push = [&](int64_t id) {
-    if (static_cast<int64_t>(row.input_ids.size()) < max_len) {
-      row.input_ids.push_back(id);
-    }
-  };
-  if (options.bos_id >= 0) push(options.bos_id);
-  for (int id : ids) push(id);
-  if (options.eos_id >= 0) push(options.eos_id);
-  row.num_tokens = static_cast<int64_t>(row.input_ids.size());
+  row.truncated = n + num_special > max_len;
+  // As HF: the text is cut to leave room for the specials, from the
+  // truncation side.
+  const int64_t keep =
+      row.truncated ? std::max<int64_t>(0, max_len - num_special) : n;
+  const int64_t first =
+      options.truncation_side == Side::kLeft ? n - keep : 0;
+  std::vector<int64_t> real;
+  real.reserve(keep + num_special);
+  if (options.bos_id >= 0) real.push_back(options.bos_id);
+  real.insert(real.end(), ids.begin() + first, ids.begin() + first + keep);
+  if (options.eos_id >= 0) real.push_back(options.eos_id);
+  // Only when L < #specials: keep the head.
+  if (static_cast<int64_t>(real.size()) > max_len) real.resize(max_len);
+  row.num_tokens = static_cast<int64_t>(real.size());
+  const int64_t begin = RealBegin(max_len, row.num_tokens, options.padding_side);
+  row.input_ids.assign(max_len, options.pad_id);
+  std::copy(real.begin(), real.end(), row.input_ids.begin() + begin);
   row.attention_mask.assign(max_len, 0);
-  std::fill_n(row.attention_mask.begin(), row.num_tokens, 1);
-  row.labels = row.input_ids;
-  row.input_ids.resize(max_len, options.pad_id);
-  row.labels.resize(max_len, kIgnoreIndex);
+  std::fill_n(row.attention_mask.begin() + begin, row.num_tokens, 1);
+  row.labels.resize(max_len);
+  for (int64_t j = 0; j < max_len; ++j) {
+    row.labels[j] = LabelOf(row.input_ids[j], options.pad_id);
+  }
   return row;
 }
 
 absl::StatusOr<TokenizedDataset> TokenizedDataset::Create(
     absl::Span<const DollyExample> examples, const Encoder& encode,
-    const TokenizeOptions& options) {
+    const TokenizeOptions& options, bool include_context) {
   if (options.max_length <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_length must be > 0, got ", options.max_length));
+  }
+  if (options.pad_id < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "padding to max_length needs a pad token id, got ", options.pad_id));
   }
   if (examples.empty()) {
     return absl::InvalidArgumentError("no examples to tokenize");
@@ -57,7 +82,7 @@ absl::StatusOr<TokenizedDataset> TokenizedDataset::Create(
   ds.ids_.reserve(examples.size() * static_cast<size_t>(options.max_length));
   ds.lengths_.reserve(examples.size());
   for (const DollyExample& ex : examples) {
-    auto ids = encode(FormatPrompt(ex));
+    auto ids = encode(FormatPrompt(ex, include_context));
     if (!ids.ok()) {
       return absl::Status(ids.status().code(),
                           absl::StrCat("tokenizing the example from line ",
@@ -77,11 +102,12 @@ TokenizedRow TokenizedDataset::row(int64_t i) const {
   TokenizedRow r;
   r.num_tokens = lengths_.at(static_cast<size_t>(i));
   r.input_ids.assign(ids_.begin() + i * l, ids_.begin() + (i + 1) * l);
+  const int64_t begin = RealBegin(l, r.num_tokens, options_.padding_side);
   r.attention_mask.assign(static_cast<size_t>(l), 0);
-  r.labels.assign(static_cast<size_t>(l), kIgnoreIndex);
-  for (int64_t j = 0; j < r.num_tokens; ++j) {
-    r.attention_mask[j] = 1;
-    r.labels[j] = r.input_ids[j];
+  std::fill_n(r.attention_mask.begin() + begin, r.num_tokens, 1);
+  r.labels.resize(static_cast<size_t>(l));
+  for (int64_t j = 0; j < l; ++j) {
+    r.labels[j] = LabelOf(r.input_ids[j], options_.pad_id);
   }
   return r;
 }
@@ -106,11 +132,11 @@ absl::StatusOr<Batch> TokenizedDataset::MakeBatch(
     }
     const int32_t* src = ids_.data() + i * l;
     const int64_t len = lengths_[static_cast<size_t>(i)];
+    const int64_t begin = RealBegin(l, len, options_.padding_side);
     for (int64_t j = 0; j < l; ++j) {
-      const bool real = j < len;
       ids[r * l + j] = src[j];
-      labels[r * l + j] = real ? src[j] : kIgnoreIndex;
-      mask[r * l + j] = real ? 1 : 0;
+      labels[r * l + j] = LabelOf(src[j], options_.pad_id);
+      mask[r * l + j] = (j >= begin && j < begin + len) ? 1 : 0;
     }
     batch.num_tokens += len;
   }

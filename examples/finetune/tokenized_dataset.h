@@ -1,25 +1,29 @@
-// From Dolly records to training batches: the prompt format, tokenization
-// with truncation and padding to a fixed length, causal-LM labels, and
-// collation into int64 tensors.
+// From Dolly records to training batches exactly as the seed's Python makes
+// them: the prompt, HF's tokenizer(text, truncation=True, max_length=L,
+// padding="max_length") and DataCollatorForLanguageModeling(mlm=False).
 //
-// Prompt format (FormatPrompt):
+// Prompt format (FormatPrompt), the seed's:
 //   "Instruction: {instruction}\nResponse: {response}"
-// and, when the context is non-empty, the context goes between the two
-// (after the instruction, before the response, so that the model has read
-// it by the time it writes the answer):
+// The context is dropped, as the seed drops it. With include_context (the
+// fine-tune's --include-context) a non-empty context goes between the two:
 //   "Instruction: {instruction}\nContext: {context}\nResponse: {response}"
 //
-// Token layout of one row (max_length = L):
-//   [bos?] Encode(prompt) [eos?]  truncated to L, then pad_id up to L.
-// Truncation keeps the first L tokens, so a long row loses its tail (and its
-// eos), as HF's tokenizer(truncation=True) does. labels equal input_ids
-// except at pad positions (attention_mask == 0), which hold kIgnoreIndex
-// (-100); the shift by one for next-token prediction is the loss's job, as in
-// HF's causal-LM models. Masking is by position, not by id, so a real token
-// equal to pad_id inside the text is still trained on.
+// Token layout of one row (max_length = L), as HF's tokenizer call:
+//   [bos?] Encode(prompt) [eos?]   bos/eos are what the tokenizer's
+//   post-processor adds (hf_tokenizer_call.h reads it); the bundled Gemma
+//   tokenizer adds neither.
+// Truncation (truncation_side, default right = keep the head) cuts the text
+// tokens to L - #specials, so bos and eos survive it, as in HF. Padding with
+// pad_id to L on padding_side (the bundled tokenizer's is left).
+// attention_mask is 1 on real tokens (by position), 0 on padding.
+// labels are DataCollatorForLanguageModeling(mlm=False)'s: input_ids with
+// every token equal to pad_id replaced by kIgnoreIndex (-100) -- by id, not by
+// position, so a real token equal to pad_id loses its label too (with
+// pad == eos, every real <eos>). The shift by one for next-token prediction
+// is the loss's job, as in HF's causal-LM models.
 //
-// The tokenizer is injected as an Encoder so this file does not depend on
-// models/gemma; Gemma's is Encode(text) with pad 0 / eos 1 / bos 2.
+// The tokenizer is injected as an Encoder (text -> ids without specials) so
+// this file does not depend on models/gemma.
 #ifndef EXAMPLES_FINETUNE_TOKENIZED_DATASET_H_
 #define EXAMPLES_FINETUNE_TOKENIZED_DATASET_H_
 
@@ -44,32 +48,40 @@ inline constexpr int64_t kIgnoreIndex = -100;
 using Encoder =
     std::function<absl::StatusOr<std::vector<int>>(absl::string_view)>;
 
+// Which end padding goes to / truncation cuts from (HF's padding_side,
+// truncation_side).
+enum class Side { kLeft, kRight };
+
 struct TokenizeOptions {
   int64_t max_length = 512;  // L, > 0
-  int pad_id = 0;            // Gemma: 0
-  int bos_id = -1;  // prepended when >= 0 (Gemma: 2; -1 if Encode adds it)
-  int eos_id = -1;  // appended when >= 0 (Gemma: 1)
+  int pad_id = 0;            // >= 0; Gemma: 0
+  int bos_id = -1;  // prepended when >= 0 (-1 if Encode adds it, or none)
+  int eos_id = -1;  // appended when >= 0
+  Side padding_side = Side::kRight;     // HF's default; Gemma's config: left
+  Side truncation_side = Side::kRight;  // HF's default: keep the head
 };
 
-std::string FormatPrompt(const DollyExample& ex);
+// The seed's prompt; include_context adds a "Context:" line when the
+// example has one.
+std::string FormatPrompt(const DollyExample& ex, bool include_context = false);
 
 // One padded row. All three vectors have max_length entries.
 struct TokenizedRow {
   std::vector<int64_t> input_ids;       // [seq]
   std::vector<int64_t> attention_mask;  // [seq], 1 = real token, 0 = pad
-  std::vector<int64_t> labels;          // [seq], kIgnoreIndex at pads
+  std::vector<int64_t> labels;          // [seq], kIgnoreIndex where id == pad_id
   int64_t num_tokens = 0;               // real tokens (sum of the mask)
   bool truncated = false;               // the untruncated row exceeded L
 };
 
-// Pure: adds bos/eos around `ids`, truncates, pads, builds mask and labels.
-// REQUIRES: options.max_length > 0.
+// Pure: truncates `ids`, adds bos/eos, pads, builds mask and labels (see the
+// top of the file). REQUIRES: options.max_length > 0, options.pad_id >= 0.
 TokenizedRow MakeRow(absl::Span<const int> ids, const TokenizeOptions& options);
 
 // A batch of rows, all int64 on CPU.
 struct Batch {
   at::Tensor input_ids;       // [batch, seq] int64
-  at::Tensor labels;          // [batch, seq] int64, kIgnoreIndex at pads
+  at::Tensor labels;          // [batch, seq] int64, kIgnoreIndex where id == pad
   at::Tensor attention_mask;  // [batch, seq] int64, 1 real / 0 pad
   int64_t num_tokens = 0;     // real tokens in the batch
 };
@@ -79,12 +91,12 @@ struct Batch {
 // Create: const methods are safe to call from many threads.
 class TokenizedDataset {
  public:
-  // Tokenizes every example. An encoder error is returned with the
-  // example's source line prepended. Errors on empty `examples` or
-  // max_length <= 0.
+  // Tokenizes FormatPrompt(example, include_context) of every example. An
+  // encoder error is returned with the example's source line prepended.
+  // Errors on empty `examples`, max_length <= 0 or pad_id < 0.
   static absl::StatusOr<TokenizedDataset> Create(
       absl::Span<const DollyExample> examples, const Encoder& encode,
-      const TokenizeOptions& options);
+      const TokenizeOptions& options, bool include_context = false);
 
   int64_t size() const { return static_cast<int64_t>(lengths_.size()); }
   int64_t seq_len() const { return options_.max_length; }
@@ -103,7 +115,8 @@ class TokenizedDataset {
 
   // Compact storage: padded ids as int32 (4 bytes per position instead of
   // 24 for ids + mask + labels; Dolly-15k at L=512 is ~31 MB) and the real
-  // length of each row; mask and labels are derived in MakeBatch.
+  // length of each row; mask (by position and padding side) and labels (by
+  // pad id) are derived in MakeBatch.
   TokenizeOptions options_;
   std::vector<int32_t> ids_;      // [size, seq], row-major
   std::vector<int64_t> lengths_;  // [size] real tokens per row

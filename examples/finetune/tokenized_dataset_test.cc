@@ -22,11 +22,20 @@ DollyExample Ex(std::string instr, std::string ctx, std::string resp,
   return {std::move(instr), std::move(ctx), std::move(resp), "open_qa", line};
 }
 
-TEST(PromptTest, FormatsWithAndWithoutContext) {
+TEST(PromptTest, IsTheSeedsAndDropsContextByDefault) {
+  // The seed: f"Instruction: {instruction}\nResponse: {response}", context
+  // unused (an earlier version added a Context: line by default).
   EXPECT_EQ(FormatPrompt(Ex("Add 2 and 3.", "", "5")),
             "Instruction: Add 2 and 3.\nResponse: 5");
   EXPECT_EQ(FormatPrompt(Ex("Who?", "Ann wrote it.", "Ann")),
+            "Instruction: Who?\nResponse: Ann");
+}
+
+TEST(PromptTest, IncludeContextAddsAContextLine) {
+  EXPECT_EQ(FormatPrompt(Ex("Who?", "Ann wrote it.", "Ann"), true),
             "Instruction: Who?\nContext: Ann wrote it.\nResponse: Ann");
+  EXPECT_EQ(FormatPrompt(Ex("Add 2 and 3.", "", "5"), true),
+            "Instruction: Add 2 and 3.\nResponse: 5");
 }
 
 TEST(MakeRowTest, PadsAndMasks) {
@@ -42,29 +51,90 @@ TEST(MakeRowTest, PadsAndMasks) {
   EXPECT_FALSE(r.truncated);
 }
 
-TEST(MakeRowTest, TruncatesKeepingTheHead) {
+TEST(MakeRowTest, TruncatesKeepingTheHeadAndTheSpecials) {
+  // HF (tokenizers' truncation) cuts the text to leave room for the
+  // post-processor's specials, so bos and eos survive. (An earlier version
+  // expected {2, 10, 11, 12}, dropping eos; transformers 5.23 gives this.)
   TokenizeOptions o{4, 0, 2, 1};
   const std::vector<int> ids = {10, 11, 12, 13, 14};
   TokenizedRow r = MakeRow(ids, o);
-  EXPECT_THAT(r.input_ids, ElementsAre(2, 10, 11, 12));
-  EXPECT_THAT(r.labels, ElementsAre(2, 10, 11, 12));
+  EXPECT_THAT(r.input_ids, ElementsAre(2, 10, 11, 1));
+  EXPECT_THAT(r.labels, ElementsAre(2, 10, 11, 1));
   EXPECT_THAT(r.attention_mask, ElementsAre(1, 1, 1, 1));
   EXPECT_TRUE(r.truncated);
+  // truncation_side left keeps the tail.
+  o.truncation_side = Side::kLeft;
+  r = MakeRow(ids, o);
+  EXPECT_THAT(r.input_ids, ElementsAre(2, 13, 14, 1));
   // Exactly full is not truncated; no bos/eos when ids < 0.
   r = MakeRow(std::vector<int>{5, 6, 7, 8}, TokenizeOptions{4, 0, -1, -1});
   EXPECT_FALSE(r.truncated);
   EXPECT_THAT(r.input_ids, ElementsAre(5, 6, 7, 8));
 }
 
-TEST(MakeRowTest, MaskIsByPositionNotId) {
-  // A real token equal to pad_id inside the text keeps its label.
+TEST(MakeRowTest, MaskIsByPositionLabelsByPadId) {
+  // DataCollatorForLanguageModeling(mlm=False): labels[ids == pad_id] = -100,
+  // so a real token equal to pad_id loses its label; the tokenizer's
+  // attention mask still marks it real. (An earlier version kept its label,
+  // masking labels by position; the seed's collator does not.)
   TokenizedRow r = MakeRow(std::vector<int>{7, 0, 7}, TokenizeOptions{5, 0, -1, -1});
-  EXPECT_THAT(r.labels, ElementsAre(7, 0, 7, kIgnoreIndex, kIgnoreIndex));
+  EXPECT_THAT(r.labels, ElementsAre(7, kIgnoreIndex, 7, kIgnoreIndex, kIgnoreIndex));
   EXPECT_THAT(r.attention_mask, ElementsAre(1, 1, 1, 0, 0));
+  // pad == eos: the appended eos is real (mask 1) but unlabelled.
+  r = MakeRow(std::vector<int>{7, 8}, TokenizeOptions{4, 1, -1, 1});
+  EXPECT_THAT(r.input_ids, ElementsAre(7, 8, 1, 1));
+  EXPECT_THAT(r.attention_mask, ElementsAre(1, 1, 1, 0));
+  EXPECT_THAT(r.labels, ElementsAre(7, 8, kIgnoreIndex, kIgnoreIndex));
+}
+
+TEST(MakeRowTest, LeftPadding) {
+  TokenizeOptions o{7, 0, 2, 1, Side::kLeft};
+  TokenizedRow r = MakeRow(std::vector<int>{10, 11}, o);
+  EXPECT_THAT(r.input_ids, ElementsAre(0, 0, 0, 2, 10, 11, 1));
+  EXPECT_THAT(r.attention_mask, ElementsAre(0, 0, 0, 1, 1, 1, 1));
+  EXPECT_THAT(r.labels, ElementsAre(kIgnoreIndex, kIgnoreIndex, kIgnoreIndex,
+                                    2, 10, 11, 1));
+  EXPECT_EQ(r.num_tokens, 4);
+  // A full row has no padding on either side.
+  r = MakeRow(std::vector<int>{10, 11, 12, 13, 14, 15, 16, 17}, o);
+  EXPECT_THAT(r.input_ids, ElementsAre(2, 10, 11, 12, 13, 14, 1));
+  EXPECT_THAT(r.attention_mask, ElementsAre(1, 1, 1, 1, 1, 1, 1));
+}
+
+TEST(TokenizedDatasetTest, LeftPaddedBatchesMatchMakeRow) {
+  std::vector<DollyExample> ex = {Ex("a", "ctx", "b"), Ex("cc", "", "d"),
+                                  Ex(std::string(100, 'z'), "", "e")};
+  for (bool include_context : {false, true}) {
+    TokenizeOptions o{40, 0, -1, -1, Side::kLeft, Side::kRight};
+    auto ds = TokenizedDataset::Create(ex, ByteEncode, o, include_context);
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    const std::vector<int64_t> idx = {0, 1, 2};
+    auto batch = ds->MakeBatch(idx);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    int64_t total = 0;
+    for (int64_t i = 0; i < 3; ++i) {
+      const TokenizedRow want =
+          MakeRow(*ByteEncode(FormatPrompt(ex[i], include_context)), o);
+      const TokenizedRow got = ds->row(i);
+      EXPECT_EQ(got.input_ids, want.input_ids) << i;
+      EXPECT_EQ(got.attention_mask, want.attention_mask) << i;
+      EXPECT_EQ(got.labels, want.labels) << i;
+      for (int64_t j = 0; j < 40; ++j) {
+        EXPECT_EQ(batch->input_ids[i][j].item<int64_t>(), want.input_ids[j]);
+        EXPECT_EQ(batch->attention_mask[i][j].item<int64_t>(), want.attention_mask[j]);
+        EXPECT_EQ(batch->labels[i][j].item<int64_t>(), want.labels[j]);
+      }
+      total += want.num_tokens;
+    }
+    EXPECT_EQ(batch->num_tokens, total);
+    // Row 0's context shows up only with include_context.
+    EXPECT_EQ(ds->row(0).num_tokens,
+              static_cast<int64_t>(FormatPrompt(ex[0], include_context).size()));
+  }
 }
 
 TEST(TokenizedDatasetTest, BatchesAreInt64WithOracleValues) {
-  std::vector<DollyExample> ex = {Ex("a", "", "b"), Ex("cc", "x", "d"),  // 28, 40 tokens
+  std::vector<DollyExample> ex = {Ex("a", "", "b"), Ex("cc", "x", "d"),  // 28, 29 tokens
                                   Ex(std::string(100, 'z'), "", "e")};
   TokenizeOptions o{48, 0, 2, 1};
   auto ds = TokenizedDataset::Create(ex, ByteEncode, o);
@@ -115,6 +185,7 @@ TEST(TokenizedDatasetTest, Errors) {
   std::vector<DollyExample> ex = {Ex("a", "", "b", 7)};
   EXPECT_FALSE(TokenizedDataset::Create({}, ByteEncode, {}).ok());
   EXPECT_FALSE(TokenizedDataset::Create(ex, ByteEncode, {0, 0, -1, -1}).ok());
+  EXPECT_FALSE(TokenizedDataset::Create(ex, ByteEncode, {8, -1, -1, -1}).ok());
   Encoder failing = [](absl::string_view) -> absl::StatusOr<std::vector<int>> {
     return absl::InternalError("tokenizer exploded");
   };

@@ -13,3 +13,4 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TR
 mkdir -p "${out}"
 "${python}" "${here}/make_gemma_fixtures.py" --out "${out}/gemma"
 "${python}" "${here}/make_tokenizer_fixtures.py" --out "${out}/tokenizer"
+"${python}" "${here}/fsdp2_gemma_oracle.py" --out "${out}/fsdp2"

@@ -51,7 +51,7 @@ def _explain(rel: str, want: Path, got: Path) -> str:
 def test_fixtures_are_fresh(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHON=sys.executable)
     proc = subprocess.run(["bash", str(HERE / "regenerate.sh"), str(tmp_path)], env=env, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     want, got = _files(COMMITTED), _files(tmp_path)
     assert want == got, f"only committed: {sorted(want - got)}; only fresh: {sorted(got - want)}"

@@ -1,0 +1,95 @@
+"""PyTorch's distributed test suite against tpu_dist, for CI (pytest).
+
+    .venv/bin/python -m pytest -q tests/torch_suite                  # CI: ci selection
+    .venv/bin/python -m pytest -q tests/torch_suite -m 'not torch_suite'   # none of it
+    .venv/bin/python -m pytest -q tests/torch_suite -m torch_suite_long    # long run
+
+Every test here is marked `torch_suite`; the long run is marked
+`torch_suite_long` and runs only when selected with -m torch_suite_long.
+Environment: TPU_DIST_TORCH_SUITE_SELECT (default "ci") picks the selection
+of the comparison; TPU_DIST_TORCH_SUITE_OUT keeps the reports (JSON + logs)
+in that folder instead of pytest's tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import compare
+
+HERE = Path(__file__).resolve().parent
+pytestmark = pytest.mark.torch_suite
+
+
+def _script(name: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(HERE / name), *args], cwd=HERE,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _out_dir(tmp_path: Path, world: int | str) -> Path:
+    base = os.environ.get("TPU_DIST_TORCH_SUITE_OUT")
+    return Path(base) / f"w{world}" if base else tmp_path
+
+
+def test_harness_runs_gloo(tmp_path: Path) -> None:
+    """The runner reports pass / skip per test, and a file:// global re-init works."""
+    out = tmp_path / "gloo.json"
+    p = _script("run_suite.py", "--backend", "gloo", "--world", "2", "--json", str(out),
+                "--tests", "test_all_reduce_sum", "test_all_reduce_sum_cuda",
+                "test_barrier_timeout_global", timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    report = json.loads(out.read_text())
+    outcomes = {n: r["outcome"] for n, r in report["tests"].items()}
+    assert outcomes == {"test_all_reduce_sum": "passed",
+                        "test_all_reduce_sum_cuda": "skipped",
+                        "test_barrier_timeout_global": "passed"}
+    assert report["counts"] == {"passed": 2, "failed": 0, "skipped": 1, "error": 0}
+    assert report["shm_leftovers"] == []
+
+
+def test_missing_backend_module_fails_clearly() -> None:
+    p = _script("run_suite.py", "--backend", "tpu_dist_not_a_module", "--tests",
+                "test_barrier", timeout=120)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "`import tpu_dist_not_a_module` failed" in p.stderr
+
+
+def test_expected_failures_name_existing_tests() -> None:
+    entries = compare.load_expected(compare.DEFAULT_EXPECTED)
+    names = sorted({e.test for e in entries})
+    if not names:
+        return
+    p = _script("run_suite.py", "--backend", "gloo", "--list", "--tests", *names,
+                timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "no such tests" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_tpu_dist_passes_what_gloo_passes(world: int, tmp_path: Path) -> None:
+    """The CI selection on gloo then tpu_dist; compare.py's verdict."""
+    select = os.environ.get("TPU_DIST_TORCH_SUITE_SELECT", "ci")
+    p = _script("compare.py", "--worlds", str(world), "--select", select,
+                "--out-dir", str(_out_dir(tmp_path, world)), timeout=1800)
+    print(p.stdout)
+    print(p.stderr, file=sys.stderr)
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+
+
+@pytest.mark.torch_suite_long
+@pytest.mark.parametrize("world", [2, 3, 4, 8])
+def test_tpu_dist_passes_what_gloo_passes_long(world: int, tmp_path: Path,
+                                               request: pytest.FixtureRequest) -> None:
+    """The long selection; only with -m torch_suite_long."""
+    if "torch_suite_long" not in (request.config.getoption("-m") or ""):
+        pytest.skip("long run: select with -m torch_suite_long")
+    p = _script("compare.py", "--worlds", str(world), "--select", "long",
+                "--out-dir", str(_out_dir(tmp_path, f"{world}_long")), timeout=7200)
+    print(p.stdout)
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
