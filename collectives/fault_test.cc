@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 
 #include "collectives/process_group_tpu_dist.h"
@@ -162,6 +163,32 @@ TEST(HostLayoutTest, GroupsRanksByHostInFirstAppearanceOrder) {
   EXPECT_TRUE(ComputeHostLayout(std::vector<std::string>{"x", "x"}).single_host());
   EXPECT_EQ(DefaultHostId("given"), "given");
   EXPECT_FALSE(DefaultHostId("").empty());
+}
+
+// TPU_WORKER_HOSTNAMES entries are numeric under tpurun but names under
+// KubeRay ("<group>-0-<j>.<cluster>-headless"): a name that resolves is
+// advertised as its address (it used to fall through to the host id or to
+// gethostname(), which in a pod or namespace may resolve to 127.0.0.1).
+TEST(HostLayoutTest, BindAddressFromTheWorkerHostnamesEntry) {
+  const char* saved = std::getenv("TPU_DIST_BIND_ADDRESS");
+  const std::string saved_value = saved ? saved : "";
+  unsetenv("TPU_DIST_BIND_ADDRESS");
+  setenv("TPU_WORKER_HOSTNAMES", "10.9.8.7,localhost,no-such-host.invalid", 1);
+  setenv("TPU_WORKER_ID", "0", 1);
+  BindAddress a = ResolveBindAddress("", "127.0.9.9");
+  EXPECT_EQ(a.bind, "10.9.8.7");
+  EXPECT_EQ(a.advertise, "");
+  setenv("TPU_WORKER_ID", "1", 1);
+  a = ResolveBindAddress("", "127.0.9.9");
+  EXPECT_EQ(a.bind, "0.0.0.0");
+  EXPECT_EQ(a.advertise, "127.0.0.1");
+  setenv("TPU_WORKER_ID", "2", 1);  // unresolvable: the numeric host id wins
+  a = ResolveBindAddress("", "127.0.9.9");
+  EXPECT_EQ(a.bind, "127.0.9.9");
+  EXPECT_EQ(ResolveBindAddress("192.0.2.1", "").bind, "192.0.2.1");
+  unsetenv("TPU_WORKER_HOSTNAMES");
+  unsetenv("TPU_WORKER_ID");
+  if (saved) setenv("TPU_DIST_BIND_ADDRESS", saved_value.c_str(), 1);
 }
 
 // Forked processes over a FileStore: correctness and no /dev/shm leftovers.

@@ -52,6 +52,26 @@ bool IsNumericAddress(const std::string& s) {
   return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
 }
 
+namespace {
+
+// The first IPv4 address `name` resolves to, or "" when it resolves to none.
+std::string ResolveIPv4(const std::string& name) {
+  addrinfo hints = {};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string out;
+  if (getaddrinfo(name.c_str(), nullptr, &hints, &res) == 0 && res != nullptr) {
+    char text[INET_ADDRSTRLEN] = {};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(res->ai_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text))) out = text;
+    freeaddrinfo(res);
+  }
+  return out;
+}
+
+}  // namespace
+
 BindAddress ResolveBindAddress(const std::string& configured, const std::string& host_id) {
   if (!configured.empty()) return {configured, ""};
   if (const char* env = std::getenv("TPU_DIST_BIND_ADDRESS"); env && *env) return {env, ""};
@@ -63,23 +83,19 @@ BindAddress ResolveBindAddress(const std::string& configured, const std::string&
     if (index < static_cast<int>(list.size())) {
       const std::string entry(absl::StripAsciiWhitespace(list[index]));
       if (IsNumericAddress(entry)) return {entry, ""};
+      // A name (KubeRay's "<group>-0-<j>.<cluster>-headless"): peers reach
+      // this host at what it resolves to; listen on every interface.
+      if (!entry.empty()) {
+        const std::string ip = ResolveIPv4(entry);
+        if (!ip.empty()) return {"0.0.0.0", ip};
+      }
     }
   }
   if (IsNumericAddress(host_id)) return {host_id, ""};
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
-  addrinfo hints = {};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  std::string advertise = "127.0.0.1";
-  if (getaddrinfo(name, nullptr, &hints, &res) == 0 && res != nullptr) {
-    char text[INET_ADDRSTRLEN] = {};
-    const auto* in = reinterpret_cast<const sockaddr_in*>(res->ai_addr);
-    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text))) advertise = text;
-    freeaddrinfo(res);
-  }
-  return {"0.0.0.0", advertise};
+  const std::string advertise = ResolveIPv4(name);
+  return {"0.0.0.0", advertise.empty() ? "127.0.0.1" : advertise};
 }
 
 }  // namespace tpudist::collectives

@@ -44,7 +44,9 @@ struct BindAddress {
 // The inter-host address of this process, first match wins:
 //   1. `configured` (Options::bind_address) if non-empty;
 //   2. env TPU_DIST_BIND_ADDRESS;
-//   3. TPU_WORKER_HOSTNAMES[TPU_WORKER_ID] if that entry is a numeric IP;
+//   3. TPU_WORKER_HOSTNAMES[TPU_WORKER_ID]: if that entry is a numeric IP,
+//      bound; if it is a name that resolves (KubeRay's pod names), bind
+//      "0.0.0.0" and advertise its first IPv4 address;
 //   4. `host_id` if it is a numeric IP (tpurun --hosts-emulated sets
 //      TPU_DIST_HOST_ID=127.0.1.<h+1>, the emulated host's own address);
 //   5. "0.0.0.0", advertised as the first IPv4 address gethostname()
