@@ -15,6 +15,7 @@
 // An attempt with restart count > 0 resumes from the latest complete
 // checkpoint. --die-rank/--die-epoch/--die-step (tests) kill one rank in
 // attempt 0.
+#include <c10/util/Exception.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -124,6 +125,8 @@ int main(int argc, char** argv) {
   if (status.ok()) {
     try {
       result = ft::RunFineTune(*info, c);
+    } catch (const c10::Error& e) {  // torch's checks: the message, not the C++ backtrace
+      result = absl::InternalError(absl::StrCat("rank ", info->rank, ": ", e.what_without_backtrace()));
     } catch (const std::exception& e) {  // c10d and module forward report failures as exceptions
       result = absl::InternalError(absl::StrCat("rank ", info->rank, ": ", e.what()));
     }

@@ -136,6 +136,8 @@ int main(int argc, char** argv) {
   absl::Status status;
   try {
     status = tpudist::examples::Check(*info);
+  } catch (const c10::Error& e) {  // torch's checks: the message, not the C++ backtrace
+    status = absl::InternalError(e.what_without_backtrace());
   } catch (const std::exception& e) {  // c10d reports failures as exceptions
     status = absl::InternalError(e.what());
   }

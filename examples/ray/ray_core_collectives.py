@@ -40,12 +40,10 @@ Differences from the seed, forced by this machine:
   16 processes on one 2-core machine.
 - MASTER_PORT is 29500 as in the seed when that port is free on the first
   host, else a free port rank 0's actor picks (`--master-port` to force one).
-- TPU_DIST_BIND_ADDRESS is set to the actor's node address (Ray's
-  get_node_ip_address) unless already set: the emulated hosts share one
-  machine's hostname, which resolves to none of their addresses, and tpu_dist
-  would otherwise advertise 127.0.0.1 for its inter-host TCP (see
-  docs/ray.md). TPU_DIST_JOB_ID is set per run so that the shared-memory
-  segments of concurrent runs on one machine cannot meet.
+- TPU_DIST_JOB_ID is set per run so that the shared-memory segments of
+  concurrent runs on one machine cannot meet.
+- The actors end with ray.actor.exit_actor() after destroy_process_group
+  (ray.kill only if one does not exit within 30 s); the seed kills them.
 - `--report-transport` (off by default, so the output is the seed's) adds one
   line saying how many hosts tpu_dist saw and which ranks hold TCP
   connections to another host: the emulated hosts are network namespaces of
@@ -184,7 +182,6 @@ class TorchTPUWorker:
         os.environ["RANK"] = str(self.rank)
         os.environ["LOCAL_RANK"] = str(self.local_rank)
         os.environ["LOCAL_WORLD_SIZE"] = str(self.devices_per_host)
-        os.environ.setdefault("TPU_DIST_BIND_ADDRESS", self.ip)
         os.environ.setdefault("TPU_DIST_JOB_ID", job_id)
         self.master_port = master_port
         # Registers the "tpu_dist" backend in this actor's process (the seed:
@@ -229,6 +226,10 @@ class TorchTPUWorker:
     def shutdown(self) -> None:
         dist.destroy_process_group()
         gc.collect()  # the tpu_dist backend (and its threads) goes now, not at exit
+
+    def exit(self) -> None:
+        """Ends this actor's process the orderly way (Ray's exit_actor)."""
+        ray.actor.exit_actor()
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -304,8 +305,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f"{len(links)} TCP connections between ranks on different hosts "
                   f"(ranks {tcp_ranks})", flush=True)
     finally:
-        for a in actors:
-            ray.kill(a)
+        # Orderly exits first; ray.kill only for an actor that does not go.
+        exits = [a.exit.remote() for a in actors]
+        _, stuck = ray.wait(exits, num_returns=len(exits), timeout=30)
+        for a, ref in zip(actors, exits):
+            if ref in stuck:
+                ray.kill(a)
         slice_pg.shutdown()
     return 0
 

@@ -131,6 +131,8 @@ def _processes() -> List[Tuple[int, str, int]]:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] in ("Z", "X"):  # exited, waiting to be reaped: gone for our purposes
+            continue
         out.append((int(d.name), fields[19], int(fields[3])))
     return out
 
@@ -170,7 +172,13 @@ def cluster() -> Cluster:
 
 def _assert_down_clean(c: Cluster, procs: Set[Tuple[int, str]], suffix: str,
                        shm_before: Set[str]) -> None:
-    alive = {(pid, start) for pid, start, _ in _processes()}
+    # SIGKILLed processes with large address spaces take a moment to exit.
+    deadline = time.monotonic() + 15
+    while True:
+        alive = {(pid, start) for pid, start, _ in _processes()}
+        if not procs & alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert not procs & alive, f"processes of the cluster survived down: {sorted(procs & alive)}"
     assert not _processes_mentioning(str(c.state) + "/"), "a process still uses the state dir"
     assert not c.state.exists(), f"{c.state} is left"

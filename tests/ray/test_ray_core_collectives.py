@@ -22,10 +22,10 @@ import pytest
 
 from test_ray_cluster import IS_ROOT, PYTHON, ROOT, Cluster, _assert_down_clean, _shm
 
-# Not in CI's selection yet (-m ray_cluster): run with -m ray_example. It
-# passed repeatedly here (~50 s idle) but once saw an actor abort at kill time
-# ("Mutex corrupt") whose cause is not known yet.
-pytestmark = pytest.mark.ray_example
+# In CI's selection. Once (before the actors exited with exit_actor instead
+# of ray.kill) an actor aborted at kill time ("Mutex corrupt"); the test
+# fails on any actor crash.
+pytestmark = pytest.mark.ray_cluster
 
 EXAMPLE = ROOT / "examples" / "ray" / "ray_core_collectives.py"
 HOSTS, DEVICES = 2, 4

@@ -1,0 +1,12 @@
+"""`torch.tpu` under the stand-in torch_tpu: there is no TPU on this host."""
+
+from __future__ import annotations
+
+
+def is_available() -> bool:
+    """No TPU device here (tensors stay on the CPU)."""
+    return False
+
+
+def device_count() -> int:
+    return 0

@@ -1,0 +1,288 @@
+"""tpu_dist-ray-run: run one of our C++ binaries on a TPU slice under Ray.
+
+    tpu_dist-ray-run --topology 4x4 --accelerator-type TPU-V6E --max-failures 2 -- \\
+        build/examples/gemma_finetune --storage_path /shared/runs --run_name demo
+
+Reserves one intact slice with Ray's TPU placement API
+(`ray.util.tpu.slice_placement_group(topology, accelerator_version,
+resources_per_bundle={"TPU": 1})`, as the seed's Ray program), starts one
+actor per device (tpu_dist.ray_rank_process.RankProcess) and in each the
+binary, with the environment that device has on a KubeRay TPU host (the
+webhook's TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, TPU_TOPOLOGY, ... and Ray's
+TPU_VISIBLE_CHIPS, as the node carries them) plus what TorchTPU's launch adds
+for one process per device:
+
+    LOCAL_RANK              the TPU id Ray assigned the actor (device index on its host)
+    MASTER_ADDR, MASTER_PORT  the first TPU_WORKER_HOSTNAMES entry; a free port there
+    TPU_DIST_JOB_ID         one id per launch (kept across restarts: run names and
+                            checkpoints stay the job's)
+    TPU_DIST_RESTART_COUNT  0, 1, ... (also TORCHELASTIC_RESTART_COUNT);
+    TORCHELASTIC_MAX_RESTARTS  --max-failures
+
+RANK and WORLD_SIZE are not set: the binary derives them from the TPU
+variables (tpu_runtime/env_discovery.h), as on a real slice.
+
+Output is streamed rank-prefixed ("[rank  3] ...", as tpurun). When a rank
+exits non-zero, is killed, or its actor or node dies, the launcher names it,
+stops the others (SIGTERM, SIGKILL after --grace-s), and starts the whole
+group again with the restart count raised, up to --max-failures times (Ray
+Train FailureConfig semantics: failures allowed; 0 = none); our fine-tune
+resumes from its last complete checkpoint. Giving up exits with the failed
+rank's status (128 + signal when killed) and one line saying why; success
+exits 0. Ctrl-C / SIGTERM stop every rank before exiting. The actors and the
+placement group are removed on every exit path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import signal
+import sys
+import time
+import uuid
+from typing import Any, Dict, List, Optional
+
+DEFAULT_MASTER_PORT = 29500
+PREFIX = "tpu_dist-ray-run: "
+
+
+class _Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclasses.dataclass
+class _Failure:
+    rank: int
+    what: str   # "killed by SIGKILL", "exited with status 3", "its Ray actor died: ..."
+    code: int   # shell status to exit with
+
+
+def _describe(rc: int) -> _Failure:
+    if rc < 0:
+        return _Failure(-1, f"killed by {signal.Signals(-rc).name}", 128 - rc)
+    return _Failure(-1, f"exited with status {rc}", rc)
+
+
+def rank_label(rank: int, world: int) -> str:
+    """"[rank  3] " for rank 3 of 16: equal widths, as tpurun prints."""
+    return f"[rank {rank:>{len(str(max(world - 1, 0)))}}] "
+
+
+def _log(msg: str) -> None:
+    print(PREFIX + msg, file=sys.stderr, flush=True)
+
+
+class _Attempt:
+    """One start of the whole group: actors, binaries, supervision."""
+
+    def __init__(self, actor_cls: Any, pg: Any, num_bundles: int, devices_per_host: int,
+                 args: argparse.Namespace, job_id: str, attempt: int) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.ray, self.args, self.attempt = ray, args, attempt
+        self.world = num_bundles
+        self.actors = [actor_cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            placement_group=pg, placement_group_bundle_index=i)).remote()
+            for i in range(num_bundles)]
+        places = ray.get([a.place.remote() for a in self.actors], timeout=args.timeout_s)
+        for p in places:
+            p["rank"] = p["worker_id"] * devices_per_host + p["local_rank"]
+        order = sorted(range(num_bundles), key=lambda i: places[i]["rank"])
+        ranks = [places[i]["rank"] for i in order]
+        if ranks != list(range(num_bundles)):
+            raise RuntimeError(f"the slice's devices give ranks {ranks}, not 0..{num_bundles - 1}")
+        self.actors = [self.actors[i] for i in order]  # index = rank
+        self.places = [places[i] for i in order]
+        self.job_id = job_id
+
+    def start(self) -> None:
+        ray, a = self.ray, self.args
+        port = a.master_port or ray.get(self.actors[0].free_port.remote(DEFAULT_MASTER_PORT),
+                                        timeout=a.timeout_s)
+        master = self.places[0]["hosts"][0]
+        base = {"MASTER_ADDR": master, "MASTER_PORT": str(port), "TPU_DIST_JOB_ID": self.job_id,
+                "TPU_DIST_RESTART_COUNT": str(self.attempt),
+                "TORCHELASTIC_RESTART_COUNT": str(self.attempt),
+                "TORCHELASTIC_MAX_RESTARTS": str(a.max_failures)}
+        base.update(a.env)
+        refs = [actor.start.remote(a.command, dict(base, LOCAL_RANK=str(p["local_rank"])),
+                                   os.getcwd())
+                for actor, p in zip(self.actors, self.places)]
+        pids = ray.get(refs, timeout=a.timeout_s)
+        where = ", ".join(f"{r}:{p['ip']}/{pid}" for r, (p, pid) in enumerate(zip(self.places, pids)))
+        _log(f"attempt {self.attempt}: {self.world} ranks started, MASTER_ADDR={master} "
+             f"MASTER_PORT={port} (rank:host/pid {where})")
+
+    def supervise(self, deadline: float) -> Optional[_Failure]:
+        """Streams output until every rank exited; returns the first failure."""
+        ray = self.ray
+        pending = set(range(self.world))
+        failure: Optional[_Failure] = None
+        while pending and failure is None:
+            refs = {r: self.actors[r].poll.remote() for r in sorted(pending)}
+            for r, ref in refs.items():
+                try:
+                    lines, rc = ray.get(ref, timeout=self.args.timeout_s)
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                    failure = failure or _Failure(r, f"its Ray actor died or hung ({type(e).__name__})", 1)
+                    pending.discard(r)
+                    continue
+                self._print(r, lines)
+                if rc is not None:
+                    pending.discard(r)
+                    if rc != 0 and failure is None:
+                        failure = dataclasses.replace(_describe(rc), rank=r)
+            if failure is None and pending:
+                if time.monotonic() > deadline:
+                    failure = _Failure(-1, f"job timed out after {self.args.job_timeout_s:.0f} s", 124)
+                    break
+                time.sleep(self.args.poll_s)
+        if failure is not None:
+            self._stop_all(pending, failure)
+        return failure
+
+    def _stop_all(self, pending: set, failure: _Failure) -> None:
+        ray, t0 = self.ray, time.monotonic()
+        refs = {r: self.actors[r].stop.remote(self.args.grace_s) for r in sorted(pending)}
+        for r, ref in refs.items():
+            try:
+                lines, _ = ray.get(ref, timeout=self.args.grace_s + 30)
+                self._print(r, lines)
+            except Exception as e:  # noqa: BLE001 - a dead actor took its rank with it
+                _log(f"rank {r}: could not stop cleanly ({type(e).__name__}); its actor is killed")
+        who = self.describe(failure.rank) if failure.rank >= 0 else "the job"
+        _log(f"{who} {failure.what}; stopped the other {len(pending)} ranks in "
+             f"{time.monotonic() - t0:.1f} s")
+
+    def describe(self, rank: int) -> str:
+        p = self.places[rank]
+        return f"rank {rank} (worker {p['worker_id']}, device {p['local_rank']}, {p['ip']})"
+
+    def _print(self, rank: int, lines: List[str]) -> None:
+        label = rank_label(rank, self.world)
+        for line in lines:
+            print(label + line, flush=False)
+        if lines:
+            sys.stdout.flush()
+
+    def close(self) -> None:
+        for a in self.actors:
+            try:
+                self.ray.kill(a)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+
+def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="tpu_dist-ray-run", description=__doc__.split("\n")[0])
+    p.add_argument("--topology", default="4x4", help="the slice's topology (e.g. 4x4, 2x2x2)")
+    p.add_argument("--accelerator-type", default="TPU-V6E", help="e.g. TPU-V6E, TPU-V7X, TPU-V4")
+    p.add_argument("--max-failures", type=int, default=0,
+                   help="restarts of the whole group allowed after a failure (default 0)")
+    p.add_argument("--grace-s", type=float, default=5.0,
+                   help="SIGTERM to SIGKILL when stopping ranks")
+    p.add_argument("--timeout-s", type=float, default=120.0,
+                   help="bounds the slice reservation, actor start and each poll")
+    p.add_argument("--job-timeout-s", type=float, default=0.0,
+                   help="fail the attempt after this long (0: no limit)")
+    p.add_argument("--poll-s", type=float, default=0.2, help="output/exit polling interval")
+    p.add_argument("--master-port", type=int, default=0,
+                   help=f"default {DEFAULT_MASTER_PORT} if free on the first host, else a free one")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="extra variable for every rank (repeatable)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- BINARY [ARGS...]")
+    args = p.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not args.command:
+        p.error("no command: tpu_dist-ray-run [options] -- BINARY [ARGS...]")
+    binary = args.command[0]
+    resolved = shutil.which(binary) if os.sep not in binary else binary
+    if not resolved or not os.access(resolved, os.X_OK):
+        p.error(f"{binary}: not an executable file")
+    args.command[0] = os.path.abspath(resolved)
+    if args.max_failures < 0:
+        p.error("--max-failures must be >= 0")
+    env: Dict[str, str] = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            p.error(f"--env {item!r}: expected NAME=VALUE")
+        env[name] = value
+    args.env = env
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parse(argv)
+    import ray
+    import ray.util.tpu
+
+    from ray import cloudpickle
+
+    from tpu_dist import ray_rank_process
+    from tpu_dist.ray_rank_process import RankProcess
+
+    # Ship the actor class by value: importing tpu_dist in each actor would
+    # load torch there for nothing.
+    cloudpickle.register_pickle_by_value(ray_rank_process)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        raise _Interrupted(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    ray.init(log_to_driver=False)
+    actor_cls = ray.remote(resources={"TPU": 1})(RankProcess)
+    t0 = time.monotonic()
+    slice_pg = ray.util.tpu.slice_placement_group(
+        topology=args.topology,
+        accelerator_version=ray.util.tpu.get_tpu_version_from_type(args.accelerator_type),
+        num_slices=1, resources_per_bundle={"TPU": 1})
+    attempt: Optional[_Attempt] = None
+    try:
+        ray.get(slice_pg.placement_group.ready(), timeout=args.timeout_s)
+        n, hosts = slice_pg.num_bundles, slice_pg.num_hosts
+        _log(f"reserved {args.accelerator_type} {args.topology}: {hosts} hosts x {n // hosts} "
+             f"devices ({time.monotonic() - t0:.1f} s)")
+        job_id = f"rayrun_{uuid.uuid4().hex[:12]}"
+        for k in range(args.max_failures + 1):
+            attempt = _Attempt(actor_cls, slice_pg.placement_group, n, n // hosts, args, job_id, k)
+            attempt.start()
+            deadline = time.monotonic() + (args.job_timeout_s or float("inf"))
+            failure = attempt.supervise(deadline)
+            attempt.close()
+            if failure is None:
+                _log(f"all {n} ranks succeeded in {time.monotonic() - t0:.1f} s"
+                     + (f" (after {k} restart{'s' if k != 1 else ''})" if k else ""))
+                return 0
+            if k == args.max_failures:
+                who = attempt.describe(failure.rank) if failure.rank >= 0 else "the job"
+                _log(f"giving up: {who} {failure.what}"
+                     + (f" (after {k} restart{'s' if k != 1 else ''})" if k else "")
+                     + f"; exit {failure.code}")
+                return failure.code
+            _log(f"restarting all ranks (restart {k + 1} of {args.max_failures})")
+        return 1  # not reached
+    except _Interrupted as e:
+        _log(f"interrupted by {e}; stopping every rank")
+        if attempt is not None:
+            try:
+                attempt._stop_all(set(range(attempt.world)), _Failure(-1, f"interrupted by {e}", 0))
+            except Exception:  # noqa: BLE001
+                pass
+        return 128 + e.signum
+    finally:
+        if attempt is not None:
+            attempt.close()
+        slice_pg.shutdown()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
