@@ -41,6 +41,23 @@ absl::StatusOr<at::Tensor> RunStep(const RedistributeStep& step, const at::Tenso
           LocalExtents(global_shape, mesh.shape(), mesh.coordinate(), cur, m)[a].size;
       return AllToAllAlongDim(mesh, m, t, a, logical, step.to.dim());
     }
+    case StepKind::kEmbed: {
+      // torch's Shard._to_partial_tensor: this rank's piece at its torch.chunk
+      // offset, zeros elsewhere; the sum over the mesh dim is the tensor.
+      const int64_t d = step.from.dim();
+      const int64_t logical =
+          LocalExtents(global_shape, mesh.shape(), mesh.coordinate(), cur, m)[d].size;
+      const ChunkExtent e = ChunkOf(logical, n, mesh.LocalRank(m));
+      if (t.size(d) != e.size) {
+        return absl::InternalError(absl::StrCat("embed along dim ", d, ": piece of ", t.size(d),
+                                                " where torch.chunk gives ", e.size));
+      }
+      std::vector<int64_t> shape = t.sizes().vec();
+      shape[d] = logical;
+      at::Tensor out = at::zeros(shape, t.options());
+      out.narrow(d, e.offset, e.size).copy_(t);
+      return out;
+    }
     case StepKind::kPartition:
       // PyTorch's Replicate -> Partial: sum splits the value evenly over the
       // mesh dim; avg/max/min are already exact on every coordinate.

@@ -12,6 +12,8 @@
 //   P->R all_reduce      <-> identity (R->R)
 //   P->S reduce_scatter  <-> S->R all_gather
 //   S(a)->S(b) all_to_all<-> S(b)->S(a) all_to_all
+//   S->P(sum) embed      <-> R->S chunk (the gradient of a Partial is
+//                            Replicate)
 //   R->P partition       <-> identity; and ToLocal(grad = Partial) of a
 //                            Replicate tensor backs off with an all_reduce.
 // Partial(avg|max|min) inputs are forward-only: backward raises.

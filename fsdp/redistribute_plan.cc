@@ -28,6 +28,7 @@ StepKind KindOf(const Placement& from, const Placement& to) {
   if (from.is_partial() && to.is_shard()) return StepKind::kReduceScatter;
   if (from.is_replicate() && to.is_shard()) return StepKind::kLocalChunk;
   if (from.is_shard() && to.is_shard()) return StepKind::kAllToAll;
+  if (from.is_shard() && to.is_partial()) return StepKind::kEmbed;  // to P(sum) only
   return StepKind::kPartition;  // R -> P
 }
 
@@ -41,6 +42,7 @@ const char* StepKindName(StepKind kind) {
     case StepKind::kLocalChunk: return "chunk";
     case StepKind::kAllToAll: return "alltoall";
     case StepKind::kPartition: return "partition";
+    case StepKind::kEmbed: return "embed";
   }
   return "?";
 }
@@ -54,9 +56,14 @@ std::vector<RedistributeStep> PlanRedistribute(absl::Span<const Placement> src,
     plan.push_back(RedistributeStep{m, cur[m], to, KindOf(cur[m], to)});
     cur[m] = to;
   };
-  // Pass 1, right to left: unshard what must change or is invalidated.
+  // Pass 1, right to left: embed S -> P(sum), unshard what must change or
+  // is invalidated.
   for (int m = n - 1; m >= 0; --m) {
     if (!src[m].is_shard()) continue;
+    if (dst[m].is_partial() && dst[m].reduce_op() == ReduceOp::kSum) {
+      emit(m, dst[m]);
+      continue;
+    }
     const int64_t d = src[m].dim();
     bool gather = false;
     if (src[m] != dst[m]) {

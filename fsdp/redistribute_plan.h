@@ -10,15 +10,21 @@
 //   S(a) -> S(b)   all_to_all
 //   R    -> P      partition: sum divides by the mesh-dim size, avg/max/min
 //                  keep the value (the reduction gives it back exactly)
-//   S    -> P      S -> R then R -> P;   P(op1) -> P(op2): P -> R -> P.
+//   S(d) -> P(sum) embed: the shard placed at its offset in zeros of the
+//                  logical size along d, no communication (torch 2.15's
+//                  Shard._to_partial_tensor; torch refuses R -> P and
+//                  S -> P(avg|max|min), which run here as below)
+//   S -> P(avg|max|min)  S -> R then R -> P;   P(op1) -> P(op2): P -> R -> P.
 //
 // Order. A local tensor is the result of chunking in mesh-dim order, so a
 // Shard on mesh dim j is "inside" any Shard of the same tensor dim on a mesh
 // dim i < j. The plan therefore runs in two passes:
-//   1. right to left: all_gather every Shard that changes, or whose tensor dim
-//      is touched (as source or target Shard) by a mesh dim to its left that
-//      changes. An S(a)->S(b) whose a and b no other mesh dim touches stays
-//      for an all_to_all.
+//   1. right to left: embed every S(d) -> P(sum) (the inner shards of d are
+//      gone by then, the outer ones still frame it: afterwards this mesh dim
+//      shards nothing); all_gather every other Shard that changes, or whose
+//      tensor dim is touched (as source or target Shard) by a mesh dim to its
+//      left that changes. An S(a)->S(b) whose a and b no other mesh dim
+//      touches stays for an all_to_all.
 //   2. left to right: every remaining difference, one step each.
 // After pass 1 no inner Shard can disturb an outer step, so each step sees
 // the torch.chunk layout it expects.
@@ -40,6 +46,7 @@ enum class StepKind {
   kLocalChunk,     // R -> S(d)
   kAllToAll,       // S(a) -> S(b)
   kPartition,      // R -> P
+  kEmbed,          // S(d) -> P(sum)
 };
 const char* StepKindName(StepKind kind);
 

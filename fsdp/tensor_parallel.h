@@ -86,7 +86,11 @@ struct ColwiseParallelOptions {
 std::shared_ptr<const ParallelStyle> ColwiseParallel(ColwiseParallelOptions options = {});
 
 struct RowwiseParallelOptions {
-  // nullopt: Shard(-1) for Linear, Replicate for Embedding (PyTorch's defaults).
+  // nullopt: Shard(-1) for Linear, Replicate for Embedding. torch's
+  // RowwiseParallel() declares an Embedding's ids Shard(-1) too (and
+  // all-gathers them); pass Shard(-1) for that, or write the torch plan as
+  // RowwiseParallel(input_layouts=Replicate()) as torchtitan does. Both are
+  // checked against torch in tensor_parallel_oracle_test.cc.
   std::optional<Placement> input_layout;
   Placement output_layout = Placement::Replicate();
 };
