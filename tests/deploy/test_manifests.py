@@ -55,6 +55,9 @@ JOBS = {
     "rayjob-ray-core-collectives.yaml": "examples/ray/ray_core_collectives.py",
     "rayjob-ray-train-llm-finetune.yaml": "examples/ray/ray_train_llm_finetune.py",
 }
+# RayJobs running a C++ binary through tpu_dist-ray-run (python/tpu_dist/ray_launcher.py).
+LAUNCHER_JOBS = {"rayjob-gemma-finetune-cpp.yaml": "build/examples/gemma_finetune"}
+ALL_JOBS = {**JOBS, **LAUNCHER_JOBS}
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -139,7 +142,7 @@ def test_raycluster_validates_against_crd(slice_name: str) -> None:
 
 
 @pytest.mark.parametrize("slice_name", sorted(SLICES))
-@pytest.mark.parametrize("job", sorted(JOBS))
+@pytest.mark.parametrize("job", sorted(ALL_JOBS))
 def test_rayjob_validates_against_crd(job: str, slice_name: str) -> None:
     assert _errors(_job(job, slice_name)) == []
 
@@ -254,7 +257,7 @@ def test_kuberay_admission_rules_hold(slice_name: str) -> None:
         if group.get("resources"):
             assert "resources" not in group["rayStartParams"]
         assert "labels" not in group["rayStartParams"]
-    for job in JOBS:
+    for job in ALL_JOBS:
         spec = _job(job, slice_name)
         assert DNS1035.match(spec["metadata"]["name"]) and len(spec["metadata"]["name"]) <= 47
         assert spec["spec"]["clusterSelector"] == {"ray.io/cluster": name}
@@ -273,6 +276,23 @@ def test_rayjob_runs_the_example_with_the_seed_flags(job: str, slice_name: str) 
     assert f"--accelerator-type={vars_['ACCELERATOR_TYPE']}" in argv
     if "finetune" in job:
         assert "--storage-path=gs://bucket/runs" in argv
+
+
+@pytest.mark.parametrize("slice_name", sorted(SLICES))
+@pytest.mark.parametrize("job", sorted(LAUNCHER_JOBS))
+def test_launcher_rayjob_runs_the_binary_through_tpu_dist_ray_run(job: str, slice_name: str) -> None:
+    from tpu_dist.ray_launcher import _parse  # the launcher's own parser judges the command line
+
+    vars_ = SLICES[slice_name]["job_vars"]
+    argv = _job(job, slice_name)["spec"]["entrypoint"].split()
+    assert argv[0] == "tpu_dist-ray-run"
+    binary = f"{WORKDIR}/{LAUNCHER_JOBS[job]}"
+    sep = argv.index("--")
+    assert argv[sep + 1] == binary and "--storage_path=gs://bucket/runs" in argv[sep + 2:]
+    # Parse as the launcher would, with the binary standing in for the image's.
+    args = _parse(argv[1:sep + 1] + [shutil.which("true")] + argv[sep + 2:])
+    assert (args.topology, args.accelerator_type) == (vars_["TOPOLOGY"], vars_["ACCELERATOR_TYPE"])
+    assert args.max_failures >= 1
 
 
 def test_dockerfile_builds_the_project_with_its_scripts() -> None:
