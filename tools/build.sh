@@ -10,6 +10,14 @@ export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 # compiled in another checkout of the same sources.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+# One build at a time per build dir (two scripts running ninja on one tree
+# corrupt its logs); TPU_DIST_BUILD_LOCK names another lock file.
+mkdir -p "$build"
+exec 9>"${TPU_DIST_BUILD_LOCK:-$build/.tpu_dist_build.lock}"
+if ! flock -n 9; then
+  echo "build.sh: another build holds ${TPU_DIST_BUILD_LOCK:-$build/.tpu_dist_build.lock}; waiting" >&2
+  flock 9
+fi
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 fi

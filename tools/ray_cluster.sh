@@ -89,6 +89,7 @@ session_members() {
     # shellcheck disable=SC2086
     set -- $rest
     sid=$4
+    [[ $1 == Z || $1 == X ]] && continue  # exited, not yet reaped: gone for our purposes
     for want in "${sessions[@]}"; do
       if [[ $sid == "$want" ]]; then echo "${d#/proc/}"; break; fi
     done
@@ -496,9 +497,15 @@ do_down() {
     if ((SECONDS >= deadline)); then
       note "down: ${#left[@]} processes still up after ${grace_s}s; SIGKILL: ${left[*]}"
       for p in "${left[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-      sleep 1
-      mapfile -t left < <(session_members)
-      ((${#left[@]} == 0)) || note "down: still alive after SIGKILL: ${left[*]}"
+      # A SIGKILLed process with a large address space takes a while to go
+      # on a loaded machine; wait for it (bounded).
+      deadline=$((SECONDS + 15))
+      while :; do
+        mapfile -t left < <(session_members)
+        ((${#left[@]} == 0 || SECONDS >= deadline)) && break
+        sleep 0.2
+      done
+      ((${#left[@]} == 0)) || note "down: still alive 15s after SIGKILL: ${left[*]}"
       break
     fi
     sleep 0.2
