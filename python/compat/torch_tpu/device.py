@@ -10,3 +10,12 @@ def is_available() -> bool:
 
 def device_count() -> int:
     return 0
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def manual_seed_all(seed: int) -> None:
+    """torch.manual_seed calls this for the "tpu" device: no device, nothing to seed."""
+    del seed
