@@ -171,6 +171,41 @@ def test_launcher_gives_up_with_the_ranks_status(cluster: _Cluster) -> None:
     assert time.monotonic() - t0 < 120
 
 
+def test_launcher_restarts_when_a_ranks_actor_dies(cluster: _Cluster) -> None:
+    """SIGKILL of the Ray actor (the rank's parent): the rank dies with it
+    (PR_SET_PDEATHSIG), the launcher names the rank and restarts the group."""
+    cmd = [str(SCRIPT), "exec", "--", str(LAUNCHER), *SLICE, "--max-failures", "1", "--",
+           str(BUILD / "examples" / "gemma_finetune"), *FINETUNE_ARGS, "--num_epochs", "1",
+           "--storage_path", str(cluster.storage), "--run_name", "actor_killed"]
+    proc = subprocess.Popen(cmd, env=cluster.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    out: List[str] = []
+    victim = {"rank_pid": 0, "actor_pid": 0}
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            out.append(line.rstrip("\n"))
+            m = STARTED.search(line)
+            if m and m.group(1) == "0":
+                pids = dict(item.split(":", 1) for item in m.group(2).split(", "))
+                victim["rank_pid"] = int(pids["2"].split("/")[1])
+            if line.startswith("[rank 0] Epoch 1/1 step 4/16") and not victim["actor_pid"]:
+                stat = Path(f"/proc/{victim['rank_pid']}/stat").read_text()
+                victim["actor_pid"] = int(stat[stat.rindex(")") + 2:].split()[1])  # ppid
+                os.kill(victim["actor_pid"], signal.SIGKILL)
+        rc = proc.wait(timeout=300)
+    finally:
+        proc.kill()
+        proc.wait()
+    text = "\n".join(out)
+    assert rc == 0, text[-6000:]
+    assert victim["actor_pid"], text[-4000:]
+    assert re.search(r"rank 2 \(worker 0, device 2, \S+\) (its Ray actor died|killed by SIGKILL)",
+                     text), text[-4000:]
+    assert "all 8 ranks succeeded" in text and "(after 1 restart)" in text
+    assert not Path(f"/proc/{victim['rank_pid']}").exists(), "the killed actor's rank survived it"
+
+
 def test_ray_train_example_prints_the_seeds_lines(cluster: _Cluster) -> None:
     res = cluster.run("exec", "--", str(PYTHON), str(TRAIN_EXAMPLE), *SLICE,
                       "--num-workers", "8", "--dataset-split", "train[:64]",
