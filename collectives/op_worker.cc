@@ -1,12 +1,17 @@
 #include "collectives/op_worker.h"
 
-#include <chrono>
+#include <pthread.h>
+
 #include <utility>
 
 namespace tpudist::collectives {
 
-OpWorker::OpWorker()
-    : state_(std::make_shared<State>()), thread_([s = state_] { Loop(s); }) {}
+OpWorker::OpWorker(const std::string& name)
+    : state_(std::make_shared<State>()),
+      thread_([s = state_, n = name.substr(0, 15)] {
+        pthread_setname_np(pthread_self(), n.c_str());
+        Loop(s);
+      }) {}
 
 OpWorker::~OpWorker() {
   const bool on_worker = std::this_thread::get_id() == thread_.get_id();
@@ -61,10 +66,9 @@ void OpWorker::Loop(const std::shared_ptr<State>& state) {
     std::function<void()> op;
     {
       std::unique_lock<std::mutex> lock(s.mu);
-      // Idle wait, re-checked every 100 ms so no wait is unbounded.
-      while (!s.cv.wait_for(lock, std::chrono::milliseconds(100),
-                            [&] { return !s.busy && (s.stop || !s.queue.empty()); })) {
-      }
+      // Idle wait: every change that can make the predicate true (Enqueue,
+      // stop, an inline op ending with ops queued) notifies the cv.
+      s.cv.wait(lock, [&] { return !s.busy && (s.stop || !s.queue.empty()); });
       if (s.queue.empty()) return;
       op = std::move(s.queue.front());
       s.queue.pop_front();

@@ -12,6 +12,9 @@
 // detaches; the thread then exits after the current op. The queue state is
 // shared with the thread, so nothing it touches afterwards is freed.
 //
+// The idle worker sleeps on a condition variable until an op, a stop, or the
+// end of an inline op with ops queued behind it: it does not poll.
+//
 // Thread-safety: Enqueue() and RunInlineIfIdle() are thread-safe.
 #ifndef TPU_DIST_COLLECTIVES_OP_WORKER_H_
 #define TPU_DIST_COLLECTIVES_OP_WORKER_H_
@@ -21,13 +24,16 @@
 #include <functional>
 #include <mutex>
 #include <memory>
+#include <string>
 #include <thread>
 
 namespace tpudist::collectives {
 
 class OpWorker {
  public:
-  OpWorker();
+  // `name` names the thread (pthread_setname_np: ps, top -H, gdb, perf);
+  // truncated to 15 characters.
+  explicit OpWorker(const std::string& name = "tpud-op");
   OpWorker(const OpWorker&) = delete;
   OpWorker& operator=(const OpWorker&) = delete;
   ~OpWorker();

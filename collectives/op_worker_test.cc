@@ -5,9 +5,12 @@
 
 #include <ATen/ATen.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "collectives/process_group_tpu_dist.h"
@@ -43,6 +46,26 @@ TEST(OpWorkerTest, RunsOpsInOrder) {
   }  // drains, then joins
   EXPECT_EQ(n.load(), 5);
   EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4}));
+}
+
+TEST(OpWorkerTest, ThreadIsNamedAndWakesForOpsEnqueuedWhileAnInlineOpRuns) {
+  OpWorker w("tpud-test-name-too-long");
+  std::string name;
+  std::atomic<bool> ran{false};
+  // An inline op holds the worker busy while another op is queued: the end
+  // of the inline op must wake the (cv-sleeping, non-polling) worker.
+  ASSERT_TRUE(w.RunInlineIfIdle([&] {
+    w.Enqueue([&] {
+      char buf[32] = {};
+      pthread_getname_np(pthread_self(), buf, sizeof(buf));
+      name = buf;
+      ran = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(ran.load());  // FIFO: not before the inline op ends
+  }));
+  ASSERT_TRUE(WaitFor([&] { return ran.load(); }, std::chrono::seconds(2)));
+  EXPECT_EQ(name, "tpud-test-name-");  // truncated to 15 characters
 }
 
 TEST(OpWorkerTest, DestroyedByItsOwnOpDoesNotDeadlockOrAbort) {

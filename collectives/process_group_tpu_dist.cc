@@ -78,8 +78,8 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
     backend_ = ValueOrThrow(
         HierarchicalBackend::Create(store_, rank, size, layout_, hier));
   }
-  p2p_worker_ = std::make_unique<OpWorker>();
-  worker_ = std::make_unique<OpWorker>();
+  p2p_worker_ = std::make_unique<OpWorker>("tpud-p2p");
+  worker_ = std::make_unique<OpWorker>("tpud-op");
 }
 
 ProcessGroupTpuDist::~ProcessGroupTpuDist() {

@@ -1,5 +1,7 @@
 #include "tpu_runtime/coordination/coordination_client.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <random>
 #include <utility>
@@ -121,8 +123,10 @@ absl::Status CoordinationClient::Register() {
   absl::MutexLock lock(&mu_);
   if (registered_ || shut_down_) return absl::OkStatus();
   registered_ = true;
-  heartbeat_thread_ = std::thread(
-      [this, interval, timeout] { HeartbeatLoop(interval, timeout); });
+  heartbeat_thread_ = std::thread([this, interval, timeout] {
+    pthread_setname_np(pthread_self(), "tpud-heartbeat");
+    HeartbeatLoop(interval, timeout);
+  });
   return absl::OkStatus();
 }
 

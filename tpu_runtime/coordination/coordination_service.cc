@@ -1,5 +1,7 @@
 #include "tpu_runtime/coordination/coordination_service.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -246,8 +248,10 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(
         absl::StrFormat("CoordinationService for job '%s': cannot listen on %s",
                         options.job_id, listen));
   }
-  service->staleness_thread_ =
-      std::thread([raw = service.get()] { raw->StalenessLoop(); });
+  service->staleness_thread_ = std::thread([raw = service.get()] {
+    pthread_setname_np(pthread_self(), "tpud-coord-age");
+    raw->StalenessLoop();
+  });
   return service;
 }
 
