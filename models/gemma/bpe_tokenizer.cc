@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <queue>
+#include <limits>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -129,7 +130,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const json&
       }
       const uint64_t key = (static_cast<uint64_t>(ia->second) << 32) | static_cast<uint64_t>(ib->second);
       // A repeated merge takes its last rank (HF collects the list into a map).
-      t->merges_.insert_or_assign(key, Merge{rank++, iab->second});
+      t->merges_.insert_or_assign(key, BpeMerge{rank++, iab->second});
     }
   }
   if (auto a = tok.find("added_tokens"); a != tok.end() && a->is_array()) {
@@ -256,6 +257,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const json&
                                                      !(*pp)["single"].empty()) {
     t->add_bos_ = (*pp)["single"][0].contains("SpecialToken");
   }
+  t->cuts_ = std::make_unique<BpeCutChecker>(t->merges_, t->id_to_token_);
   return t;
 }
 
@@ -348,25 +350,17 @@ std::vector<std::string> BpeTokenizer::PreTokenize(const std::string& text, bool
   return pieces;
 }
 
-void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int64_t>* out) const {
-  if (piece.empty()) return;
-  if (ignore_merges_) {
-    if (auto f = model_vocab_.find(std::string(piece)); f != model_vocab_.end()) {
-      out->push_back(f->second);
-      return;
-    }
-  }
-  struct Sym {
-    int64_t id;
-    int prev, next;
-    bool alive;
-  };
-  std::vector<Sym> syms;
-  auto push = [&](int64_t id) {
-    if (id == unk_id_ && fuse_unk_ && !syms.empty() && syms.back().id == unk_id_) return;
-    syms.push_back(Sym{id, static_cast<int>(syms.size()) - 1, static_cast<int>(syms.size()) + 1, true});
-  };
-  for (absl::string_view ch : SplitUtf8(piece)) {
+void BpeTokenizer::AppendSymbols(absl::string_view piece, size_t count, size_t* pos,
+                                 std::vector<int64_t>* symbols) const {
+  while (*pos < piece.size() && symbols->size() < count) {
+    size_t n = Utf8CharLen(static_cast<unsigned char>(piece[*pos]));
+    if (*pos + n > piece.size()) n = 1;
+    const absl::string_view ch = piece.substr(*pos, n);
+    *pos += n;
+    auto push = [&](int64_t id) {
+      if (id == unk_id_ && fuse_unk_ && !symbols->empty() && symbols->back() == unk_id_) return;
+      symbols->push_back(id);
+    };
     auto f = model_vocab_.find(std::string(ch));
     if (f != model_vocab_.end()) {
       push(f->second);
@@ -380,42 +374,43 @@ void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int64_t>* ou
       push(unk_id_);
     }
   }
-  if (syms.empty()) return;
-  syms.back().next = -1;
-  struct Cand {
-    int32_t rank;
-    int pos;
-    int64_t merged;
-    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-  };
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
-  auto consider = [&](int pos) {
-    if (pos < 0 || syms[pos].next < 0) return;
-    const uint64_t key = (static_cast<uint64_t>(syms[pos].id) << 32) | static_cast<uint64_t>(syms[syms[pos].next].id);
-    auto m = merges_.find(key);
-    if (m != merges_.end()) heap.push(Cand{m->second.rank, pos, m->second.id});
-  };
-  for (int i = 0; i < static_cast<int>(syms.size()); ++i) consider(i);
-  while (!heap.empty()) {
-    Cand c = heap.top();
-    heap.pop();
-    Sym& s = syms[c.pos];
-    if (!s.alive || s.next < 0) continue;
-    // Stale unless the pair there now merges into the same token (HF's test:
-    // it compares the resulting id, not the pair, and keeps the queued rank).
-    const uint64_t now = (static_cast<uint64_t>(s.id) << 32) | static_cast<uint64_t>(syms[s.next].id);
-    if (auto m = merges_.find(now); m == merges_.end() || m->second.id != c.merged) continue;
-    Sym& r = syms[s.next];
-    r.alive = false;
-    s.id = c.merged;
-    s.next = r.next;
-    if (r.next >= 0) syms[r.next].prev = c.pos;
-    consider(s.prev);
-    consider(c.pos);
+}
+
+void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int64_t>* out, int64_t limit) const {
+  if (piece.empty()) return;
+  if (ignore_merges_) {
+    if (auto f = model_vocab_.find(std::string(piece)); f != model_vocab_.end()) {
+      out->push_back(f->second);
+      return;
+    }
   }
-  for (const Sym& s : syms) {
-    if (s.alive) out->push_back(s.id);
+  std::vector<int64_t> syms;
+  size_t pos = 0;
+  if (limit >= 0 && cuts_->enabled()) {
+    // Merge only a head that ends at a provable cut (bpe_merge.h); double it
+    // while it yields fewer than `limit` tokens.
+    const size_t lookahead = cuts_->max_bytes();  // every symbol's string has >= 1 byte
+    for (size_t head = 2 * static_cast<size_t>(limit) + 64;; head *= 2) {
+      AppendSymbols(piece, head + kMaxCutSearch + lookahead, &pos, &syms);
+      if (pos == piece.size()) break;  // the whole piece is at hand
+      size_t cut = 0;
+      for (size_t p = std::max<size_t>(head, 1); p < head + kMaxCutSearch; ++p) {
+        if (cuts_->IsCut(syms, p, id_to_token_)) {
+          cut = p;
+          break;
+        }
+      }
+      if (cut == 0) break;  // no provable cut: merge the whole piece
+      std::vector<int64_t> tokens;
+      ApplyBpeMerges(absl::MakeConstSpan(syms).first(cut), merges_, &tokens);
+      if (static_cast<int64_t>(tokens.size()) >= limit) {
+        out->insert(out->end(), tokens.begin(), tokens.end());
+        return;
+      }
+    }
   }
+  AppendSymbols(piece, std::numeric_limits<size_t>::max(), &pos, &syms);
+  ApplyBpeMerges(syms, merges_, out);
 }
 
 std::vector<BpeTokenizer::Segment> BpeTokenizer::SplitAdded(absl::string_view text, const AddedIndex& index) const {
@@ -469,16 +464,31 @@ std::vector<BpeTokenizer::Segment> BpeTokenizer::SplitAdded(absl::string_view te
 }
 
 std::vector<int64_t> BpeTokenizer::Encode(absl::string_view input, std::optional<bool> add_bos) const {
+  return EncodeUpTo(input, add_bos, -1);
+}
+
+std::vector<int64_t> BpeTokenizer::EncodeHead(absl::string_view input, int64_t max_tokens,
+                                              std::optional<bool> add_bos) const {
+  std::vector<int64_t> ids = EncodeUpTo(input, add_bos, max_tokens);
+  if (static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(static_cast<size_t>(max_tokens));
+  return ids;
+}
+
+std::vector<int64_t> BpeTokenizer::EncodeUpTo(absl::string_view input, std::optional<bool> add_bos,
+                                              int64_t limit) const {
   std::vector<int64_t> ids;
   if (add_bos.value_or(add_bos_) && bos_id_ >= 0) ids.push_back(bos_id_);
+  auto done = [&] { return limit >= 0 && static_cast<int64_t>(ids.size()) >= limit; };
   const std::string text = SanitizeUtf8(input);
   for (const Segment& raw : SplitAdded(text, raw_added_)) {
+    if (done()) break;
     if (raw.id >= 0) {
       ids.push_back(raw.id);
       continue;
     }
     const std::string normalized = Normalize(absl::string_view(text).substr(raw.begin, raw.end - raw.begin));
     for (const Segment& piece : SplitAdded(normalized, normalized_added_)) {
+      if (done()) break;
       if (piece.id >= 0) {
         ids.push_back(piece.id);
         continue;
@@ -486,7 +496,8 @@ std::vector<int64_t> BpeTokenizer::Encode(absl::string_view input, std::optional
       // Metaspace's prepend_scheme "first": only a piece at offset 0 of the input.
       const bool at_start = raw.begin == 0 && piece.begin == 0;
       for (const std::string& word : PreTokenize(normalized.substr(piece.begin, piece.end - piece.begin), at_start)) {
-        EncodePiece(word, &ids);
+        if (done()) break;
+        EncodePiece(word, &ids, limit < 0 ? -1 : limit - static_cast<int64_t>(ids.size()));
       }
     }
   }

@@ -21,6 +21,13 @@
 //      unk, fuse_unk merging consecutive unks), then the merge with the lowest
 //      rank is applied repeatedly (leftmost first on ties). A merge listed
 //      twice has the rank of its last occurrence, as in HF's merge map.
+// EncodeHead(text, n) returns Encode(text)'s first n ids but merges only the
+// head of a long word (bpe_merge.h): it takes ~2n symbols, looks for a cut
+// there that no merge can cross, merges up to it, and doubles the head while
+// that yields fewer than n tokens. It falls back to merging the whole word
+// when no provable cut turns up within kMaxCutSearch symbols (e.g. long runs
+// of one repeated merge), and always runs the linear steps 0-3 on the whole
+// text. So a 10 MB example costs about a linear scan, not a full BPE.
 // Decoding maps ids to token strings (added tokens first), drops special
 // tokens when asked (HF's default is to keep them, and so is ours), and
 // applies the decoder steps (Replace, ByteFallback, Fuse, Strip, Metaspace,
@@ -46,6 +53,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "models/gemma/bpe_merge.h"
 #include "models/gemma/tokenizer.h"
 
 namespace tpudist::models::gemma {
@@ -64,6 +72,8 @@ class BpeTokenizer : public Tokenizer {
                                                                   std::optional<bool> add_bos = std::nullopt);
 
   std::vector<int64_t> Encode(absl::string_view text, std::optional<bool> add_bos = std::nullopt) const override;
+  std::vector<int64_t> EncodeHead(absl::string_view text, int64_t max_tokens,
+                                  std::optional<bool> add_bos = std::nullopt) const override;
   std::string Decode(absl::Span<const int64_t> ids, bool skip_special = false) const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(id_to_token_.size()); }
   int64_t pad_id() const override { return pad_id_; }
@@ -91,10 +101,6 @@ class BpeTokenizer : public Tokenizer {
     bool rstrip = false;
     bool single_word = false;
   };
-  struct Merge {
-    int32_t rank;
-    int64_t id;
-  };
   // A piece of the input: an added token's id, or text still to encode.
   struct Segment {
     int64_t id = -1;  // >= 0 for an added token
@@ -104,10 +110,21 @@ class BpeTokenizer : public Tokenizer {
   // pattern first.
   using AddedIndex = std::vector<std::vector<int>>;
 
+  // Symbols past the head EncodeHead tries as cuts before merging the whole word.
+  static constexpr size_t kMaxCutSearch = 512;
+
   BpeTokenizer() = default;
   std::string Normalize(absl::string_view text) const;
   std::vector<std::string> PreTokenize(const std::string& text, bool at_start) const;
-  void EncodePiece(absl::string_view piece, std::vector<int64_t>* out) const;
+  // Encode, stopping once `limit` ids are out (-1: no limit); may return
+  // more than `limit`, all of them Encode's.
+  std::vector<int64_t> EncodeUpTo(absl::string_view input, std::optional<bool> add_bos, int64_t limit) const;
+  // Appends the leaf symbols of piece's characters from byte *pos on until
+  // `symbols` holds `count` or the piece ends; advances *pos.
+  void AppendSymbols(absl::string_view piece, size_t count, size_t* pos, std::vector<int64_t>* symbols) const;
+  // Appends the BPE tokens of `piece`: all of them, or (limit >= 0) at least
+  // `limit` leading ones when the piece has that many.
+  void EncodePiece(absl::string_view piece, std::vector<int64_t>* out, int64_t limit = -1) const;
   // HF AddedVocabulary::find_matches: splits `text` at the added tokens of
   // `index` (leftmost-longest, then the single_word / lstrip / rstrip rules).
   std::vector<Segment> SplitAdded(absl::string_view text, const AddedIndex& index) const;
@@ -116,7 +133,8 @@ class BpeTokenizer : public Tokenizer {
   std::unordered_map<std::string, int64_t> model_vocab_;  // model.vocab only (what BPE looks up)
   std::vector<std::string> id_to_token_;
   std::vector<bool> is_special_;
-  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id)
+  BpeMergeMap merges_;
+  std::unique_ptr<BpeCutChecker> cuts_;  // for EncodeHead
   std::vector<Added> added_;
   AddedIndex raw_added_;         // normalized == false: matched on the raw text
   AddedIndex normalized_added_;  // normalized == true: matched on normalized pieces

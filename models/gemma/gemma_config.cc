@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -268,19 +270,28 @@ absl::Status GemmaConfig::Validate(absl::string_view source) const {
   struct {
     const char* name;
     int64_t value;
-  } positive[] = {{"vocab_size", vocab_size},
-                  {"hidden_size", hidden_size},
-                  {"intermediate_size", intermediate_size},
-                  {"num_hidden_layers", num_hidden_layers},
-                  {"num_attention_heads", num_attention_heads},
-                  {"num_key_value_heads", num_key_value_heads},
-                  {"head_dim", head_dim},
-                  {"sliding_window", sliding_window}};
-  for (const auto& p : positive) {
-    if (p.value <= 0) return FieldError(source, p.name, absl::StrCat("must be positive, got ", p.value));
+    int64_t min, max;
+  } sizes[] = {{"vocab_size", vocab_size, 1, kMaxVocabSize},
+               {"hidden_size", hidden_size, 1, kMaxHiddenSize},
+               {"intermediate_size", intermediate_size, 1, kMaxIntermediateSize},
+               {"num_hidden_layers", num_hidden_layers, 1, kMaxLayers},
+               {"num_attention_heads", num_attention_heads, 1, kMaxHeads},
+               {"num_key_value_heads", num_key_value_heads, 1, kMaxHeads},
+               {"head_dim", head_dim, 1, kMaxHeadDim},
+               {"global_head_dim", global_head_dim, 0, kMaxHeadDim},  // 0: head_dim
+               {"hidden_size_per_layer_input", hidden_size_per_layer_input, 0, kMaxHiddenSize},
+               {"vocab_size_per_layer_input", vocab_size_per_layer_input, 1, kMaxVocabSize},
+               {"sliding_window", sliding_window, 1, kMaxPositions},
+               {"max_position_embeddings", max_position_embeddings, 1, kMaxPositions}};
+  for (const auto& f : sizes) {
+    if (f.value < f.min || f.value > f.max) {
+      return FieldError(source, f.name, absl::StrCat(f.value, " is outside the supported range [", f.min, ", ",
+                                                     f.max, "]"));
+    }
   }
   if (num_attention_heads % num_key_value_heads != 0) {
-    return FieldError(source, "num_key_value_heads", "must divide num_attention_heads");
+    return FieldError(source, "num_key_value_heads",
+                      absl::StrCat(num_key_value_heads, " must divide num_attention_heads ", num_attention_heads));
   }
   if (static_cast<int64_t>(layer_types.size()) != num_hidden_layers) {
     return FieldError(source, "layer_types",
@@ -298,8 +309,43 @@ absl::Status GemmaConfig::Validate(absl::string_view source) const {
                                      " layer to share K/V with"));
     }
   }
-  if (hidden_size_per_layer_input < 0 || vocab_size_per_layer_input <= 0) {
-    return FieldError(source, "hidden_size_per_layer_input", "invalid per-layer input sizes");
+  // The per-layer embedding is indexed by the token ids themselves.
+  if (hidden_size_per_layer_input > 0 && vocab_size_per_layer_input < vocab_size) {
+    return FieldError(source, "vocab_size_per_layer_input",
+                      absl::StrCat(vocab_size_per_layer_input, " is smaller than vocab_size ", vocab_size));
+  }
+  std::vector<std::pair<const char*, int64_t>> ids = {{"pad_token_id", pad_token_id}, {"bos_token_id", bos_token_id}};
+  for (int64_t eos : eos_token_ids) ids.emplace_back("eos_token_id", eos);
+  for (const auto& [name, id] : ids) {
+    if (id < 0 || id >= vocab_size) {
+      return FieldError(source, name, absl::StrCat(id, " is not a token id in [0, vocab_size ", vocab_size, ")"));
+    }
+  }
+  // Real-valued fields: finite and positive (initializer_range may be 0);
+  // partial_rotary_factor in (0, 1].
+  const double softcap = final_logit_softcapping.value_or(1.0);
+  const struct {
+    const char* name;
+    double value;
+    bool ok;
+  } reals[] = {
+      {"rms_norm_eps", rms_norm_eps, rms_norm_eps > 0},
+      {"initializer_range", initializer_range, initializer_range >= 0},
+      {"final_logit_softcapping", softcap, softcap > 0},
+      {"rope_parameters.sliding_attention.rope_theta", sliding_rope.rope_theta, sliding_rope.rope_theta > 0},
+      {"rope_parameters.full_attention.rope_theta", full_rope.rope_theta, full_rope.rope_theta > 0},
+      {"rope_parameters.sliding_attention.factor", sliding_rope.factor, sliding_rope.factor > 0},
+      {"rope_parameters.full_attention.factor", full_rope.factor, full_rope.factor > 0},
+      {"rope_parameters.sliding_attention.partial_rotary_factor", sliding_rope.partial_rotary_factor,
+       sliding_rope.partial_rotary_factor > 0 && sliding_rope.partial_rotary_factor <= 1},
+      {"rope_parameters.full_attention.partial_rotary_factor", full_rope.partial_rotary_factor,
+       full_rope.partial_rotary_factor > 0 && full_rope.partial_rotary_factor <= 1},
+  };
+  for (const auto& r : reals) {
+    if (!r.ok || !std::isfinite(r.value)) {
+      return FieldError(source, r.name, absl::StrCat(r.value, " is out of range (must be finite and positive; "
+                                                              "partial_rotary_factor at most 1)"));
+    }
   }
   if (!tie_word_embeddings) {
     return FieldError(source, "tie_word_embeddings", "only tied embeddings are supported");

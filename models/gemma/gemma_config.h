@@ -39,6 +39,19 @@ struct RopeParameters {
   double factor = 1.0;
 };
 
+// Sanity bounds GemmaConfig::Validate enforces. They sit far above every
+// Gemma 4 (E2B: vocab 262144, hidden 1536, MLP 6144 (12288 double-wide),
+// 35 layers, 8 heads, head dims 256/512, 131072 positions) and keep a corrupt
+// or hostile config.json (vocab_size 1e12) from reaching the allocator, and
+// the products of sizes (e.g. vocab x hidden <= 2^40) from overflowing int64.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;  // 16777216 ids
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 16;
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 18;
+inline constexpr int64_t kMaxLayers = 1024;
+inline constexpr int64_t kMaxHeads = 1024;
+inline constexpr int64_t kMaxHeadDim = 4096;
+inline constexpr int64_t kMaxPositions = int64_t{1} << 24;  // max_position_embeddings, sliding_window
+
 struct GemmaConfig {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -81,8 +94,10 @@ struct GemmaConfig {
   // True for the last non-shared layer of each type (HF store_full_length_kv).
   bool StoresSharedKv(int64_t layer) const;
 
-  // Checks internal consistency (positive sizes, head divisibility, layer
-  // types length, every shared layer has a source). Names `source` in errors.
+  // Checks internal consistency (sizes positive and within the sanity bounds
+  // below, head divisibility, layer types length, every shared layer has a
+  // source, token ids inside the vocabulary, finite positive epsilons and
+  // RoPE parameters). Errors name `source` and the field.
   absl::Status Validate(absl::string_view source = "config") const;
 };
 

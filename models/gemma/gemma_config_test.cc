@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "models/gemma/gemma_test_util.h"
 
 namespace tpudist::models::gemma {
@@ -135,6 +136,47 @@ TEST(GemmaConfig, ErrorsNameFileAndField) {
   st = LoadGemmaConfig(dir / "config.json").status();
   EXPECT_NE(st.message().find(dir / "config.json"), std::string::npos) << st;
   EXPECT_FALSE(LoadGemmaConfig(dir / "absent.json").ok());
+}
+
+// Sizes out of the sanity bounds (gemma_config.h) fail at parse time, naming
+// the file and field, before any allocation.
+TEST(GemmaConfig, SanityBoundsNameTheField) {
+  const json j = GemmaConfigToHfJson(GemmaTinyConfig(), true);
+  auto error = [&](const char* field, const json& value) {
+    json bad = j;
+    bad["text_config"][field] = value;
+    return std::string(GemmaConfigFromJson(bad, "/m/config.json").status().message());
+  };
+  // vocab_size=1e12: as an integer, and as JSON's float spelling.
+  EXPECT_EQ(error("vocab_size", int64_t{1000000000000}),
+            "/m/config.json: text_config: field 'vocab_size': 1000000000000 is outside the supported range "
+            "[1, 16777216]");
+  EXPECT_EQ(error("vocab_size", 1e12), "/m/config.json: text_config: field 'vocab_size': not an integer");
+  EXPECT_NE(error("vocab_size", 0).find("'vocab_size': 0 is outside"), std::string::npos);
+  for (const char* field : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                            "head_dim", "global_head_dim", "sliding_window", "max_position_embeddings",
+                            "hidden_size_per_layer_input", "vocab_size_per_layer_input"}) {
+    EXPECT_NE(error(field, int64_t{1} << 40).find(absl::StrCat("'", field, "': 1099511627776 is outside")),
+              std::string::npos)
+        << field;
+  }
+  EXPECT_NE(error("num_key_value_heads", 3).find("'num_key_value_heads': 3 must divide num_attention_heads 4"),
+            std::string::npos);
+  EXPECT_NE(error("num_key_value_heads", -1).find("'num_key_value_heads': -1 is outside"), std::string::npos);
+  EXPECT_NE(error("vocab_size_per_layer_input", 100).find("smaller than vocab_size 512"), std::string::npos);
+  EXPECT_NE(error("eos_token_id", 512).find("'eos_token_id': 512 is not a token id in [0, vocab_size 512)"),
+            std::string::npos);
+  EXPECT_NE(error("pad_token_id", -1).find("'pad_token_id'"), std::string::npos);
+  EXPECT_NE(error("rms_norm_eps", -1e-6).find("'rms_norm_eps'"), std::string::npos);
+  EXPECT_NE(error("final_logit_softcapping", 0.0).find("'final_logit_softcapping'"), std::string::npos);
+  json bad_rope = j;
+  bad_rope["text_config"]["rope_parameters"]["full_attention"]["partial_rotary_factor"] = 1.5;
+  EXPECT_NE(std::string(GemmaConfigFromJson(bad_rope, "c").status().message())
+                .find("rope_parameters.full_attention.partial_rotary_factor"),
+            std::string::npos);
+  // The bundled and E2B configs are well inside.
+  EXPECT_TRUE(GemmaE2BConfig().Validate().ok());
+  EXPECT_TRUE(GemmaConfigFromJson(j, "ok").ok());
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "models/gemma/hf_checkpoint.h"
 
+#include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "models/gemma/model_dir.h"
 #include "models/gemma/safetensors.h"
 
 namespace tpudist::models::gemma {
@@ -46,6 +49,27 @@ at::ScalarType StoredDtype(const std::vector<std::pair<std::string, at::Tensor>>
     }
   }
   return best;
+}
+
+// OK when a tensor stored as `stored` may be copied into a model tensor of
+// dtype `want`: the same dtype, or a float-to-float cast (counted in
+// `summary`). Never int <-> float: same-size I32 bytes value-cast into F32
+// weights would train silently on garbage.
+absl::Status CheckDtype(const std::string& path, const std::string& hf_name, const std::string& stored,
+                        at::ScalarType want, HfLoadSummary* summary) {
+  absl::StatusOr<at::ScalarType> from = SafetensorsDtype(stored);  // validated by Open
+  absl::StatusOr<std::string> want_name = SafetensorsDtypeName(want);
+  const std::string expected = want_name.ok() ? *want_name : std::string(c10::toString(want));
+  if (from.ok() && *from == want) return absl::OkStatus();
+  if (from.ok() && at::isFloatingType(*from) && at::isFloatingType(want)) {
+    ++summary->casts[{stored, expected}];
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", hf_name, "' is stored as ", stored,
+                                                 ", the model expects ", expected,
+                                                 " (only float-to-float casts among F64/F32/BF16/F16 are done "
+                                                 "on load; the header's dtype is wrong or the file is not this "
+                                                 "model's)"));
 }
 
 }  // namespace
@@ -92,16 +116,36 @@ HfTensorClass ClassifyHfTensor(const std::string& hf_name, const GemmaConfig& co
   return out;
 }
 
+std::string HfLoadSummary::CastLine() const {
+  std::string line;
+  for (const auto& [types, n] : casts) {
+    absl::StrAppend(&line, line.empty() ? "cast " : ", ", n, n == 1 ? " tensor " : " tensors ", types.first,
+                    " -> ", types.second);
+  }
+  return line;
+}
+
 absl::StatusOr<GemmaForCausalLM> LoadGemmaFromHf(const std::string& dir, const LoadOptions& options) {
+  if (absl::Status st = CheckModelDir(dir); !st.ok()) return st;
   auto config = LoadGemmaConfig((fs::path(dir) / "config.json").string());
   if (!config.ok()) return config.status();
   GemmaForCausalLM model(*config);
   model->to(options.dtype);
-  if (auto st = LoadHfWeights(*model, dir); !st.ok()) return st;
+  absl::StatusOr<HfLoadSummary> summary = LoadHfWeights(*model, dir);
+  if (!summary.ok()) return summary.status();
+  if (const std::string line = summary->CastLine(); !line.empty()) {
+    const std::string message = absl::StrCat(dir, ": ", line, " on load");
+    if (options.log) {
+      options.log(message);
+    } else {
+      fprintf(stderr, "gemma: %s\n", message.c_str());
+    }
+  }
   return model;
 }
 
-absl::Status LoadHfWeights(GemmaForCausalLMImpl& model, const std::string& dir) {
+absl::StatusOr<HfLoadSummary> LoadHfWeights(GemmaForCausalLMImpl& model, const std::string& dir) {
+  if (absl::Status st = CheckModelDir(dir); !st.ok()) return st;
   const fs::path root(dir);
   std::vector<std::string> files;
   const fs::path index = root / "model.safetensors.index.json";
@@ -122,6 +166,7 @@ absl::Status LoadHfWeights(GemmaForCausalLMImpl& model, const std::string& dir) 
   }
   std::map<std::string, at::Tensor> ours = OurTensors(model);
   std::set<std::string> loaded;
+  HfLoadSummary summary;
   at::NoGradGuard no_grad;
   for (const auto& path : files) {
     auto file = SafetensorsFile::Open(path);
@@ -139,6 +184,9 @@ absl::Status LoadHfWeights(GemmaForCausalLMImpl& model, const std::string& dir) 
                                                        ShapeString(entry.shape), ", the model expects ",
                                                        ShapeString(target->second.sizes())));
       }
+      if (auto st = CheckDtype(path, hf_name, entry.dtype, target->second.scalar_type(), &summary); !st.ok()) {
+        return st;
+      }
       auto src = (*file)->Get(hf_name);
       if (!src.ok()) return src.status();
       target->second.copy_(*src);
@@ -150,7 +198,8 @@ absl::Status LoadHfWeights(GemmaForCausalLMImpl& model, const std::string& dir) 
       return absl::NotFoundError(absl::StrCat(dir, ": checkpoint has no tensor '", HfNameFor(name), "'"));
     }
   }
-  return absl::OkStatus();
+  summary.tensors = static_cast<int64_t>(loaded.size());
+  return summary;
 }
 
 absl::Status SaveGemmaAsHf(GemmaForCausalLMImpl& model, const std::string& dir, const SaveOptions& options) {
@@ -175,9 +224,14 @@ absl::Status SaveGemmaAsHf(GemmaForCausalLMImpl& model, const std::string& dir, 
   config["dtype"] = dtype_name;
   if (config.contains("text_config")) config["text_config"]["dtype"] = dtype_name;
   {
+    errno = 0;
     std::ofstream out(root / "config.json");
     out << config.dump(2) << "\n";
-    if (!out) return absl::InternalError(absl::StrCat(dir, ": cannot write config.json"));
+    out.close();
+    if (!out) {
+      return absl::ErrnoToStatus(errno != 0 ? errno : EIO,
+                                 absl::StrCat((root / "config.json").string(), ": write failed"));
+    }
   }
   if (!options.copy_tokenizer_from.empty()) {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model"}) {

@@ -12,11 +12,22 @@
 // k_proj/v_proj/k_norm/v_norm tensors that Google's checkpoints still ship for
 // KV-shared layers. Any other unknown tensor, a shape mismatch or a missing
 // tensor is an error naming the file and the tensor.
+//
+// Dtypes are strict: a stored tensor must have the dtype of the model's
+// tensor, or both must be floating point (F64/F32/BF16/F16), which is an
+// explicit value cast, counted and reported in one line per load ("cast 340
+// tensors BF16 -> F32"). Anything else -- I32 bytes where the model holds F32
+// (same size: a plain value cast would turn every weight into ~1e9), BOOL,
+// int<->int -- is an InvalidArgument naming the file, tensor and both dtypes.
 #ifndef TPU_DIST_MODELS_GEMMA_HF_CHECKPOINT_H_
 #define TPU_DIST_MODELS_GEMMA_HF_CHECKPOINT_H_
 
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <ATen/ATen.h>
 
@@ -40,15 +51,27 @@ HfTensorClass ClassifyHfTensor(const std::string& hf_name, const GemmaConfig& co
 
 struct LoadOptions {
   at::ScalarType dtype = at::kFloat;  // parameters/buffers are converted to this
+  // Receives the load's cast line ("<dir>: cast 340 tensors BF16 -> F32 on
+  // load"), called at most once per load. Empty: the line goes to stderr.
+  std::function<void(const std::string&)> log;
+};
+
+// What LoadHfWeights did.
+struct HfLoadSummary {
+  int64_t tensors = 0;  // tensors loaded into the model
+  // (stored dtype, model dtype) -> tensors value-cast, e.g. {"BF16", "F32"} -> 340.
+  std::map<std::pair<std::string, std::string>, int64_t> casts;
+  // "cast 340 tensors BF16 -> F32, 2 tensors F16 -> F32"; "" without casts.
+  std::string CastLine() const;
 };
 
 // Reads config.json in `dir`, builds the model and loads every tensor.
 absl::StatusOr<GemmaForCausalLM> LoadGemmaFromHf(const std::string& dir, const LoadOptions& options = {});
 
 // Loads the weights in `dir` into an existing `model` (config must match the
-// tensors' shapes). Tensors are copied (with dtype conversion) into the
-// registered parameters and buffers in place.
-absl::Status LoadHfWeights(GemmaForCausalLMImpl& model, const std::string& dir);
+// tensors' shapes). Tensors are copied (float-to-float casts only, see the
+// top of the file) into the registered parameters and buffers in place.
+absl::StatusOr<HfLoadSummary> LoadHfWeights(GemmaForCausalLMImpl& model, const std::string& dir);
 
 struct SaveOptions {
   std::optional<at::ScalarType> dtype;  // default: each tensor's own dtype

@@ -1,8 +1,12 @@
 #include "models/gemma/hf_checkpoint.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
 
 #include "models/gemma/gemma_test_util.h"
 #include "models/gemma/safetensors.h"
@@ -157,6 +161,76 @@ TEST(HfCheckpoint, ErrorsNameFileAndTensor) {
     auto st = LoadGemmaFromHf(src.path()).status();
     EXPECT_NE(st.message().find("config.json"), std::string::npos) << st;
   }
+}
+
+// Dtypes are strict: I32 bytes where the model holds F32 (same size, so the
+// byte-size check passes) are rejected, not value-cast into ~1e9 weights.
+TEST(HfCheckpoint, IntegerTensorForFloatWeightIsRejected) {
+  testing::TempDir src;
+  GemmaForCausalLM a = Tiny(4);
+  ASSERT_TRUE(SaveGemmaAsHf(*a, src.path()).ok());
+  auto all = ReadAll(src / "model.safetensors");
+  const std::string name = "model.language_model.layers.1.mlp.up_proj.weight";
+  for (auto& [n, t] : all) {
+    if (n == name) t = t.view(at::kInt);  // same bytes, header says I32
+  }
+  ASSERT_TRUE(WriteSafetensors(src / "model.safetensors", all).ok());
+  auto st = LoadGemmaFromHf(src.path()).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find(src / "model.safetensors"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("'" + name + "' is stored as I32, the model expects F32"), std::string::npos) << st;
+  // Also into a bf16 model: int -> float is never a cast.
+  EXPECT_EQ(LoadGemmaFromHf(src.path(), {at::kBFloat16}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Float-to-float is an explicit cast, reported once per load with its count.
+TEST(HfCheckpoint, FloatCastsAreCountedAndLoggedOnce) {
+  testing::TempDir src;
+  GemmaForCausalLM a = Tiny(5);
+  ASSERT_TRUE(SaveGemmaAsHf(*a, src.path()).ok());  // F32
+  const int64_t n = static_cast<int64_t>(ReadAll(src / "model.safetensors").size());
+  std::vector<std::string> lines;
+  LoadOptions bf16{at::kBFloat16};
+  bf16.log = [&](const std::string& line) { lines.push_back(line); };
+  auto b = LoadGemmaFromHf(src.path(), bf16);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], absl::StrCat(src.path(), ": cast ", n, " tensors F32 -> BF16 on load"));
+  // Same dtype: nothing to report.
+  lines.clear();
+  LoadOptions f32;
+  f32.log = bf16.log;
+  ASSERT_TRUE(LoadGemmaFromHf(src.path(), f32).ok());
+  EXPECT_TRUE(lines.empty());
+  // A mixed file: one F16 tensor among F32 ones, into an F32 model.
+  auto all = ReadAll(src / "model.safetensors");
+  all[0].second = all[0].second.to(at::kHalf);
+  ASSERT_TRUE(WriteSafetensors(src / "model.safetensors", all).ok());
+  GemmaForCausalLM c(GemmaTinyConfig());
+  auto summary = LoadHfWeights(*c, src.path());
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->tensors, n);
+  EXPECT_EQ(summary->CastLine(), "cast 1 tensor F16 -> F32");
+}
+
+TEST(HfCheckpoint, MissingModelDirectoryIsNamed) {
+  testing::TempDir dir;
+  auto st = LoadGemmaFromHf(dir / "no_such_model").status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), absl::StrCat("model directory ", dir / "no_such_model", " does not exist"));
+  testing::WriteFile(dir / "file", "x");
+  st = LoadGemmaFromHf(dir / "file").status();
+  EXPECT_EQ(st.message(), absl::StrCat("model directory ", dir / "file", " is not a directory"));
+}
+
+TEST(HfCheckpoint, SaveErrorCarriesErrno) {
+  testing::TempDir dir;
+  GemmaForCausalLM a = Tiny(6);
+  ASSERT_EQ(symlink("/dev/full", (dir / "config.json").c_str()), 0);  // writes fail with ENOSPC
+  auto st = SaveGemmaAsHf(*a, dir.path());
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find(dir / "config.json"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("No space left on device"), std::string::npos) << st;
 }
 
 }  // namespace

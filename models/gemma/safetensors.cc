@@ -183,18 +183,41 @@ absl::Status WriteSafetensors(const std::string& path,
   while (h.size() % 8 != 0) h.push_back(' ');
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
+  if (f == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat(tmp, ": cannot create"));
+  // The first failure's errno (ENOSPC on a full disk) and what it was doing.
+  int err = 0;
+  std::string what;
+  uint64_t written = 0;
+  auto put = [&](const void* p, size_t n) {
+    if (err != 0 || n == 0) return;
+    errno = 0;
+    if (std::fwrite(p, 1, n, f) != n) {
+      err = errno != 0 ? errno : EIO;
+      what = absl::StrCat("writing ", n, " bytes at offset ", written);
+    }
+    written += n;
+  };
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>((static_cast<uint64_t>(h.size()) >> (8 * i)) & 0xff);
-  bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(h.data(), 1, h.size(), f) == h.size();
-  for (const auto& t : data) {
-    const size_t bytes = t.numel() * t.element_size();
-    if (bytes > 0) ok = ok && std::fwrite(t.data_ptr(), 1, bytes, f) == bytes;
+  put(len, 8);
+  put(h.data(), h.size());
+  for (const auto& t : data) put(t.data_ptr(), t.numel() * t.element_size());
+  if (std::fflush(f) != 0 && err == 0) {
+    err = errno;
+    what = "flushing";
   }
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::fclose(f) != 0 && err == 0) {
+    err = errno;
+    what = "closing";
+  }
+  if (err == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    what = absl::StrCat("renaming it to ", path);
+  }
+  if (err != 0) {
     std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat(path, ": write failed"));
+    return absl::ErrnoToStatus(err, absl::StrCat(tmp, ": ", what, " (", offset + 8 + h.size(),
+                                                 " bytes of safetensors in all) failed"));
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,9 @@
 #include "models/gemma/safetensors.h"
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 
 #include <gtest/gtest.h>
 
@@ -104,6 +107,21 @@ TEST(Safetensors, UnalignedDataIsCopied) {
   auto f = SafetensorsFile::Open(dir / "u.safetensors");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ((*f)->Get("t")->item<float>(), 3.25f);
+}
+
+// A full disk: the error says so (strerror of ENOSPC) and names the file.
+// <path>.tmp is a symlink to /dev/full, whose writes fail with ENOSPC.
+TEST(Safetensors, WriteErrorCarriesErrnoAndPath) {
+  testing::TempDir dir;
+  const std::string path = dir / "m.safetensors";
+  ASSERT_EQ(symlink("/dev/full", (path + ".tmp").c_str()), 0);
+  absl::Status st = WriteSafetensors(path, {{"w", at::zeros({1024})}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find("No space left on device"), std::string::npos) << st;
+  EXPECT_NE(st.message().find(path + ".tmp"), std::string::npos) << st;
+  EXPECT_FALSE(std::filesystem::exists(path));
+  st = WriteSafetensors(dir / "absent_dir/m.safetensors", {{"w", at::zeros({1})}});
+  EXPECT_NE(st.message().find("No such file or directory"), std::string::npos) << st;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "models/gemma/tiny_model.h"
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 
@@ -14,9 +15,11 @@ namespace tpudist::models::gemma {
 namespace {
 
 absl::Status WriteJson(const std::filesystem::path& path, const nlohmann::json& j) {
+  errno = 0;
   std::ofstream out(path);
   out << j.dump(2) << "\n";
-  if (!out) return absl::InternalError(absl::StrCat(path.string(), ": write failed"));
+  out.close();
+  if (!out) return absl::ErrnoToStatus(errno != 0 ? errno : EIO, absl::StrCat(path.string(), ": write failed"));
   return absl::OkStatus();
 }
 

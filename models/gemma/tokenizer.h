@@ -29,11 +29,21 @@ class Tokenizer {
   // characters outside the vocabulary become byte-fallback tokens or unk.
   virtual std::vector<int64_t> Encode(absl::string_view text, std::optional<bool> add_bos = std::nullopt) const = 0;
 
+  // The first `max_tokens` ids of Encode(text, add_bos), identical to them,
+  // for truncating callers (the fine-tune keeps max_seq_len tokens of each
+  // example). Implementations may stop tokenizing once those ids are known
+  // (BpeTokenizer does, see bpe_tokenizer.h); this default encodes the whole
+  // text. REQUIRES: max_tokens >= 0.
+  virtual std::vector<int64_t> EncodeHead(absl::string_view text, int64_t max_tokens,
+                                          std::optional<bool> add_bos = std::nullopt) const;
+
   // Text for `ids`; special tokens (pad/bos/eos/...) are dropped when
   // `skip_special`. As HF's decode (skip_special_tokens=False), the default
   // keeps them. Out-of-range ids are skipped.
   virtual std::string Decode(absl::Span<const int64_t> ids, bool skip_special = false) const = 0;
 
+  // One past the largest id Encode can return: the model vocabulary and the
+  // added tokens.
   virtual int64_t vocab_size() const = 0;
   virtual int64_t pad_id() const = 0;
   virtual int64_t bos_id() const = 0;
@@ -50,7 +60,8 @@ struct TokenizerOptions {
   std::string sentencepiece_shim;
 };
 
-// Loads the tokenizer in model directory `dir`.
+// Loads the tokenizer in model directory `dir`. NotFound "model directory
+// <dir> does not exist" when it does not (model_dir.h CheckModelDir).
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir,
                                                          const TokenizerOptions& options = {});
 

@@ -43,8 +43,9 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
   }
   if (config.job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
   if (config.mode == LaunchConfig::Mode::kPlain) {
-    if (config.nproc < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("nproc=", config.nproc, "; expected >= 1"));
+    if (config.nproc < 1 || config.nproc > kMaxLocalRanks) {
+      return absl::InvalidArgumentError(absl::StrCat("nproc=", config.nproc, "; expected 1 <= nproc <= ",
+                                                     kMaxLocalRanks, " (processes one tpurun starts)"));
     }
     return absl::OkStatus();
   }
@@ -53,6 +54,11 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
     return absl::InvalidArgumentError(absl::StrCat("slice with num_hosts=", s.num_hosts,
                                                    " devices_per_host=", s.devices_per_host,
                                                    "; expected a spec from SliceSpecFromFlags"));
+  }
+  if (config.hosts_emulated && s.num_devices() > kMaxLocalRanks) {
+    return absl::InvalidArgumentError(absl::StrCat("--hosts-emulated with ", s.num_devices(),
+                                                   " devices; expected at most ", kMaxLocalRanks,
+                                                   " ranks on one machine"));
   }
   if (!config.hosts_emulated && (config.host_index < 0 || config.host_index >= s.num_hosts)) {
     return absl::InvalidArgumentError(absl::StrCat("host_index=", config.host_index,

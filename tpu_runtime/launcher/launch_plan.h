@@ -24,6 +24,12 @@
 
 namespace tpudist::tpu_runtime::launcher {
 
+// The most ranks one tpurun starts (plain --nproc N, or every rank of an
+// emulated slice): each is a process with its own threads and shm segments,
+// and the largest TPU slice host runs 8. Beyond this, a typo (--nproc 100000)
+// would fork until the machine gives out.
+inline constexpr int kMaxLocalRanks = 4096;
+
 struct LaunchConfig {
   enum class Mode { kPlain, kSlice };
   Mode mode = Mode::kPlain;
@@ -41,6 +47,7 @@ struct LaunchConfig {
 };
 
 // Checks a config before anything starts; errors name the field and value.
+// The ranks started here must number at most kMaxLocalRanks.
 absl::Status ValidateLaunchConfig(const LaunchConfig& config);
 
 // The ranks this tpurun starts for attempt `restart_count`, in rank order.

@@ -135,6 +135,12 @@ TEST(LaunchPlanTest, ValidationNamesTheProblem) {
   plain.command = {"x"};
   plain.job_id = "j";
   EXPECT_THAT(std::string(ValidateLaunchConfig(plain).message()), HasSubstr("nproc=0"));
+  plain.nproc = 100000;  // a typo must not fork until the machine gives out
+  EXPECT_EQ(ValidateLaunchConfig(plain).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(ValidateLaunchConfig(plain).message()),
+              HasSubstr("nproc=100000; expected 1 <= nproc <= 4096"));
+  plain.nproc = kMaxLocalRanks;
+  EXPECT_TRUE(ValidateLaunchConfig(plain).ok());
 }
 
 // Oracle: DiscoverRankInfo, what every rank runs on the env we give it.

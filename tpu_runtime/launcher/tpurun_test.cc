@@ -230,6 +230,9 @@ TEST(TpurunTest, BadUsageExitsWithTwo) {
   RunResult bad_topo = Tpurun({"--accelerator-type", "v6e", "--topology", "4xq", "--", "true"});
   EXPECT_EQ(bad_topo.exit_code, 2);
   EXPECT_THAT(bad_topo.err, HasSubstr("4xq"));
+  RunResult too_many = Tpurun({"--nproc", "100000", "--", "true"});
+  EXPECT_EQ(too_many.exit_code, 2);
+  EXPECT_THAT(too_many.err, HasSubstr("nproc=100000; expected 1 <= nproc <= 4096"));
   RunResult missing = Tpurun({"--nproc", "1", "--", "/nonexistent/rank_binary"});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("/nonexistent/rank_binary"));
