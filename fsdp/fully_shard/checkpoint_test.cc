@@ -209,3 +209,25 @@ TEST(OptimizerCheckpointTest, ResumeIsBitIdentical) {
 
 }  // namespace
 }  // namespace tpudist::fsdp
+
+namespace tpudist::fsdp {
+namespace {
+
+// A full disk (here /dev/full behind the temp name) is reported with
+// strerror and the file, and leaves neither the temp file nor the target.
+TEST(SafetensorsIoTest, DiskFullIsReportedWithStrerror) {
+  const std::string dir = ::testing::TempDir() + "/st_enospc_" + std::to_string(getpid());
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  const std::string path = dir + "/m.safetensors";
+  ASSERT_EQ(symlink("/dev/full", (path + ".tmp").c_str()), 0);
+  std::vector<std::pair<std::string, at::Tensor>> tensors = {{"w", torch::ones({1024, 64})}};  // [1024, 64]
+  absl::Status s = WriteSafetensorsFile(path, tensors);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("No space left on device"));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(path + ".tmp"));
+  EXPECT_NE(access(path.c_str(), F_OK), 0);
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
+}  // namespace
+}  // namespace tpudist::fsdp

@@ -1,5 +1,7 @@
 #include "fsdp/fully_shard/safetensors_io.h"
 
+#include <cerrno>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -7,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace tpudist::fsdp {
@@ -57,7 +60,7 @@ absl::Status WriteSafetensorsFile(const std::string& path,
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::UnavailableError(absl::StrCat("safetensors: cannot create ", tmp));
+    if (!out) return absl::ErrnoToStatus(errno, absl::StrCat("safetensors: cannot create ", tmp));
     const uint64_t n = text.size();
     unsigned char len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
@@ -66,10 +69,17 @@ absl::Status WriteSafetensorsFile(const std::string& path,
     for (const at::Tensor& c : data) {
       out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
     }
-    if (!out) return absl::DataLossError(absl::StrCat("safetensors: write failed for ", tmp));
+    out.flush();  // buffered bytes hit the disk here or at close: both checked
+    out.close();
+    if (!out) {
+      const int err = errno;
+      std::remove(tmp.c_str());
+      return absl::ErrnoToStatus(err, absl::StrCat("safetensors: write failed for ", tmp, " (",
+                                                   8 + text.size(), " bytes of header)"));
+    }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("safetensors: rename ", tmp, " -> ", path, " failed"));
+    return absl::ErrnoToStatus(errno, absl::StrCat("safetensors: rename ", tmp, " -> ", path, " failed"));
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,7 @@
 #include "fsdp/fully_shard/sharded_checkpoint.h"
 
+#include <cerrno>
+
 #include <fstream>
 #include <map>
 #include <optional>
@@ -72,7 +74,7 @@ absl::Status WriteShards(const std::shared_ptr<torch::nn::Module>& model, const 
   out << meta.dump(1);
   out.close();
   if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("SaveShardedCheckpoint: cannot write ", path));
+    return absl::ErrnoToStatus(errno, absl::StrCat("SaveShardedCheckpoint: cannot write ", path));
   }
   return absl::OkStatus();
 }
