@@ -12,9 +12,12 @@
 //
 // Failures: restarts are the launcher's (tpurun --max-restarts N); pass the
 // same N as --max-failures (default: $TORCHELASTIC_MAX_RESTARTS when set).
-// An attempt with restart count > 0 resumes from the latest complete
-// checkpoint. --die-rank/--die-epoch/--die-step (tests) kill one rank in
-// attempt 0.
+// Every attempt, first or restarted, resumes from the newest checkpoint of
+// its run directory that verifies and was written by the same job; another
+// job's checkpoints are an error (or --resume-mismatched); a finished run
+// prints "Training already completed" and exits 0. Only one job may use a
+// run directory at a time. --die-rank/--die-epoch/--die-step (tests) kill
+// one rank in attempt 0. See docs/finetune.md, Guarantees.
 #include <c10/util/Exception.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +31,7 @@
 #include "absl/time/time.h"
 #include "examples/finetune/finetune_trainer.h"
 #include "examples/finetune/metrics_log.h"
+#include "examples/finetune/training_flags.h"
 #include "tpu_runtime/env_discovery.h"
 #include "tpu_runtime/launcher/flag_names.h"
 #include "tpu_runtime/rank_info.h"
@@ -52,6 +56,8 @@ ABSL_FLAG(int, num_to_keep, 1, "checkpoints kept (best by loss, plus the latest)
 ABSL_FLAG(int, max_failures, -1, "restarts allowed (-1: $TORCHELASTIC_MAX_RESTARTS, else 0)");
 ABSL_FLAG(uint64_t, seed, 0, "sampler shuffle seed");
 ABSL_FLAG(bool, bf16, true, "bf16 compute (fp32 master weights and gradient reduction)");
+ABSL_FLAG(bool, resume_mismatched, false,
+          "resume from the run directory's checkpoint even if another job (other flags, model or data) wrote it");
 ABSL_FLAG(absl::Duration, timeout, absl::Minutes(5), "store and collective timeout");
 ABSL_FLAG(int, die_rank, -1, "test: this rank raises SIGKILL in attempt 0 ...");
 ABSL_FLAG(int64_t, die_epoch, 0, "test: ... at this 0-based epoch ...");
@@ -93,6 +99,14 @@ int MaxFailures() {
 int main(int argc, char** argv) {
   tr::launcher::NormalizedArgv args(argc, argv);
   absl::ParseCommandLine(args.argc(), args.argv());
+  if (absl::Status s = ft::ValidateTrainingFlags({absl::GetFlag(FLAGS_num_epochs),
+                                                  absl::GetFlag(FLAGS_batch_size_per_device),
+                                                  absl::GetFlag(FLAGS_max_seq_len), absl::GetFlag(FLAGS_lr),
+                                                  absl::GetFlag(FLAGS_weight_decay)});
+      !s.ok()) {
+    fprintf(stderr, "gemma_finetune: usage error: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   absl::StatusOr<tr::RankInfo> info = tr::DiscoverRankInfo(tr::EnvMapFromProcess());
   if (!info.ok()) {
     fprintf(stderr, "gemma_finetune: discovery failed: %s\n", info.status().ToString().c_str());
@@ -115,6 +129,7 @@ int main(int argc, char** argv) {
   c.max_failures = MaxFailures();
   c.seed = absl::GetFlag(FLAGS_seed);
   c.bf16 = absl::GetFlag(FLAGS_bf16);
+  c.resume_mismatched = absl::GetFlag(FLAGS_resume_mismatched);
   c.timeout = absl::GetFlag(FLAGS_timeout);
   c.die_rank = absl::GetFlag(FLAGS_die_rank);
   c.die_epoch = absl::GetFlag(FLAGS_die_epoch);
@@ -136,7 +151,21 @@ int main(int argc, char** argv) {
     fprintf(stderr, "gemma_finetune: error: %s\n", status.ToString().c_str());
     return 1;
   }
-  if (info->rank == 0) {
+  if (info->rank == 0 && result->already_finished) {
+    std::string line = ft::EpochMetricsToJsonLine(result->final_metrics);
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    printf("Training already completed: all %lld epochs are in the run directory, nothing to train "
+           "(use a new --run-name to train again).\n",
+           static_cast<long long>(result->final_metrics.epoch));
+    if (result->final_metrics_logged) {
+      printf("Final metrics (logged): %s\n", line.c_str());
+    } else {
+      printf("Final loss: %.4f (epoch %lld; its metrics.jsonl line is missing)\n", result->final_metrics.loss,
+             static_cast<long long>(result->final_metrics.epoch));
+    }
+    printf("Checkpoint: %s\n", result->latest_checkpoint.c_str());
+    fflush(stdout);
+  } else if (info->rank == 0) {
     std::string line = ft::EpochMetricsToJsonLine(result->final_metrics);
     if (!line.empty() && line.back() == '\n') line.pop_back();
     printf("Training completed! Final metrics: %s\n", line.c_str());

@@ -9,7 +9,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "examples/finetune/checkpoint_retention.h"
+#include "examples/finetune/file_checksum.h"
 #include "examples/finetune/internal/fs_util.h"
 
 namespace tpudist::finetune {
@@ -18,6 +20,7 @@ namespace {
 constexpr char kTempPrefix[] = ".tmp_checkpoint_";
 constexpr char kFinalPrefix[] = "checkpoint_";
 constexpr char kNameTimeFormat[] = "%Y-%m-%d_%H-%M-%E6S";
+constexpr char kQuarantinedMarker[] = "checkpoint.json.corrupt";
 
 std::string Join(absl::string_view a, absl::string_view b) {
   return absl::StrCat(a, "/", b);
@@ -25,18 +28,24 @@ std::string Join(absl::string_view a, absl::string_view b) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
-    CheckpointManagerOptions options) {
-  if (options.storage_path.empty()) {
+absl::StatusOr<std::string> RunDirPath(const std::string& storage_path,
+                                       const std::string& run_name) {
+  if (storage_path.empty()) {
     return absl::InvalidArgumentError("checkpoint storage_path is empty");
   }
-  const std::string& name = options.run_name;
-  if (name.empty() || name == "." || name == ".." ||
-      absl::StrContains(name, '/')) {
+  if (run_name.empty() || run_name == "." || run_name == ".." ||
+      absl::StrContains(run_name, '/')) {
     return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint run_name '", name,
+        absl::StrCat("checkpoint run_name '", run_name,
                      "' must be a single non-empty path component"));
   }
+  return Join(storage_path, run_name);
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
+    CheckpointManagerOptions options) {
+  absl::StatusOr<std::string> run_dir = RunDirPath(options.storage_path, options.run_name);
+  if (!run_dir.ok()) return run_dir.status();
   if (!options.now) options.now = [] { return absl::Now(); };
   if (!options.warn) {
     options.warn = [](absl::string_view msg) {
@@ -44,10 +53,15 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
                    static_cast<int>(msg.size()), msg.data());
     };
   }
-  std::string run_dir = Join(options.storage_path, name);
-  if (absl::Status st = internal::MakeDirs(run_dir); !st.ok()) return st;
+  if (!options.error) {
+    options.error = [](absl::string_view msg) {
+      std::fprintf(stderr, "[checkpoint] error: %.*s\n",
+                   static_cast<int>(msg.size()), msg.data());
+    };
+  }
+  if (absl::Status st = internal::MakeDirs(*run_dir); !st.ok()) return st;
   std::unique_ptr<CheckpointManager> m(
-      new CheckpointManager(std::move(options), std::move(run_dir)));
+      new CheckpointManager(std::move(options), *std::move(run_dir)));
   if (absl::Status st = m->RemoveStaleTempDirs(); !st.ok()) return st;
   return m;
 }
@@ -111,6 +125,7 @@ absl::StatusOr<CheckpointInfo> CheckpointManager::Commit(
   meta.loss = report.loss;
   meta.complete = true;
   meta.created = options_.now();
+  meta.job = report.job;
   std::set<std::string> subdirs;
   for (const std::string& rel : *files) {
     if (rel == kCheckpointMetadataFile) {
@@ -119,10 +134,10 @@ absl::StatusOr<CheckpointInfo> CheckpointManager::Commit(
                        kCheckpointMetadataFile, " is reserved"));
     }
     const std::string path = Join(pending.path, rel);
-    auto size = internal::FileSize(path);
-    if (!size.ok()) return size.status();
+    absl::StatusOr<FileDigest> digest = DigestFile(path);
+    if (!digest.ok()) return digest.status();
     if (absl::Status st = internal::FsyncPath(path); !st.ok()) return st;
-    meta.files.push_back({rel, *size});
+    meta.files.push_back({rel, digest->bytes, digest->crc32});
     for (size_t slash = rel.find('/'); slash != std::string::npos;
          slash = rel.find('/', slash + 1)) {
       subdirs.insert(rel.substr(0, slash));
@@ -137,10 +152,10 @@ absl::StatusOr<CheckpointInfo> CheckpointManager::Commit(
   }
   if (absl::Status st = internal::FsyncPath(pending.path); !st.ok()) return st;
 
-  auto existing = ListComplete();
+  absl::StatusOr<Scan> existing = ScanRunDir();
   if (!existing.ok()) return existing.status();
   int64_t max_seq = 0;
-  for (const CheckpointInfo& c : *existing) {
+  for (const CheckpointInfo& c : existing->complete) {
     max_seq = std::max(max_seq, c.metadata.sequence);
   }
   meta.sequence = max_seq + 1;
@@ -176,11 +191,10 @@ absl::Status CheckpointManager::Abandon(const PendingCheckpoint& pending) {
   return internal::RemoveAll(pending.path);
 }
 
-absl::StatusOr<std::vector<CheckpointInfo>> CheckpointManager::ListComplete()
-    const {
+absl::StatusOr<CheckpointManager::Scan> CheckpointManager::ScanRunDir() const {
   auto names = internal::ListDir(run_dir_);
   if (!names.ok()) return names.status();
-  std::vector<CheckpointInfo> out;
+  Scan out;
   for (const std::string& n : *names) {
     if (!absl::StartsWith(n, kFinalPrefix)) continue;
     const std::string dir = Join(run_dir_, n);
@@ -188,33 +202,99 @@ absl::StatusOr<std::vector<CheckpointInfo>> CheckpointManager::ListComplete()
     const std::string marker = Join(dir, kCheckpointMetadataFile);
     auto body = internal::ReadFile(marker);
     if (!body.ok()) {
-      Warn(absl::StrCat("skipping incomplete checkpoint '", dir, "': no ",
-                        kCheckpointMetadataFile, " (", body.status().message(),
-                        ")"));
+      if (!absl::IsNotFound(body.status())) {
+        out.corrupt.push_back({dir, std::string(body.status().message())});
+      } else if (internal::IsRegularFile(Join(dir, kQuarantinedMarker))) {
+        out.quarantined.push_back(dir);
+      } else {
+        out.incomplete.push_back(dir);
+      }
       continue;
     }
     auto meta = ParseCheckpointMetadata(*body, marker);
     if (!meta.ok()) {
-      Warn(absl::StrCat("skipping checkpoint '", dir,
-                        "': ", meta.status().message()));
+      out.corrupt.push_back({dir, std::string(meta.status().message())});
       continue;
     }
     if (!meta->complete) {
-      Warn(absl::StrCat("skipping checkpoint '", dir,
-                        "': not marked complete"));
+      out.corrupt.push_back({dir, absl::StrCat(marker, ": not marked complete")});
       continue;
     }
     if (absl::Status st = VerifyCheckpointFiles(dir, *meta); !st.ok()) {
-      Warn(absl::StrCat("skipping checkpoint '", dir, "': ", st.message()));
+      out.corrupt.push_back({dir, std::string(st.message())});
       continue;
     }
-    out.push_back({dir, *std::move(meta)});
+    out.complete.push_back({dir, *std::move(meta)});
   }
-  std::sort(out.begin(), out.end(),
+  std::sort(out.complete.begin(), out.complete.end(),
             [](const CheckpointInfo& a, const CheckpointInfo& b) {
               return a.metadata.sequence < b.metadata.sequence;
             });
   return out;
+}
+
+absl::StatusOr<std::vector<CheckpointInfo>> CheckpointManager::ListComplete()
+    const {
+  absl::StatusOr<Scan> scan = ScanRunDir();
+  if (!scan.ok()) return scan.status();
+  for (const std::string& dir : scan->incomplete) {
+    Warn(absl::StrCat("skipping incomplete checkpoint '", dir, "': no ",
+                      kCheckpointMetadataFile));
+  }
+  for (const auto& [dir, why] : scan->corrupt) {
+    Warn(absl::StrCat("skipping checkpoint '", dir, "': ", why));
+  }
+  return std::move(scan->complete);
+}
+
+absl::Status CheckpointManager::Verify(const CheckpointInfo& c) const {
+  return VerifyCheckpointFiles(c.path, c.metadata, VerifyMode::kChecksums);
+}
+
+void CheckpointManager::Quarantine(const std::string& dir,
+                                   absl::string_view why) {
+  const std::string marker = Join(dir, kCheckpointMetadataFile);
+  const std::string moved = Join(dir, kQuarantinedMarker);
+  absl::Status st = internal::RenamePath(marker, moved);
+  if (st.ok()) st = internal::FsyncPath(dir);
+  options_.error(absl::StrCat(
+      "checkpoint '", dir, "' is corrupt and will not be loaded: ", why,
+      st.ok() ? absl::StrCat(" (", kCheckpointMetadataFile, " renamed to ",
+                             kQuarantinedMarker, "; directory kept for inspection)")
+              : absl::StrCat(" (could not quarantine it: ", st.message(), ")")));
+}
+
+absl::StatusOr<std::optional<CheckpointInfo>>
+CheckpointManager::LatestVerified() {
+  absl::StatusOr<Scan> scan = ScanRunDir();
+  if (!scan.ok()) return scan.status();
+  for (const std::string& dir : scan->incomplete) {
+    Warn(absl::StrCat("skipping incomplete checkpoint '", dir, "': no ",
+                      kCheckpointMetadataFile, " (a commit that did not finish)"));
+  }
+  std::vector<std::string> bad;
+  for (const auto& [dir, why] : scan->corrupt) {
+    Quarantine(dir, why);
+    bad.push_back(why);
+  }
+  for (auto it = scan->complete.rbegin(); it != scan->complete.rend(); ++it) {
+    absl::Status st = Verify(*it);
+    if (st.ok()) return std::optional<CheckpointInfo>(*it);
+    if (!absl::IsDataLoss(st)) return st;
+    Quarantine(it->path, st.message());
+    bad.push_back(std::string(st.message()));
+  }
+  if (bad.empty() && scan->quarantined.empty()) {
+    return std::optional<CheckpointInfo>();
+  }
+  std::string why = absl::StrJoin(bad, "; ");
+  if (!scan->quarantined.empty()) {
+    absl::StrAppend(&why, bad.empty() ? "" : "; ", "found corrupt earlier (",
+                    kQuarantinedMarker, "): ", absl::StrJoin(scan->quarantined, ", "));
+  }
+  return absl::DataLossError(absl::StrCat(
+      "no checkpoint in '", run_dir_, "' passes verification (",
+      bad.size() + scan->quarantined.size(), " corrupt: ", why, ")"));
 }
 
 absl::StatusOr<std::optional<CheckpointInfo>>
@@ -240,16 +320,24 @@ absl::StatusOr<std::optional<CheckpointInfo>> CheckpointManager::Best() const {
 }
 
 absl::Status CheckpointManager::Prune(int64_t latest_sequence) {
+  absl::StatusOr<Scan> scan = ScanRunDir();
+  if (!scan.ok()) return scan.status();
+  // Commits that never finished: garbage whatever num_to_keep says (as the
+  // one writer, no commit of ours is in flight).
+  for (const std::string& dir : scan->incomplete) {
+    Warn(absl::StrCat("removing incomplete checkpoint '", dir, "': no ",
+                      kCheckpointMetadataFile));
+    if (absl::Status st = internal::RemoveAll(dir); !st.ok()) return st;
+  }
   if (options_.num_to_keep <= 0) return absl::OkStatus();
-  auto all = ListComplete();
-  if (!all.ok()) return all.status();
+  const std::vector<CheckpointInfo>& all = scan->complete;
   std::vector<RetentionCandidate> candidates;
-  for (const CheckpointInfo& c : *all) {
+  for (const CheckpointInfo& c : all) {
     candidates.push_back({c.metadata.sequence, c.metadata.loss});
   }
   const std::vector<int64_t> doomed =
       CheckpointsToDelete(candidates, options_.num_to_keep, latest_sequence);
-  for (const CheckpointInfo& c : *all) {
+  for (const CheckpointInfo& c : all) {
     if (!std::binary_search(doomed.begin(), doomed.end(),
                             c.metadata.sequence)) {
       continue;

@@ -12,23 +12,35 @@
 //   1. BeginWrite() creates a fresh .tmp_checkpoint_* directory and hands
 //      it out; the trainer (every rank, for a sharded checkpoint: rank 0
 //      shares the path, e.g. through the store) writes its files there.
-//   2. Commit() — after all writers are done (a barrier) — fsyncs every
-//      file and directory, renames the temp dir to checkpoint_<timestamp>,
+//   2. Commit() — after all writers are done (a barrier) — reads every file
+//      once for its size and CRC-32 (file_checksum.h) and fsyncs it and
+//      every directory, renames the temp dir to checkpoint_<timestamp>,
 //      fsyncs the run dir, and only then writes checkpoint.json (via a temp
-//      name + rename + fsync) with epoch, step, loss, complete=true and the
-//      list of files with their sizes. Then it prunes (checkpoint_retention.h).
+//      name + rename + fsync) with epoch, step, loss, complete=true, the
+//      job fingerprint and the files with their sizes and CRC-32s. Then it
+//      prunes (checkpoint_retention.h).
 //   A crash at any point leaves either a .tmp_checkpoint_* dir (removed by
-//   the next Open()) or a checkpoint_* dir without checkpoint.json; neither
-//   looks complete. A checkpoint whose files later do not match the sizes in
-//   checkpoint.json (truncated, deleted) is skipped too. Skipped directories
-//   are reported through options.warn and left on disk for inspection.
+//   the next Open()) or a checkpoint_* dir without checkpoint.json (an
+//   incomplete commit: skipped, and removed by the next Commit()).
+//
+// What is trusted:
+//   - ListComplete/LatestComplete/Best: checkpoint.json parses, says
+//     complete, and every listed file has its recorded size (stat only).
+//   - Verify/LatestVerified: also every byte (CRC-32). Load only a
+//     checkpoint that passed Verify; LatestVerified is the resume entry.
+//   A checkpoint that fails verification (torn or unparseable marker, wrong
+//   size, wrong CRC, missing file) is "corrupt": LatestVerified reports it
+//   through options.error naming the file, renames its marker to
+//   checkpoint.json.corrupt (so it never looks complete again and does not
+//   count for retention) and leaves the directory for inspection.
 //
 // Ordering: "latest" is the highest sequence number in checkpoint.json
 // (commit order), not the directory name, so clock steps do not reorder.
 //
-// Assumes one live manager per run directory (rank 0 of the job); Open()
-// removes every .tmp_checkpoint_* it finds as stale. Not thread-safe:
-// use from one thread. All filesystem errors are Statuses naming the path.
+// Assumes one live writer per run directory (rank 0 of the job, holding the
+// run_dir_lock.h lock); Open() removes every .tmp_checkpoint_* it finds as
+// stale. Not thread-safe: use from one thread. All filesystem errors are
+// Statuses naming the path.
 #ifndef EXAMPLES_FINETUNE_CHECKPOINT_MANAGER_H_
 #define EXAMPLES_FINETUNE_CHECKPOINT_MANAGER_H_
 
@@ -37,6 +49,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -54,8 +67,12 @@ struct CheckpointManagerOptions {
   int num_to_keep = 0;
   // Clock for directory names and "created"; tests inject one.
   std::function<absl::Time()> now;  // default absl::Now
-  // Receives one line per skipped or cleaned-up directory; default: stderr.
+  // Receives one line per skipped or cleaned-up directory; default: stderr
+  // "[checkpoint] warning: ...".
   std::function<void(absl::string_view)> warn;
+  // Receives one line per corrupt checkpoint found by LatestVerified, naming
+  // the bad file; default: stderr "[checkpoint] error: ...".
+  std::function<void(absl::string_view)> error;
 };
 
 // A write in progress: the directory to write into. Plain value; dropping it
@@ -69,12 +86,18 @@ struct CheckpointReport {
   int64_t epoch = 0;
   int64_t step = 0;  // batches consumed in `epoch` (resume point)
   double loss = 0.0;
+  JobFingerprint job;  // recorded as checkpoint.json "job"
 };
 
 struct CheckpointInfo {
   std::string path;  // <run_dir>/checkpoint_<timestamp>
   CheckpointMetadata metadata;
 };
+
+// <storage_path>/<run_name>. InvalidArgument for an empty storage_path or
+// a run_name that is empty, "." / "..", or contains '/'. Pure.
+absl::StatusOr<std::string> RunDirPath(const std::string& storage_path,
+                                       const std::string& run_name);
 
 class CheckpointManager {
  public:
@@ -97,20 +120,46 @@ class CheckpointManager {
   // Deletes the temp directory of an unwanted write.
   absl::Status Abandon(const PendingCheckpoint& pending);
 
-  // Complete checkpoints on disk, oldest first (rescans; warns on skips).
+  // Complete checkpoints on disk (sizes checked, not checksums), oldest
+  // first (rescans; warns on skips).
   absl::StatusOr<std::vector<CheckpointInfo>> ListComplete() const;
 
-  // The newest complete checkpoint, for resume after failure; nullopt when
-  // there is none.
+  // The newest complete checkpoint (sizes checked); nullopt when none.
   absl::StatusOr<std::optional<CheckpointInfo>> LatestComplete() const;
 
-  // The lowest-loss complete checkpoint; nullopt when there is none.
+  // The lowest-loss complete checkpoint (sizes checked); nullopt when none.
+  // Verify() it before loading from it.
   absl::StatusOr<std::optional<CheckpointInfo>> Best() const;
+
+  // Re-reads every file of `checkpoint` and compares sizes and CRC-32s with
+  // its checkpoint.json. DataLoss naming the first bad file.
+  absl::Status Verify(const CheckpointInfo& checkpoint) const;
+
+  // For resume: the newest checkpoint that verifies (every byte). Each
+  // corrupt one met on the way (and every one whose marker is torn) is
+  // reported through options.error and quarantined (see above). nullopt
+  // when the run directory holds no checkpoint at all; DataLoss listing the
+  // bad files (and the dirs quarantined earlier) when it holds some but none
+  // verifies, on this and every later call. Mutates the run dir: call only
+  // as its one writer.
+  absl::StatusOr<std::optional<CheckpointInfo>> LatestVerified();
 
  private:
   explicit CheckpointManager(CheckpointManagerOptions options,
                              std::string run_dir)
       : options_(std::move(options)), run_dir_(std::move(run_dir)) {}
+
+  // One pass over the run dir: complete ones (sizes ok) by sequence, corrupt
+  // ones (dir, why), ones quarantined earlier, and incomplete commits (no
+  // marker, not quarantined).
+  struct Scan {
+    std::vector<CheckpointInfo> complete;
+    std::vector<std::pair<std::string, std::string>> corrupt;
+    std::vector<std::string> quarantined;
+    std::vector<std::string> incomplete;
+  };
+  absl::StatusOr<Scan> ScanRunDir() const;
+  void Quarantine(const std::string& dir, absl::string_view why);
 
   absl::Status RemoveStaleTempDirs();
   absl::Status Prune(int64_t latest_sequence);

@@ -49,7 +49,7 @@ class CheckpointManagerTest : public ::testing::Test {
     EXPECT_TRUE(p.ok()) << p.status();
     WriteFile(p->path + "/model.pt", payload);
     WriteFile(p->path + "/shards/rank_1.pt", payload + payload);
-    auto info = m.Commit(*p, {epoch, 10 * epoch, loss});
+    auto info = m.Commit(*p, {epoch, 10 * epoch, loss, {}});
     EXPECT_TRUE(info.ok()) << info.status();
     return info.ok() ? *info : CheckpointInfo{};
   }
@@ -72,7 +72,7 @@ TEST_F(CheckpointManagerTest, CommitLayoutAndMetadata) {
   EXPECT_TRUE(absl::StartsWith(p->path, m->run_dir() + "/.tmp_checkpoint_"));
   WriteFile(p->path + "/model.pt", std::string(1000, 'w'));
   WriteFile(p->path + "/shards/rank_3.pt", "abc");
-  auto info = m->Commit(*p, {2, 17, 1.25});
+  auto info = m->Commit(*p, {2, 17, 1.25, {}});
   ASSERT_TRUE(info.ok()) << info.status();
   // Clock: BeginWrite = tick 0, Commit's created = tick 1, name = tick 2.
   EXPECT_EQ(info->path,
@@ -232,12 +232,12 @@ TEST_F(CheckpointManagerTest, ErrorsNameThePath) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr(tmp_.path() + "/file"));
 
   auto m = Open();
-  auto stray = m->Commit({tmp_.path() + "/elsewhere"}, {0, 0, 0});
+  auto stray = m->Commit({tmp_.path() + "/elsewhere"}, {0, 0, 0, {}});
   EXPECT_EQ(stray.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(stray.status().message()), HasSubstr("elsewhere"));
   auto p = m->BeginWrite();
   WriteFile(p->path + "/checkpoint.json", "{}");
-  auto reserved = m->Commit(*p, {0, 0, 0});
+  auto reserved = m->Commit(*p, {0, 0, 0, {}});
   EXPECT_THAT(std::string(reserved.status().message()), HasSubstr("reserved"));
 
   if (::geteuid() != 0) {  // root ignores permissions

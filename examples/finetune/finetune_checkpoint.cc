@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "examples/finetune/checkpoint_metadata.h"
 #include "fsdp/fully_shard/optimizer_checkpoint.h"
 #include "fsdp/fully_shard/sharded_checkpoint.h"
 #include "fsdp/fully_shard/state_dict.h"
@@ -60,6 +62,33 @@ absl::Status ExportHf(const CheckpointTarget& t, const fsdp::StateDict& full, co
   so.dtype = at::kFloat;
   so.copy_tokenizer_from = t.model_dir;
   return models::gemma::SaveGemmaAsHf(*fresh, dir, so);
+}
+
+// checkpoint.json of `dir`, parsed (it carries the CRC-32s to check).
+absl::StatusOr<CheckpointMetadata> ReadVerifiedMetadata(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", kCheckpointMetadataFile);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseCheckpointMetadata(text.str(), path);
+}
+
+// The listed files LoadShardedCheckpoint / LoadShardedAdamWState read on
+// `rank`: shards/metadata.json, its own shard files and rank 0's model
+// shard (unsharded tensors live there).
+std::vector<std::string> FilesRankReads(const CheckpointMetadata& meta, int rank, int world) {
+  const std::string mine = absl::StrCat("-", rank, "-of-", world, ".safetensors");
+  const std::string first = absl::StrCat("shard-0-of-", world, ".safetensors");
+  std::vector<std::string> out;
+  for (const CheckpointFile& f : meta.files) {
+    if (!absl::StartsWith(f.path, absl::StrCat(kShardsDir, "/"))) continue;
+    if (f.path == absl::StrCat(kShardsDir, "/metadata.json") || absl::EndsWith(f.path, mine) ||
+        absl::EndsWith(f.path, first)) {
+      out.push_back(f.path);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -123,7 +152,8 @@ absl::StatusOr<std::string> SaveFineTuneCheckpoint(const CheckpointTarget& t, Ch
   if (absl::Status s = Barrier(t); !s.ok()) return s;  // every rank's files are written
   std::string committed;
   if (rank == 0) {
-    absl::StatusOr<CheckpointInfo> info = manager->Commit(*pending, {state.epoch, state.step, state.loss});
+    absl::StatusOr<CheckpointInfo> info =
+        manager->Commit(*pending, {state.epoch, state.step, state.loss, t.job});
     if (!info.ok()) return info.status();
     committed = info->path;
   }
@@ -131,25 +161,34 @@ absl::StatusOr<std::string> SaveFineTuneCheckpoint(const CheckpointTarget& t, Ch
 }
 
 absl::StatusOr<TrainerState> RestoreFineTuneCheckpoint(const CheckpointTarget& t, const std::string& dir,
-                                                       const TrainerState& expect) {
+                                                       const TrainerState& expect, bool allow_mismatch) {
+  const int rank = t.mesh->global_rank();
+  const int world = static_cast<int>(t.mesh->size());
+  absl::StatusOr<CheckpointMetadata> meta = ReadVerifiedMetadata(dir);
+  if (!meta.ok()) return meta.status();
+  if (absl::Status s = VerifyCheckpointFiles(dir, *meta, VerifyMode::kChecksums, {kTrainerState}); !s.ok()) {
+    return s;
+  }
   std::ifstream in(dir + "/" + kTrainerState, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", dir, "/", kTrainerState));
   std::stringstream text;
   text << in.rdbuf();
   absl::StatusOr<TrainerState> state = TrainerStateFromJson(text.str(), dir);
   if (!state.ok()) return state.status();
-  if (state->world_size != expect.world_size || state->dataset_size != expect.dataset_size ||
-      state->seed != expect.seed) {
+  if (state->world_size != expect.world_size ||
+      (!allow_mismatch && (state->dataset_size != expect.dataset_size || state->seed != expect.seed))) {
     return absl::FailedPreconditionError(absl::StrCat(
         dir, ": written by a run with world_size ", state->world_size, ", dataset_size ",
         state->dataset_size, ", seed ", state->seed, "; this run has ", expect.world_size, ", ",
         expect.dataset_size, ", ", expect.seed, ": resuming would not continue the same run"));
   }
+  if (absl::Status s = VerifyCheckpointFiles(dir, *meta, VerifyMode::kChecksums, FilesRankReads(*meta, rank, world));
+      !s.ok()) {
+    return s;
+  }
   const std::string shards = dir + "/" + kShardsDir;
   if (absl::Status s = fsdp::LoadShardedCheckpoint(t.model.ptr(), *t.mesh, shards); !s.ok()) return s;
-  if (absl::Status s = fsdp::LoadShardedAdamWState(t.model.ptr(), *t.optimizer, t.mesh->global_rank(),
-                                                   static_cast<int>(t.mesh->size()), shards);
-      !s.ok()) {
+  if (absl::Status s = fsdp::LoadShardedAdamWState(t.model.ptr(), *t.optimizer, rank, world, shards); !s.ok()) {
     return s;
   }
   return state;

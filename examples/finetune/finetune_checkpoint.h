@@ -16,8 +16,16 @@
 // key; all ranks write their shards; the full state dict is gathered to
 // rank 0 (cpu offload, frozen PLE skipped and taken from rank 0's own fp32
 // copy instead, since it never changes) and exported; barrier; rank 0
-// Commit()s (atomic rename + marker) and prunes to the best num_to_keep.
-// A rank dying anywhere before Commit leaves only a temp dir.
+// Commit()s (atomic rename + marker with every file's CRC-32 and the job
+// fingerprint) and prunes to the best num_to_keep. A rank dying anywhere
+// before Commit leaves only a temp dir.
+//
+// Restore: rank 0 has already chosen a checkpoint that verifies byte for
+// byte (resume_plan.h); each rank still checks the CRC-32 of every file it
+// reads (trainer_state.json, shards/metadata.json, its own and rank 0's
+// model shard, its optimizer shard) against checkpoint.json right before
+// loading, so a file damaged in between, or a host that sees other bytes,
+// is an error rather than silently wrong weights.
 #ifndef EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_
 #define EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_
 
@@ -54,6 +62,7 @@ struct CheckpointTarget {
   c10::intrusive_ptr<c10d::Store> store;  // for sharing the temp path
   at::Tensor ple_fp32;                    // [Vp, L * P] frozen table, rank 0
   std::string model_dir;                  // tokenizer files are copied from it
+  JobFingerprint job;                     // rank 0: recorded in checkpoint.json
   absl::Duration timeout = absl::Minutes(5);
 };
 
@@ -65,10 +74,13 @@ absl::StatusOr<std::string> SaveFineTuneCheckpoint(const CheckpointTarget& targe
 
 // Restores model shards and optimizer state from checkpoint `dir` (every
 // rank; same world size as the writer) and returns its trainer state.
-// FailedPrecondition when the world size or dataset size differs.
+// DataLoss naming the file when one this rank reads fails its CRC-32;
+// FailedPrecondition when the world size differs, or (unless
+// allow_mismatch) the dataset size or seed.
 absl::StatusOr<TrainerState> RestoreFineTuneCheckpoint(const CheckpointTarget& target,
                                                        const std::string& dir,
-                                                       const TrainerState& expect);
+                                                       const TrainerState& expect,
+                                                       bool allow_mismatch = false);
 
 // trainer_state.json round trip. Pure.
 std::string TrainerStateToJson(const TrainerState& s);

@@ -20,10 +20,16 @@
 #include "examples/finetune/dolly_dataset.h"
 #include "examples/finetune/finetune_checkpoint.h"
 #include "examples/finetune/hf_tokenizer_call.h"
+#include "examples/finetune/job_fingerprint.h"
 #include "examples/finetune/progress_reporter.h"
+#include "examples/finetune/resume_plan.h"
+#include "examples/finetune/run_dir_lock.h"
+#include "examples/finetune/run_start.h"
 #include "examples/finetune/tokenized_dataset.h"
+#include "examples/finetune/training_flags.h"
 #include "fsdp/device_mesh.h"
 #include "models/gemma/hf_checkpoint.h"
+#include "models/gemma/model_dir.h"
 #include "models/gemma/parallelize_gemma.h"
 #include "models/gemma/tokenizer.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
@@ -82,8 +88,13 @@ absl::StatusOr<TokenizedDataset> LoadData(const FineTuneConfig& c, const gemma::
       SeedTokenizeOptions(c.model_dir, c.max_seq_len, static_cast<int>(tok.pad_id()),
                           tok.add_bos() ? static_cast<int>(tok.bos_id()) : -1);
   if (!t.ok()) return t.status();
-  Encoder encode = [&tok](absl::string_view text) -> absl::StatusOr<std::vector<int>> {
-    std::vector<int64_t> ids = tok.Encode(text, /*add_bos=*/false);
+  // Right truncation keeps the head: tokenize only as far as max_seq_len + 1
+  // ids (one more than fits, so MakeRow still sees the row as truncated);
+  // EncodeHead's ids are exactly Encode's first ones (tokenizer.h).
+  const int64_t head = t->truncation_side == Side::kRight ? c.max_seq_len + 1 : -1;
+  Encoder encode = [&tok, head](absl::string_view text) -> absl::StatusOr<std::vector<int>> {
+    std::vector<int64_t> ids = head >= 0 ? tok.EncodeHead(text, head, /*add_bos=*/false)
+                                         : tok.Encode(text, /*add_bos=*/false);
     return std::vector<int>(ids.begin(), ids.end());
   };
   return TokenizedDataset::Create(*rows, encode, *t, c.include_context);
@@ -98,23 +109,22 @@ double AllReduceAvg(const fsdp::DeviceMesh& mesh, double value, absl::Duration t
   return t[0].item<double>();
 }
 
-// Rank 0 decides where to resume from and tells the others through the
-// store: "" (fresh) or a checkpoint path.
-absl::StatusOr<std::string> AgreeOnResume(const tpu_runtime::RankInfo& info, CheckpointManager* mgr,
-                                          c10d::Store& store, absl::Duration timeout) {
-  const std::string key = "finetune/resume_from";
-  if (info.rank == 0) {
-    std::string path;
-    if (info.restart_count > 0) {
-      absl::StatusOr<std::optional<CheckpointInfo>> latest = mgr->LatestComplete();
-      if (!latest.ok()) return latest.status();
-      if (latest->has_value()) path = (*latest)->path;
-    }
-    store.set(key, std::vector<uint8_t>(path.begin(), path.end()));
-  }
-  store.wait({key}, Ms(timeout));
-  const std::vector<uint8_t> v = store.get(key);
-  return std::string(v.begin(), v.end());
+JobSpec SpecOf(const FineTuneConfig& c, int world, int64_t rows) {
+  JobSpec spec;
+  spec.model_dir = c.model_dir;
+  spec.dataset = c.dataset;
+  spec.dataset_split = c.dataset_split;
+  spec.dataset_rows = rows;
+  spec.include_context = c.include_context;
+  spec.max_seq_len = c.max_seq_len;
+  spec.batch_size_per_device = c.batch_size_per_device;
+  spec.num_epochs = c.num_epochs;
+  spec.lr = c.lr;
+  spec.weight_decay = c.weight_decay;
+  spec.seed = c.seed;
+  spec.bf16 = c.bf16;
+  spec.world_size = world;
+  return spec;
 }
 
 }  // namespace
@@ -126,15 +136,31 @@ std::string DefaultRunName(const std::string& job_id) {
 absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, const FineTuneConfig& c) {
   const int rank = info.rank, world = info.world_size;
   if (c.storage_path.empty()) return absl::InvalidArgumentError("--storage-path (or STORAGE_PATH) is required");
-  if (c.num_epochs < 1 || c.batch_size_per_device < 1 || c.max_seq_len < 2) {
-    return absl::InvalidArgumentError("need --num-epochs >= 1, --batch-size-per-device >= 1, --max-seq-len >= 2");
+  if (absl::Status s = ValidateTrainingFlags(
+          {c.num_epochs, c.batch_size_per_device, c.max_seq_len, c.lr, c.weight_decay});
+      !s.ok()) {
+    return s;
   }
   if (info.restart_count > c.max_failures) {
     return absl::FailedPreconditionError(absl::StrCat("attempt ", info.restart_count, " exceeds --max-failures ",
                                                       c.max_failures));
   }
+  // Rank 0 owns the run directory for the whole attempt (run_dir_lock.h):
+  // a second job on it fails here, before it reads or writes anything. A
+  // restarted attempt waits a little for the previous rank 0 to be gone.
+  const std::string run_name = c.run_name.empty() ? DefaultRunName(info.job_id) : c.run_name;
+  absl::StatusOr<std::string> run_dir = RunDirPath(c.storage_path, run_name);
+  if (!run_dir.ok()) return Annotate(run_dir.status(), rank, "--run-name");
+  std::optional<RunDirLock> lock;
+  if (rank == 0) {
+    absl::StatusOr<RunDirLock> l =
+        RunDirLock::Acquire(*run_dir, info.restart_count > 0 ? absl::Seconds(30) : absl::ZeroDuration());
+    if (!l.ok()) return Annotate(l.status(), rank, "lock");
+    lock.emplace(*std::move(l));
+  }
   // Data first: a bad dataset fails fast, before any rendezvous.
-  absl::StatusOr<std::unique_ptr<gemma::Tokenizer>> tok = gemma::LoadTokenizer(c.model_dir);
+  // The tokenizer's ids must fit the model's vocab_size (config.json).
+  absl::StatusOr<std::unique_ptr<gemma::Tokenizer>> tok = gemma::LoadTokenizerForModel(c.model_dir);
   if (!tok.ok()) return Annotate(tok.status(), rank, "tokenizer");
   absl::StatusOr<TokenizedDataset> data = LoadData(c, **tok);
   if (!data.ok()) return Annotate(data.status(), rank, "dataset");
@@ -149,6 +175,44 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
   absl::StatusOr<std::unique_ptr<coord::CoordinationRuntime>> runtime = coord::StartOrConnect(info, ro);
   if (!runtime.ok()) return Annotate(runtime.status(), rank, "coordination");
   auto store = c10::make_intrusive<c10d::PrefixStore>("gemma_finetune", (*runtime)->store());
+
+  // Where this attempt starts: rank 0 decides (resume_plan.h), all follow.
+  std::unique_ptr<CheckpointManager> mgr;
+  std::optional<MetricsLog> metrics;
+  absl::StatusOr<ResumePlan> plan = ResumePlan{};
+  if (rank == 0) {
+    CheckpointManagerOptions mo;
+    mo.storage_path = c.storage_path;
+    mo.run_name = run_name;
+    mo.num_to_keep = c.num_to_keep;
+    absl::StatusOr<std::unique_ptr<CheckpointManager>> m = CheckpointManager::Open(mo);
+    absl::StatusOr<MetricsLog> log = m.ok() ? MetricsLog::Open((*m)->run_dir()) : m.status();
+    if (log.ok()) {
+      mgr = std::move(*m);
+      metrics = std::move(*log);
+      plan = PlanStart(SpecOf(c, world, data->size()), c.resume_mismatched, num_batches, *mgr, *metrics);
+    } else {
+      plan = log.status();
+    }
+  }
+  absl::StatusOr<RunStart> start = ShareStart(rank, plan, *store, c.timeout);
+  if (!start.ok()) return Annotate(start.status(), rank, "start");
+  FineTuneResult result;
+  if (start->kind == StartKind::kFinished) {
+    result.already_finished = true;
+    result.latest_checkpoint = start->checkpoint;
+    if (rank == 0) {
+      const int64_t done = plan->epochs_done;
+      std::optional<EpochMetrics> logged = LoggedEpoch(metrics->path(), done);
+      result.final_metrics_logged = logged.has_value();
+      result.final_metrics = logged.value_or(EpochMetrics{});
+      result.final_metrics.epoch = done;
+      if (!logged) result.final_metrics.loss = plan->checkpoint->metadata.loss;
+    }
+    (*runtime)->Shutdown();
+    return result;
+  }
+
   absl::StatusOr<fsdp::DeviceMesh> mesh = MakeMesh(info, store, c.timeout);
   if (!mesh.ok()) return Annotate(mesh.status(), rank, "device mesh");
 
@@ -166,21 +230,6 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
   }
   torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
 
-  std::unique_ptr<CheckpointManager> mgr;
-  std::optional<MetricsLog> metrics;
-  const std::string run_name = c.run_name.empty() ? DefaultRunName(info.job_id) : c.run_name;
-  if (rank == 0) {
-    CheckpointManagerOptions mo;
-    mo.storage_path = c.storage_path;
-    mo.run_name = run_name;
-    mo.num_to_keep = c.num_to_keep;
-    absl::StatusOr<std::unique_ptr<CheckpointManager>> m = CheckpointManager::Open(mo);
-    if (!m.ok()) return Annotate(m.status(), rank, "checkpoints");
-    mgr = std::move(*m);
-    absl::StatusOr<MetricsLog> log = MetricsLog::Open(mgr->run_dir());
-    if (!log.ok()) return Annotate(log.status(), rank, "metrics");
-    metrics = std::move(*log);
-  }
   CheckpointTarget target;
   target.model = *model;
   target.mesh = &*mesh;
@@ -188,27 +237,26 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
   target.store = store;
   target.ple_fp32 = ple_fp32;
   target.model_dir = c.model_dir;
+  if (rank == 0) target.job = plan->job;
   target.timeout = c.timeout;
   TrainerState expect;
   expect.seed = c.seed;
   expect.world_size = world;
   expect.dataset_size = data->size();
 
-  FineTuneResult result;
   int64_t start_epoch = 0, start_step = 0;
-  absl::StatusOr<std::string> resume = AgreeOnResume(info, mgr.get(), *store, c.timeout);
-  if (!resume.ok()) return Annotate(resume.status(), rank, "resume");
-  if (!resume->empty()) {
-    absl::StatusOr<TrainerState> st = RestoreFineTuneCheckpoint(target, *resume, expect);
+  if (start->kind == StartKind::kResume) {
+    const std::string& from = start->checkpoint;
+    absl::StatusOr<TrainerState> st = RestoreFineTuneCheckpoint(target, from, expect, c.resume_mismatched);
     if (!st.ok()) return Annotate(st.status(), rank, "restore");
     start_epoch = st->epoch;
     start_step = st->step;
     if (start_step >= num_batches) ++start_epoch, start_step = 0;
     result.resumed_from_epoch = start_epoch;
-    result.latest_checkpoint = *resume;
+    result.latest_checkpoint = from;
     result.final_metrics.loss = st->loss;
     result.final_metrics.epoch = st->epoch + 1;
-    if (rank == 0) printf("Resuming from %s (epoch %lld, step %lld)\n", resume->c_str(),
+    if (rank == 0) printf("Resuming from %s (epoch %lld, step %lld)\n", from.c_str(),
                           static_cast<long long>(start_epoch + 1), static_cast<long long>(start_step));
   }
 

@@ -18,12 +18,23 @@
 //            optimizer + trainer state, and the full model in HF form, into
 //            one atomic checkpoint; keep-best(num_to_keep, loss, min); then
 //            rank 0 appends metrics.jsonl
-//   resume   when info.restart_count > 0: from LatestComplete(); the run
-//            continues exactly where the uninterrupted run would be (model
-//            shards, AdamW state, sampler epoch/step; the step uses no RNG)
+//   start    rank 0 locks the run directory (run_dir_lock.h; a second job
+//            on it fails at once naming the holder) and plans the start
+//            (run_start.h, resume_plan.h), the same way for a fresh start
+//            and a restart:
+//            from the newest checkpoint that verifies byte for byte and was
+//            written by the same job (fingerprint: model and data files,
+//            split, hyper-parameters, world size); a different job is an
+//            error unless resume_mismatched; a finished one returns
+//            already_finished without training; no checkpoint: fresh.
+//            metrics.jsonl is trimmed to the resumed epoch (no duplicates).
+//   resume   the run continues exactly where the uninterrupted run would be
+//            (model shards, AdamW state, sampler epoch/step; the step uses
+//            no RNG)
 //
-// The run directory is <storage_path>/<run_name>; run_name must be the same
-// in every attempt of a job (default: derived from the job id).
+// The run directory is <storage_path>/<run_name> and holds one job; every
+// attempt of a job must use the same run_name (default: derived from the
+// job id).
 // Blocking waits (store, collectives) have config.timeout as deadline.
 // Thread-safety: call once per process, from one thread.
 #ifndef EXAMPLES_FINETUNE_FINETUNE_TRAINER_H_
@@ -56,6 +67,10 @@ struct FineTuneConfig {
   int max_failures = 0;       // restarts allowed (the launcher's --max-restarts)
   uint64_t seed = 0;          // sampler shuffle seed
   bool bf16 = true;           // bf16 compute (fp32 master and reduce)
+  // Resume from the run directory's checkpoint even though it was written by
+  // a job with another fingerprint (e.g. more epochs, another lr). The world
+  // size must still match (optimizer state is not resharded).
+  bool resume_mismatched = false;
   absl::Duration timeout = absl::Minutes(5);
   // Test-only failure injection: rank die_rank SIGKILLs itself before step
   // die_step (0-based) of epoch die_epoch (0-based), in attempt 0 only.
@@ -67,6 +82,10 @@ struct FineTuneConfig {
 struct FineTuneResult {
   std::vector<EpochMetrics> epochs;  // the epochs this attempt ran
   EpochMetrics final_metrics;        // the last epoch's (also after resume)
+  // All epochs were already done (rank 0: final_metrics is the logged line
+  // of the last epoch when final_metrics_logged, else only epoch and loss).
+  bool already_finished = false;
+  bool final_metrics_logged = true;
   std::string latest_checkpoint;     // path of the newest complete checkpoint
   int64_t resumed_from_epoch = -1;   // 0-based epoch it restarted at; -1 fresh
 };

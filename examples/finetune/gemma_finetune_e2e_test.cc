@@ -9,9 +9,6 @@
 //     --max-restarts 1) finishes with the same losses as the clean run;
 //   - bad lines, missing fields and empty splits fail with clear errors.
 // Every child runs under `timeout`, so a hang fails the test.
-#include <stdio.h>
-#include <sys/wait.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "examples/finetune/checkpoint_manager.h"
+#include "examples/finetune/internal/finetune_process_for_test.h"
 #include "examples/finetune/internal/test_temp_dir.h"
 #include "examples/finetune/metrics_log.h"
 #include "gmock/gmock.h"
@@ -41,25 +39,11 @@ std::string SourceDir() {
   return env != nullptr ? env : TPU_DIST_SOURCE_DIR_DEFAULT;
 }
 
-struct RunOutput {
-  int exit_code = -1;
-  std::string output;  // stdout + stderr of tpurun and every rank
-};
+using internal::RunOutput;
 
 // Runs gemma_finetune under tpurun with `args`, at most `limit_s` seconds.
 RunOutput RunFinetune(int nproc, const std::string& tpurun_args, const std::string& args, int limit_s = 300) {
-  const std::string cmd = absl::StrCat("OMP_NUM_THREADS=1 timeout -s KILL ", limit_s, " ", TPURUN_PATH,
-                                       " --nproc ", nproc, " ", tpurun_args, " -- ", GEMMA_FINETUNE_PATH,
-                                       " --timeout 120s ", args, " 2>&1");
-  RunOutput r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return internal::RunGemmaFinetune(TPURUN_PATH, GEMMA_FINETUNE_PATH, nproc, tpurun_args, args, limit_s);
 }
 
 // The tiny fine-tune both runs share; differs only in failure injection.

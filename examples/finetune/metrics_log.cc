@@ -98,6 +98,33 @@ absl::Status MetricsLog::Append(const EpochMetrics& m) {
   return internal::AppendFileSynced(path_, EpochMetricsToJsonLine(m));
 }
 
+absl::StatusOr<int64_t> MetricsLog::TrimAfter(int64_t last_epoch) {
+  auto body = internal::ReadFile(path_);
+  if (absl::IsNotFound(body.status())) return 0;
+  if (!body.ok()) return body.status();
+  std::string kept, dropped;
+  int64_t n_dropped = 0;
+  for (absl::string_view line : absl::StrSplit(*body, '\n')) {
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    auto m = ParseEpochMetricsLine(line, path_);
+    std::string& to = m.ok() && m->epoch <= last_epoch ? kept : dropped;
+    absl::StrAppend(&to, line, "\n");
+    if (&to == &dropped) ++n_dropped;
+  }
+  if (n_dropped == 0) return 0;
+  const std::string dir = path_.substr(0, path_.rfind('/'));
+  if (absl::Status st = internal::AppendFileSynced(
+          absl::StrCat(dir, "/", kDiscardedMetricsFile), dropped);
+      !st.ok()) {
+    return st;
+  }
+  const std::string tmp = absl::StrCat(path_, ".tmp");
+  if (absl::Status st = internal::WriteFileSynced(tmp, kept); !st.ok()) return st;
+  if (absl::Status st = internal::RenamePath(tmp, path_); !st.ok()) return st;
+  if (absl::Status st = internal::FsyncPath(dir); !st.ok()) return st;
+  return n_dropped;
+}
+
 absl::StatusOr<std::vector<EpochMetrics>> ReadMetricsLog(
     const std::string& path) {
   auto body = internal::ReadFile(path);

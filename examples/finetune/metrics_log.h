@@ -21,6 +21,7 @@
 namespace tpudist::finetune {
 
 inline constexpr char kMetricsFile[] = "metrics.jsonl";
+inline constexpr char kDiscardedMetricsFile[] = "metrics.discarded.jsonl";
 
 struct EpochMetrics {
   int64_t epoch = 0;  // 1-based
@@ -57,6 +58,14 @@ class MetricsLog {
 
   // Appends one line and fsyncs. Errors name the path.
   absl::Status Append(const EpochMetrics& m);
+
+  // Before a run continues after `last_epoch` (1-based; 0 = from scratch):
+  // drops every line for a later epoch, and every line that does not parse
+  // (a torn append), so that no epoch is ever logged twice. Dropped lines
+  // are appended to <run_dir>/metrics.discarded.jsonl, the log is rewritten
+  // through a temp file + rename + fsync. Returns how many were dropped
+  // (0: the file is left untouched; a missing file is fine).
+  absl::StatusOr<int64_t> TrimAfter(int64_t last_epoch);
 
  private:
   explicit MetricsLog(std::string path) : path_(std::move(path)) {}

@@ -94,5 +94,36 @@ TEST(MetricsTest, LogAppendsAcrossReopen) {
   EXPECT_THAT(std::string(blocked.status().message()), HasSubstr("/file/sub"));
 }
 
+TEST(MetricsTest, TrimAfterDropsLaterAndTornLinesOnce) {
+  internal::TestTempDir tmp;
+  auto log = MetricsLog::Open(tmp.path());
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ(*log->TrimAfter(0), 0);  // no file yet: nothing to do
+  for (int64_t e = 1; e <= 3; ++e) {
+    EpochMetrics m;
+    m.epoch = e;
+    m.loss = 1.0 / e;
+    ASSERT_TRUE(log->Append(m).ok());
+  }
+  ASSERT_TRUE(internal::AppendFileSynced(log->path(), "{\"epoch\":4,\"lo").ok());  // torn append
+  auto dropped = log->TrimAfter(1);
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  EXPECT_EQ(*dropped, 3);
+  auto kept = ReadMetricsLog(log->path());
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_EQ(kept->size(), 1u);
+  EXPECT_EQ((*kept)[0].epoch, 1);
+  auto discarded = internal::ReadFile(tmp.path() + "/metrics.discarded.jsonl");
+  ASSERT_TRUE(discarded.ok());
+  EXPECT_THAT(*discarded, HasSubstr("\"epoch\":2,"));
+  EXPECT_THAT(*discarded, HasSubstr("{\"epoch\":4,\"lo"));
+  EXPECT_EQ(*log->TrimAfter(1), 0);  // idempotent
+  // Continuing appends epoch 2 again: it appears exactly once.
+  EpochMetrics m;
+  m.epoch = 2;
+  ASSERT_TRUE(log->Append(m).ok());
+  EXPECT_EQ(ReadMetricsLog(log->path())->size(), 2u);
+}
+
 }  // namespace
 }  // namespace tpudist::finetune

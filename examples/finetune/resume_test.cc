@@ -73,7 +73,7 @@ struct Loop {
           EXPECT_TRUE(p.ok());
           std::ofstream(p->path + "/model.pt") << "state@" << epoch << "/" << done;
           if (std::make_pair(epoch, step) == crash_at) return false;
-          EXPECT_TRUE(ckpt->Commit(*p, {epoch, done, 1.0 / (1 + done)}).ok());
+          EXPECT_TRUE(ckpt->Commit(*p, {epoch, done, 1.0 / (1 + done), {}}).ok());
         }
       }
     }

@@ -53,9 +53,10 @@ std::vector<int64_t> ToVector(const at::Tensor& t) {  // [n] any int dtype
   return std::vector<int64_t>(l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + l.numel());
 }
 
-Encoder GemmaEncoder(const gemma::Tokenizer& tok) {
-  return [&tok](absl::string_view text) -> absl::StatusOr<std::vector<int>> {
-    const std::vector<int64_t> ids = tok.Encode(text, /*add_bos=*/false);
+// As gemma_finetune's (right truncation): the first max_length + 1 ids.
+Encoder GemmaEncoder(const gemma::Tokenizer& tok, int64_t max_length) {
+  return [&tok, max_length](absl::string_view text) -> absl::StatusOr<std::vector<int>> {
+    const std::vector<int64_t> ids = tok.EncodeHead(text, max_length + 1, /*add_bos=*/false);
     return std::vector<int>(ids.begin(), ids.end());
   };
 }
@@ -110,7 +111,7 @@ TEST_F(SeedDataOracle, EveryBundledRowEqualsTransformers) {
   auto rows = LoadDollySplit(SourceDir() + "/data/instructions/train.jsonl", "train");
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(static_cast<int64_t>(rows->size()), meta_["num_rows"].get<int64_t>());
-  auto ds = TokenizedDataset::Create(*rows, GemmaEncoder(*tok_), o);
+  auto ds = TokenizedDataset::Create(*rows, GemmaEncoder(*tok_, max_len), o);
   ASSERT_TRUE(ds.ok()) << ds.status();
   ASSERT_EQ(ds->seq_len(), max_len);
   EXPECT_EQ(ds->num_truncated(), meta_["truncated_rows"].get<int64_t>());
@@ -168,7 +169,7 @@ TEST_F(SeedDataOracle, PadEqualsEosDropsRealEosLabelsLikeTheCollator) {
   ASSERT_EQ(static_cast<int64_t>(texts.size()), ids.size(0));
   int64_t real_eos_unlabelled = 0;
   for (size_t b = 0; b < texts.size(); ++b) {
-    const std::vector<int> enc = *GemmaEncoder(*tok_)(texts[b]);
+    const std::vector<int> enc = *GemmaEncoder(*tok_, max_len)(texts[b]);
     const TokenizedRow r = MakeRow(enc, o);
     EXPECT_EQ(r.input_ids, ToVector(ids[b])) << texts[b];
     EXPECT_EQ(r.attention_mask, ToVector(mask[b])) << texts[b];

@@ -149,6 +149,11 @@ bool IsDirectory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+bool IsRegularFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return Errno("opendir", dir, errno);

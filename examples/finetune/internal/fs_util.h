@@ -42,6 +42,9 @@ absl::StatusOr<int64_t> FileSize(const std::string& path);
 
 bool IsDirectory(const std::string& path);
 
+// True for an existing regular file (following symlinks).
+bool IsRegularFile(const std::string& path);
+
 // Names (not paths) of the entries directly inside `dir`, sorted.
 absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir);
 

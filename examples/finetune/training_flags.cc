@@ -1,0 +1,38 @@
+#include "examples/finetune/training_flags.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace tpudist::finetune {
+namespace {
+
+absl::Status CheckRange(const char* flag, int64_t value, int64_t min, int64_t max) {
+  if (value >= min && value <= max) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(flag, " ", value, ": must be in [", min, ", ", max, "]"));
+}
+
+absl::Status CheckNonNegative(const char* flag, double value) {
+  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(flag, " ", value, ": must be a finite number >= 0"));
+}
+
+}  // namespace
+
+absl::Status ValidateTrainingFlags(const TrainingFlags& f) {
+  for (absl::Status s : {CheckRange("--num-epochs", f.num_epochs, 1, kMaxEpochs),
+                         CheckRange("--batch-size-per-device", f.batch_size_per_device, 1, kMaxBatchSizePerDevice),
+                         CheckRange("--max-seq-len", f.max_seq_len, 2, kMaxSeqLen),
+                         CheckNonNegative("--lr", f.lr), CheckNonNegative("--weight-decay", f.weight_decay)}) {
+    if (!s.ok()) return s;
+  }
+  if (f.batch_size_per_device * f.max_seq_len > kMaxTokensPerStep) {
+    return absl::InvalidArgumentError(absl::StrCat("--batch-size-per-device ", f.batch_size_per_device,
+                                                   " x --max-seq-len ", f.max_seq_len, " = ",
+                                                   f.batch_size_per_device * f.max_seq_len,
+                                                   " tokens per step and device: must be <= ", kMaxTokensPerStep));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tpudist::finetune

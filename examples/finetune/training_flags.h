@@ -1,0 +1,44 @@
+// Bounds on the fine-tune's numeric hyper-parameters (gemma_finetune's
+// --num-epochs, --batch-size-per-device, --max-seq-len, --lr,
+// --weight-decay), checked before anything is loaded so that a typo is a
+// one-line usage error rather than a torch check deep in AdamW or an
+// allocation of absurd size.
+//
+//   num_epochs             [1, kMaxEpochs]
+//   batch_size_per_device  [1, kMaxBatchSizePerDevice]
+//   max_seq_len            [2, kMaxSeqLen]  (one next-token pair at least)
+//   batch x max_seq_len    <= kMaxTokensPerStep per device
+//   lr                     finite, >= 0 (0 is allowed: tests compare runs
+//                          whose weights must not move)
+//   weight_decay           finite, >= 0
+//
+// Pure; safe from any thread.
+#ifndef EXAMPLES_FINETUNE_TRAINING_FLAGS_H_
+#define EXAMPLES_FINETUNE_TRAINING_FLAGS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace tpudist::finetune {
+
+inline constexpr int64_t kMaxEpochs = int64_t{1} << 20;
+inline constexpr int64_t kMaxBatchSizePerDevice = int64_t{1} << 16;
+inline constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+inline constexpr int64_t kMaxTokensPerStep = int64_t{1} << 24;
+
+struct TrainingFlags {
+  int64_t num_epochs = 3;
+  int64_t batch_size_per_device = 4;
+  int64_t max_seq_len = 512;
+  double lr = 2e-5;
+  double weight_decay = 0.01;
+};
+
+// InvalidArgument naming the flag, its value and the accepted range, e.g.
+// "--lr nan: must be a finite number >= 0".
+absl::Status ValidateTrainingFlags(const TrainingFlags& flags);
+
+}  // namespace tpudist::finetune
+
+#endif  // EXAMPLES_FINETUNE_TRAINING_FLAGS_H_
