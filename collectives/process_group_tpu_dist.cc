@@ -4,6 +4,7 @@
 // process_group_gather_ops.cc.
 #include "collectives/process_group_tpu_dist.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -279,19 +280,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
   const std::string channel = absl::StrCat("p2p/", src_rank, "/", rank_, "/", tag);
   const std::string key = absl::StrCat(channel, "/", NextP2pIndex(channel));
   const int me = rank_;
+  // Recvs wait on a connection of their own: c10d's TCPStore client holds
+  // one lock per connection for a whole wait(), so a recv waiting on store_
+  // would stall this rank's sends (store sets on the caller's thread), and two
+  // ranks that each wait before sending would deadlock until the timeout.
+  if (!p2p_store_) {
+    try {
+      p2p_store_ = store_->clone();
+    } catch (const std::exception&) {
+      p2p_store_ = store_;  // a store without clone(): shared, as before
+    }
+  }
+  c10::intrusive_ptr<c10d::Store> p2p = p2p_store_;
   return Enqueue(
       "recv", c10d::OpType::RECV, options_.timeout, t.nbytes(), tensors,
-      [this, t, key, src_rank, me](CollectiveBackend&, const shm::OpContext& ctx) mutable {
+      [t, key, src_rank, me, p2p](CollectiveBackend&, const shm::OpContext& ctx) mutable {
         try {
-          store_->wait({key}, absl::ToChronoMilliseconds(ctx.timeout));
+          p2p->wait({key}, absl::ToChronoMilliseconds(ctx.timeout));
         } catch (const std::exception& e) {
           return absl::DeadlineExceededError(absl::StrCat(
               "recv on rank ", me, " from rank ", src_rank, " (", ctx.bytes,
               " bytes) timed out after ", absl::FormatDuration(ctx.timeout), ": ",
               e.what()));
         }
-        const std::vector<uint8_t> bytes = store_->get(key);
-        store_->deleteKey(key);
+        const std::vector<uint8_t> bytes = p2p->get(key);
+        p2p->deleteKey(key);
         if (static_cast<int64_t>(bytes.size()) != static_cast<int64_t>(t.nbytes())) {
           return absl::InvalidArgumentError(absl::StrCat(
               "recv on rank ", me, " from rank ", src_rank, ": expected ",

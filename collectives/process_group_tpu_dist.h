@@ -234,6 +234,9 @@ class ProcessGroupTpuDist : public c10d::Backend {
 
   Options options_;
   c10::intrusive_ptr<c10d::Store> store_;  // namespaced by group name
+  // store_->clone(), made at the first recv: recvs wait on it, so that a
+  // waiting recv never holds the connection sends use. GUARDED_BY(issue_mu_).
+  c10::intrusive_ptr<c10d::Store> p2p_store_;
   HostLayout layout_;
   std::unique_ptr<CollectiveBackend> backend_;  // shm, or hierarchical
   uint32_t op_seq_ = 0;                       // issuing thread(s) under issue_mu_

@@ -238,6 +238,32 @@ def _pending_recv(rank: int, world: int) -> list[float]:
     return got.tolist() + y.tolist() + msg.tolist()
 
 
+def _recv_waiting_while_sending(rank: int, world: int) -> list[float]:
+    import time
+
+    import tpu_dist  # noqa: F401
+
+    dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=15))
+    peer = 1 - rank
+    got = torch.empty(2)
+    req = dist.irecv(got, src=peer)
+    time.sleep(0.5)  # the recv is surely waiting on its thread before our send
+    t0 = time.monotonic()
+    dist.send(torch.full((2,), float(rank + 1)), dst=peer)
+    req.wait()
+    elapsed = time.monotonic() - t0
+    dist.destroy_process_group()
+    return got.tolist() + [elapsed]
+
+
+def test_a_waiting_recv_does_not_stall_the_ranks_own_send() -> None:
+    # Both ranks wait in recv before sending: a recv that held the store
+    # connection for its whole wait made each send wait out the timeout.
+    results = run_ranks(_recv_waiting_while_sending, 2, timeout_s=60)
+    assert results[0][:2] == [2.0, 2.0] and results[1][:2] == [1.0, 1.0]
+    assert max(r[2] for r in results) < 5.0, results
+
+
 def test_pending_recv_blocks_neither_collectives_nor_sends() -> None:
     # Each case used to wait out the 20 s timeout and poison the group.
     results = run_ranks(_pending_recv, 2, timeout_s=60)
