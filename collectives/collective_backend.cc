@@ -68,6 +68,14 @@ absl::Status ShmBackend::Poison(absl::Status status) {
   return Track(comm_->Poison(std::move(status)));
 }
 
+void ShmBackend::Abort(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (poison_.ok()) poison_ = status;
+  }
+  comm_->RequestAbort(status);
+}
+
 absl::Status ShmBackend::poison() const {
   absl::MutexLock lock(&mu_);
   return poison_;

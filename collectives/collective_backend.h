@@ -12,7 +12,7 @@
 // collectives/shm/algorithms.h (pointers to caller-owned host memory).
 //
 // Thread-safety: one op at a time (the group's worker thread, or an inline
-// op under the worker's busy flag); poison() may be read from any thread.
+// op under the worker's busy flag); poison() and Abort() from any thread.
 #ifndef TPU_DIST_COLLECTIVES_COLLECTIVE_BACKEND_H_
 #define TPU_DIST_COLLECTIVES_COLLECTIVE_BACKEND_H_
 
@@ -66,6 +66,10 @@ class CollectiveBackend {
   virtual absl::Status Poison(absl::Status status) = 0;
   // OK, or the status that poisoned this backend. Thread-safe.
   virtual absl::Status poison() const = 0;
+  // Thread-safe, from any thread: poisons the backend with `status` and
+  // makes the op in flight fail promptly (shm waits notice within a futex
+  // slice, TCP sockets are shut down). REQUIRES: !status.ok().
+  virtual void Abort(const absl::Status& status) = 0;
 };
 
 // The single-host backend. Owns its communicator.
@@ -94,6 +98,7 @@ class ShmBackend final : public CollectiveBackend {
   absl::Status Barrier(const shm::OpSpec& spec) override;
   absl::Status Poison(absl::Status status) override;
   absl::Status poison() const override;
+  void Abort(const absl::Status& status) override;
 
  private:
   // Mirrors the communicator's poison for readers on other threads.

@@ -163,6 +163,16 @@ absl::Status HierarchicalBackend::Poison(absl::Status status) {
   return p;
 }
 
+void HierarchicalBackend::Abort(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (poison_.ok()) poison_ = status;
+  }
+  if (local_) local_->RequestAbort(status);
+  if (leaders_) leaders_->Abort(status.message());
+  if (flat_) flat_->Abort(status.message());
+}
+
 absl::Status HierarchicalBackend::FailLocal(const absl::Status& s) {
   return Poison(WithPrefix(
       s, absl::StrCat("[group '", group_name_, "' rank ", rank_, ", shm on host ", host_,

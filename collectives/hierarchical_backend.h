@@ -82,6 +82,7 @@ class HierarchicalBackend final : public CollectiveBackend {
   absl::Status Barrier(const shm::OpSpec& spec) override;
   absl::Status Poison(absl::Status status) override;
   absl::Status poison() const override;
+  void Abort(const absl::Status& status) override;
 
  private:
   HierarchicalBackend(int rank, int size, HostLayout layout, std::string group_name,

@@ -12,6 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "collectives/exception_message.h"
+#include "collectives/group_registry.h"
 #include "collectives/hierarchical_backend.h"
 #include "collectives/shm/algorithms.h"
 #include "collectives/tensor_bridge.h"
@@ -81,9 +83,11 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
   }
   p2p_worker_ = std::make_unique<OpWorker>("tpud-p2p");
   worker_ = std::make_unique<OpWorker>("tpud-op");
+  RegisterGroup(this);
 }
 
 ProcessGroupTpuDist::~ProcessGroupTpuDist() {
+  UnregisterGroup(this);
   worker_.reset();
   p2p_worker_.reset();
 }
@@ -109,6 +113,15 @@ absl::Status ProcessGroupTpuDist::status() const {
   return backend_->poison();
 }
 
+void ProcessGroupTpuDist::Abort(const absl::Status& cause) {
+  backend_->Abort(cause.ok() ? absl::AbortedError("tpu_dist: Abort(OK)") : cause);
+}
+
+void ProcessGroupTpuDist::abort() {
+  Abort(absl::AbortedError(absl::StrCat("tpu_dist group '", options_.group_name,
+                                        "': abort() called")));
+}
+
 std::chrono::milliseconds ProcessGroupTpuDist::OpTimeout(
     std::chrono::milliseconds requested) const {
   return requested == c10d::kUnsetTimeout ? options_.timeout : requested;
@@ -128,7 +141,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     try {
       s = body(*backend_, ctx);
     } catch (const std::exception& e) {  // torch copy_ / store errors
-      s = backend_->Poison(absl::InternalError(absl::StrCat(name, ": ", e.what())));
+      s = backend_->Poison(absl::InternalError(absl::StrCat(name, ": ", ::tpudist::collectives::ExceptionMessage(e))));
     }
     work->Finish(s);
   };
@@ -263,7 +276,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
     store_->set(key, std::vector<uint8_t>(p, p + buf.nbytes()));
   } catch (const std::exception& e) {
     s = absl::UnavailableError(absl::StrCat("send on rank ", rank_, " to rank ", dst_rank,
-                                            " (", t.nbytes(), " bytes): ", e.what()));
+                                            " (", t.nbytes(), " bytes): ", ::tpudist::collectives::ExceptionMessage(e)));
   }
   work->Finish(s);
   return work;
@@ -301,7 +314,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
           return absl::DeadlineExceededError(absl::StrCat(
               "recv on rank ", me, " from rank ", src_rank, " (", ctx.bytes,
               " bytes) timed out after ", absl::FormatDuration(ctx.timeout), ": ",
-              e.what()));
+              ::tpudist::collectives::ExceptionMessage(e)));
         }
         const std::vector<uint8_t> bytes = p2p->get(key);
         p2p->deleteKey(key);

@@ -117,6 +117,14 @@ class ProcessGroupTpuDist : public c10d::Backend {
   // OK, or the error that poisoned the group.
   absl::Status status() const;
 
+  // Thread-safe, from any thread: fails the op in flight promptly (within
+  // milliseconds) and every later op with `cause` (prefixed with the op and
+  // rank). REQUIRES: !cause.ok(). See group_registry.h for aborting every
+  // group of the process when the job fails elsewhere.
+  void Abort(const absl::Status& cause);
+  // c10d's ProcessGroup::abort(): Abort(Aborted("abort() called")).
+  void abort() override;
+
   // Shapes: W = world size, [n...] = any shape with n elements per rank.
   // tensors: {[n...]}, in place; root's contents win.
   c10::intrusive_ptr<c10d::Work> broadcast(

@@ -38,12 +38,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "collectives/group_registry.h"
 #include "collectives/process_group_factory.h"
 #include "fsdp/device_mesh.h"
 #include "fsdp/parallelize_module.h"
 #include "fsdp/tensor_parallel.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
+#include "tpu_runtime/coordination/failure_report.h"
 #include "tpu_runtime/env_discovery.h"
+#include "tpu_runtime/exit_codes.h"
 #include "tpu_runtime/launcher/flag_names.h"
 #include "tpu_runtime/rank_info.h"
 #include "tpu_runtime/slice_env.h"
@@ -120,28 +123,12 @@ std::string Hostname(const tr::RankInfo& info) {
   return info.master_addr;
 }
 
-absl::Status Check(const tr::RankInfo& info) {
+// The check proper, inside the job's coordination runtime.
+absl::Status CheckWithRuntime(const tr::RankInfo& info,
+                              tr::coordination::CoordinationRuntime& coord) {
   const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
   const auto timeout_ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
-  if (!absl::GetFlag(FLAGS_topology).empty() || !absl::GetFlag(FLAGS_accelerator_type).empty()) {
-    absl::StatusOr<tr::SliceSpec> want = tr::SliceSpecFromFlags(
-        absl::GetFlag(FLAGS_accelerator_type).empty() ? info.slice.accelerator_type
-                                                       : absl::GetFlag(FLAGS_accelerator_type),
-        absl::GetFlag(FLAGS_topology));
-    if (!want.ok()) return want.status();
-    if (want->num_devices() != info.world_size) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--topology gives ", want->num_devices(), " devices but the job has ",
-                       info.world_size, " ranks"));
-    }
-  }
-  tr::coordination::RuntimeOptions runtime_options;
-  runtime_options.store_timeout = timeout_ms;
-  runtime_options.startup_barrier_timeout = timeout;
-  absl::StatusOr<std::unique_ptr<tr::coordination::CoordinationRuntime>> coord =
-      tr::coordination::StartOrConnect(info, runtime_options);
-  if (!coord.ok()) return coord.status();
-  auto store = c10::make_intrusive<c10d::PrefixStore>("ffn_tp_check", (*coord)->store());
+  auto store = c10::make_intrusive<c10d::PrefixStore>("ffn_tp_check", coord.store());
 
   fsdp::DeviceMeshEnv env;
   env.rank = info.rank;
@@ -227,13 +214,42 @@ absl::Status Check(const tr::RankInfo& info) {
     fflush(stdout);
   }
   pg->barrier()->wait(timeout_ms);  // rank 0 has read every line
-  (*coord)->Shutdown();
+  coord.Shutdown();
   if (!all_ok) {
     return absl::InternalError(absl::StrCat("rank ", info.rank, ": parity ", ok ? "ok" : "MISMATCH",
                                             " (max_abs_diff ", diff, "), all_reduce ",
                                             sum_ok ? "ok" : "MISMATCH", "; job verdict: failed"));
   }
   return absl::OkStatus();
+}
+
+absl::Status Check(const tr::RankInfo& info, int* exit_code) {
+  const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
+  const auto timeout_ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
+  if (!absl::GetFlag(FLAGS_topology).empty() || !absl::GetFlag(FLAGS_accelerator_type).empty()) {
+    absl::StatusOr<tr::SliceSpec> want = tr::SliceSpecFromFlags(
+        absl::GetFlag(FLAGS_accelerator_type).empty() ? info.slice.accelerator_type
+                                                       : absl::GetFlag(FLAGS_accelerator_type),
+        absl::GetFlag(FLAGS_topology));
+    if (!want.ok()) return want.status();
+    if (want->num_devices() != info.world_size) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--topology gives ", want->num_devices(), " devices but the job has ",
+                       info.world_size, " ranks"));
+    }
+  }
+  tr::coordination::RuntimeOptions runtime_options;
+  runtime_options.store_timeout = timeout_ms;
+  runtime_options.startup_barrier_timeout = timeout;
+  // A job error (a peer failed or hung) aborts this rank's collectives at once.
+  runtime_options.client.error_callback = ::tpudist::collectives::AbortAllGroupsCallback();
+  absl::StatusOr<std::unique_ptr<tr::coordination::CoordinationRuntime>> coord =
+      tr::coordination::StartOrConnect(info, runtime_options);
+  if (!coord.ok()) return coord.status();
+  // After the rendezvous a failure is reported to the whole job; the exit
+  // code tells the launcher whether it was this rank's own.
+  return tr::coordination::RunReportingFailure(
+      **coord, [&] { return CheckWithRuntime(info, **coord); }, exit_code);
 }
 
 }  // namespace
@@ -249,16 +265,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   absl::Status status;
+  int exit_code = 1;
   try {
-    status = tpudist::examples::Check(*info);
+    status = tpudist::examples::Check(*info, &exit_code);
   } catch (const c10::Error& e) {  // torch's checks: the message, not the C++ backtrace
     status = absl::InternalError(e.what_without_backtrace());
   } catch (const std::exception& e) {  // c10d and module forward report failures as exceptions
     status = absl::InternalError(e.what());
   }
   if (!status.ok()) {
-    fprintf(stderr, "ffn_tp_check: rank %d failed: %s\n", info->rank, status.ToString().c_str());
-    return 1;
+    fprintf(stderr, "ffn_tp_check: rank %d %s: %s\n", info->rank,
+            exit_code == tr::kPeerFailureExitCode ? "stopping, another rank failed" : "failed",
+            status.ToString().c_str());
+    return exit_code;
   }
   return 0;
 }

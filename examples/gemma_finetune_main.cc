@@ -33,6 +33,7 @@
 #include "examples/finetune/metrics_log.h"
 #include "examples/finetune/training_flags.h"
 #include "tpu_runtime/env_discovery.h"
+#include "tpu_runtime/exit_codes.h"
 #include "tpu_runtime/launcher/flag_names.h"
 #include "tpu_runtime/rank_info.h"
 #include "tpu_runtime/slice_env.h"
@@ -137,9 +138,10 @@ int main(int argc, char** argv) {
 
   absl::Status status = CheckShape(*info);
   absl::StatusOr<ft::FineTuneResult> result = absl::UnknownError("not run");
+  int exit_code = 1;
   if (status.ok()) {
     try {
-      result = ft::RunFineTune(*info, c);
+      result = ft::RunFineTune(*info, c, &exit_code);
     } catch (const c10::Error& e) {  // torch's checks: the message, not the C++ backtrace
       result = absl::InternalError(absl::StrCat("rank ", info->rank, ": ", e.what_without_backtrace()));
     } catch (const std::exception& e) {  // c10d and module forward report failures as exceptions
@@ -148,8 +150,10 @@ int main(int argc, char** argv) {
     status = result.status();
   }
   if (!status.ok()) {
-    fprintf(stderr, "gemma_finetune: error: %s\n", status.ToString().c_str());
-    return 1;
+    fprintf(stderr, "gemma_finetune: %s: %s\n",
+            exit_code == tr::kPeerFailureExitCode ? "stopping, another rank failed" : "error",
+            status.ToString().c_str());
+    return exit_code;
   }
   if (info->rank == 0 && result->already_finished) {
     std::string line = ft::EpochMetricsToJsonLine(result->final_metrics);

@@ -13,6 +13,11 @@
 // --die-rank R makes rank R SIGKILL itself before the barrier (to check that
 // the launcher notices and stops the others); with --die-restart K only in
 // the attempt whose restart count is K (to check tpurun --max-restarts).
+// --stop-rank R makes rank R SIGSTOP itself after the barrier (hung, not
+// dead: the others wait in the all_reduce until the coordination service
+// misses R's heartbeats, --heartbeat-timeout, and aborts them); --fail-rank R
+// makes rank R fail with an error of its own after the barrier (the others
+// stop with exit 75, and the launcher names R as the root cause).
 #include <ATen/ATen.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,14 +28,17 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <vector>
 
-#include "collectives/process_group_factory.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "collectives/group_registry.h"
+#include "collectives/process_group_factory.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
+#include "tpu_runtime/coordination/failure_report.h"
 #include "tpu_runtime/env_discovery.h"
+#include "tpu_runtime/exit_codes.h"
 #include "tpu_runtime/launcher/flag_names.h"
 #include "tpu_runtime/rank_info.h"
 
@@ -40,6 +48,10 @@ ABSL_FLAG(int, die_restart, -1,
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60), "collective and store timeout");
 ABSL_FLAG(std::string, backend, "tpu_dist", "process-group backend: tpu_dist or gloo");
 ABSL_FLAG(int, numel, 8, "elements in the all_reduce tensor");
+ABSL_FLAG(int, stop_rank, -1, "test: this rank raises SIGSTOP after the barrier (a hung rank)");
+ABSL_FLAG(int, fail_rank, -1, "test: this rank fails with its own error after the barrier");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
+          "coordination service: a rank silent this long fails the job");
 
 namespace tpudist::examples {
 namespace {
@@ -57,16 +69,11 @@ std::string BindHostname(const tr::RankInfo& info) {
   return "127.0.0.1";
 }
 
-absl::Status Check(const tr::RankInfo& info) {
+// The check proper, inside the job's coordination runtime.
+absl::Status CheckWithRuntime(const tr::RankInfo& info,
+                              tr::coordination::CoordinationRuntime& coord) {
   const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
   const auto timeout_ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
-  tr::coordination::RuntimeOptions runtime_options;
-  runtime_options.store_timeout = timeout_ms;
-  runtime_options.startup_barrier_timeout = timeout;
-  absl::StatusOr<std::unique_ptr<tr::coordination::CoordinationRuntime>> coord =
-      tr::coordination::StartOrConnect(info, runtime_options);
-  if (!coord.ok()) return coord.status();
-
   const int die_restart = absl::GetFlag(FLAGS_die_restart);
   if (info.rank == absl::GetFlag(FLAGS_die_rank) &&
       (die_restart < 0 || die_restart == info.restart_count)) {
@@ -75,7 +82,7 @@ absl::Status Check(const tr::RankInfo& info) {
     raise(SIGKILL);
   }
 
-  auto store = c10::make_intrusive<c10d::PrefixStore>("slice_check", (*coord)->store());
+  auto store = c10::make_intrusive<c10d::PrefixStore>("slice_check", coord.store());
   const std::string backend = absl::GetFlag(FLAGS_backend);
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   if (backend == "gloo") {
@@ -100,6 +107,15 @@ absl::Status Check(const tr::RankInfo& info) {
     return absl::InvalidArgumentError(absl::StrCat("--backend=", backend, ": not available"));
   }
   pg->barrier()->wait();
+  if (info.rank == absl::GetFlag(FLAGS_stop_rank)) {
+    printf("slice_check: %s: --stop-rank, raising SIGSTOP\n", tr::ToString(info).c_str());
+    fflush(stdout);
+    raise(SIGSTOP);
+  }
+  if (info.rank == absl::GetFlag(FLAGS_fail_rank)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", info.rank, ": --fail-rank: a failure of this rank's own"));
+  }
 
   const int64_t numel = absl::GetFlag(FLAGS_numel);
   std::vector<at::Tensor> tensors = {
@@ -113,12 +129,30 @@ absl::Status Check(const tr::RankInfo& info) {
          ok ? "OK" : "MISMATCH");
   fflush(stdout);
   pg.reset();
-  (*coord)->Shutdown();
+  coord.Shutdown();
   if (!ok) {
     return absl::InternalError(absl::StrCat("rank ", info.rank, ": allreduce gave ",
                                             sum[0].item<double>(), ", expected ", expected));
   }
   return absl::OkStatus();
+}
+
+absl::Status Check(const tr::RankInfo& info, int* exit_code) {
+  const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
+  const auto timeout_ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
+  tr::coordination::RuntimeOptions runtime_options;
+  runtime_options.store_timeout = timeout_ms;
+  runtime_options.startup_barrier_timeout = timeout;
+  runtime_options.service.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  // A job error (a peer failed or hung) aborts this rank's collectives at once.
+  runtime_options.client.error_callback = ::tpudist::collectives::AbortAllGroupsCallback();
+  absl::StatusOr<std::unique_ptr<tr::coordination::CoordinationRuntime>> coord =
+      tr::coordination::StartOrConnect(info, runtime_options);
+  if (!coord.ok()) return coord.status();
+  // After the rendezvous a failure is reported to the whole job; the exit
+  // code tells the launcher whether it was this rank's own.
+  return tr::coordination::RunReportingFailure(
+      **coord, [&] { return CheckWithRuntime(info, **coord); }, exit_code);
 }
 
 }  // namespace
@@ -134,16 +168,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   absl::Status status;
+  int exit_code = 1;
   try {
-    status = tpudist::examples::Check(*info);
+    status = tpudist::examples::Check(*info, &exit_code);
   } catch (const c10::Error& e) {  // torch's checks: the message, not the C++ backtrace
     status = absl::InternalError(e.what_without_backtrace());
   } catch (const std::exception& e) {  // c10d reports failures as exceptions
     status = absl::InternalError(e.what());
   }
   if (!status.ok()) {
-    fprintf(stderr, "slice_check: rank %d failed: %s\n", info->rank, status.ToString().c_str());
-    return 1;
+    fprintf(stderr, "slice_check: rank %d %s: %s\n", info->rank,
+            exit_code == tr::kPeerFailureExitCode ? "stopping, another rank failed" : "failed",
+            status.ToString().c_str());
+    return exit_code;
   }
   return 0;
 }

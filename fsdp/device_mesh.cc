@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/exception_message.h"
 #include "fsdp/mesh_math.h"
 
 namespace tpudist::fsdp {
@@ -106,7 +107,7 @@ absl::StatusOr<DeviceMesh> InitDeviceMesh(absl::string_view device_type,
     try {
       group = env.group_factory(store, group_rank, members);
     } catch (const std::exception& e) {
-      group = absl::InternalError(e.what());
+      group = absl::InternalError(::tpudist::collectives::ExceptionMessage(e));
     }
     if (!group.ok() || !*group) {
       return absl::Status(

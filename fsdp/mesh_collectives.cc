@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/exception_message.h"
 #include "fsdp/shard_math.h"
 
 namespace tpudist::fsdp {
@@ -25,7 +26,7 @@ absl::Status Run(const char* op, const DeviceMesh& mesh, int mesh_dim, const at:
         op, " on rank ", mesh.global_rank(), " along mesh dim ", mesh_dim, " (group of ",
         mesh.size(mesh_dim), ", ", t.numel() * t.element_size(), " bytes) failed after ",
         absl::FormatDuration(absl::Now() - start), " (timeout ",
-        absl::FormatDuration(mesh.collective_timeout()), "): ", e.what()));
+        absl::FormatDuration(mesh.collective_timeout()), "): ", ::tpudist::collectives::ExceptionMessage(e)));
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/exception_message.h"
 #include "fsdp/mesh_collectives.h"
 #include "fsdp/redistribute_plan.h"
 #include "fsdp/shard_math.h"
@@ -160,7 +161,7 @@ absl::StatusOr<at::Tensor> RedistributeLocalAutograd(const at::Tensor& local,
   try {
     return RedistributeFunction::apply(local, spec);
   } catch (const std::exception& e) {
-    return absl::InternalError(e.what());
+    return absl::InternalError(::tpudist::collectives::ExceptionMessage(e));
   }
 }
 

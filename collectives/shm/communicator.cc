@@ -221,8 +221,14 @@ absl::Status Communicator::WaitPeer(int r, uint32_t target, const OpContext& ctx
                                     const char* what) {
   Control* c = control(r);
   absl::Status s = WaitForSeq(&c->phase, &c->waiters, target, ctx.deadline(),
-                              options_.wait, [&] { return PeerHealth(r); });
+                              options_.wait, [&] {
+                                if (abort_requested_.load(std::memory_order_acquire)) {
+                                  return absl::AbortedError("abort requested");
+                                }
+                                return PeerHealth(r);
+                              });
   if (s.ok()) return s;
+  if (abort_requested_.load(std::memory_order_acquire)) return FailRequested(ctx);
   const absl::Duration elapsed = absl::Now() - ctx.start;
   std::string detail = absl::StrCat(
       ctx.name, " on rank ", Label(rank_), " of group '", options_.group_name, "': ",
@@ -238,6 +244,7 @@ absl::Status Communicator::WaitPeer(int r, uint32_t target, const OpContext& ctx
 
 absl::Status Communicator::BeginPhase(const OpContext& ctx) {
   if (!poison_.ok()) return poison_;
+  if (abort_requested_.load(std::memory_order_acquire)) return FailRequested(ctx);
   const uint64_t next = phase_ + 1;
   if (next < static_cast<uint64_t>(options_.num_slots)) return absl::OkStatus();
   const uint32_t target = static_cast<uint32_t>(next - options_.num_slots + 1);
@@ -250,6 +257,7 @@ absl::Status Communicator::BeginPhase(const OpContext& ctx) {
 
 absl::Status Communicator::PublishAndWait(const OpContext& ctx) {
   if (!poison_.ok()) return poison_;
+  if (abort_requested_.load(std::memory_order_acquire)) return FailRequested(ctx);
   ++phase_;
   Control* me = control(rank_);
   PublishSeq(&me->phase, &me->waiters, static_cast<uint32_t>(phase_));
@@ -297,6 +305,27 @@ absl::Status Communicator::Poison(absl::Status status) {
     WakeAll(&me->phase);
   }
   return poison_;
+}
+
+void Communicator::RequestAbort(absl::Status status) {
+  absl::MutexLock lock(&abort_mu_);
+  if (abort_requested_.load(std::memory_order_relaxed)) return;
+  requested_abort_ = status.ok() ? absl::AbortedError("abort requested") : std::move(status);
+  abort_requested_.store(true, std::memory_order_release);
+}
+
+absl::Status Communicator::RequestedAbort() {
+  absl::MutexLock lock(&abort_mu_);
+  return requested_abort_;
+}
+
+absl::Status Communicator::FailRequested(const OpContext& ctx) {
+  const absl::Status cause = RequestedAbort();
+  return Poison(absl::Status(
+      cause.code(), absl::StrCat(ctx.name, " on rank ", Label(rank_), " of group '",
+                                 options_.group_name, "' aborted after ",
+                                 absl::FormatDuration(absl::Now() - ctx.start), ": ",
+                                 cause.message())));
 }
 
 }  // namespace tpudist::collectives::shm

@@ -30,7 +30,8 @@
 // readiness, map every peer, publish "mapped", wait for all "mapped", then
 // unlink the own segment name -- so /dev/shm holds nothing once setup ends.
 //
-// Thread-safety: one op at a time (the process group's worker thread).
+// Thread-safety: one op at a time (the process group's worker thread);
+// RequestAbort() from any thread.
 #ifndef TPU_DIST_COLLECTIVES_SHM_COMMUNICATOR_H_
 #define TPU_DIST_COLLECTIVES_SHM_COMMUNICATOR_H_
 
@@ -40,8 +41,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "collectives/shm/segment.h"
 #include "collectives/shm/wait.h"
@@ -140,6 +143,12 @@ class Communicator {
   // Poisons with `status` (if not already) and tells peers.
   absl::Status Poison(absl::Status status);
 
+  // Thread-safe, unlike the rest: asks the op in flight (within one futex
+  // slice of its wait) and every later op to fail with `status`, which then
+  // poisons the communicator as any error does. The first request wins.
+  // Used to abort a group from outside (the job failed elsewhere).
+  void RequestAbort(absl::Status status);
+
  private:
   struct Control;
   Communicator(int rank, int size, CommOptions options);
@@ -157,6 +166,13 @@ class Communicator {
   std::vector<std::unique_ptr<Segment>> segments_;  // [size]; own at rank_
   uint64_t phase_ = 0;  // last published phase; phases start at 1
   absl::Status poison_;
+  // RequestAbort(): the flag is read in every wait's slow path.
+  std::atomic<bool> abort_requested_{false};
+  absl::Mutex abort_mu_;
+  absl::Status requested_abort_ ABSL_GUARDED_BY(abort_mu_);
+  absl::Status RequestedAbort() ABSL_LOCKS_EXCLUDED(abort_mu_);
+  // Poisons with the requested abort, naming the op and this rank.
+  absl::Status FailRequested(const OpContext& ctx);
 };
 
 }  // namespace tpudist::collectives::shm

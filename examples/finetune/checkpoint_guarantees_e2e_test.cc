@@ -208,5 +208,38 @@ TEST_F(CheckpointGuaranteesTest, LockedRunDirFailsFastNamingTheHolder) {
   EXPECT_EQ(Metrics(), before);
 }
 
+// Rank 1 is started with another --lr (as if given another config): every
+// rank fails within seconds, the error names both values, and tpurun names
+// rank 1 (the others stop with exit 75).
+TEST_F(CheckpointGuaranteesTest, RankStartedForAnotherJobFailsEveryRankNamingBothValues) {
+  const std::string wrapper = absl::StrCat(
+      "sh -c 'if [ \"$RANK\" = 1 ]; then exec ", GEMMA_FINETUNE_PATH, " \"$@\" --lr 1e-2; else exec ",
+      GEMMA_FINETUNE_PATH, " \"$@\"; fi' sh");
+  const absl::Time t0 = absl::Now();
+  RunOutput r = internal::RunGemmaFinetune(
+      TPURUN_PATH, wrapper, kWorld, "",
+      absl::StrCat("--storage-path ", tmp_->path(), " --run-name ", run_, "_mixed ", JobArgs()), 120);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(40));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("rank 1 was started for another job than rank 0"));
+  EXPECT_THAT(r.output, HasSubstr("lr: 0.003 on rank 0, 0.01 on rank 1"));
+  EXPECT_THAT(r.output, HasSubstr("tpurun: rank 1 (host 0, local 1) failed: exit status 1"));
+  EXPECT_THAT(r.output, HasSubstr("stopping, another rank failed"));
+  EXPECT_THAT(r.output, Not(HasSubstr("Epoch 1")));
+}
+
+// A storage path that is a file: rank 0's error is the root cause tpurun
+// reports, not rank 1's "another rank failed".
+TEST_F(CheckpointGuaranteesTest, StoragePathThatIsAFileIsReportedAsRankZerosError) {
+  const std::string file = tmp_->path() + "/not_a_dir";
+  { std::ofstream(file) << "x"; }
+  RunOutput r = internal::RunGemmaFinetune(TPURUN_PATH, GEMMA_FINETUNE_PATH, kWorld, "",
+                                           absl::StrCat("--storage-path ", file, " ", JobArgs()), 120);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("tpurun: rank 0 (host 0, local 0) failed: exit status 1"));
+  EXPECT_THAT(r.output, HasSubstr(file));
+  EXPECT_THAT(r.output, Not(HasSubstr("tpurun: rank 1 (host 0, local 1) failed")));
+}
+
 }  // namespace
 }  // namespace tpudist::finetune

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/exception_message.h"
 #include "examples/finetune/checkpoint_metadata.h"
 #include "fsdp/fully_shard/optimizer_checkpoint.h"
 #include "fsdp/fully_shard/sharded_checkpoint.h"
@@ -112,7 +113,7 @@ absl::StatusOr<TrainerState> TrainerStateFromJson(const std::string& text, const
     s.loss = j.at("loss").is_null() ? NAN : j.at("loss").get<double>();
     return s;
   } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat(where, ": bad trainer state: ", e.what()));
+    return absl::DataLossError(absl::StrCat(where, ": bad trainer state: ", ::tpudist::collectives::ExceptionMessage(e)));
   }
 }
 

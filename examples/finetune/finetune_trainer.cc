@@ -14,6 +14,7 @@
 #include <torch/optim/adamw.h>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/group_registry.h"
 #include "collectives/process_group_factory.h"
 #include "examples/finetune/checkpoint_manager.h"
 #include "examples/finetune/distributed_sampler.h"
@@ -22,6 +23,7 @@
 #include "examples/finetune/hf_tokenizer_call.h"
 #include "examples/finetune/job_fingerprint.h"
 #include "examples/finetune/progress_reporter.h"
+#include "examples/finetune/rank_agreement.h"
 #include "examples/finetune/resume_plan.h"
 #include "examples/finetune/run_dir_lock.h"
 #include "examples/finetune/run_start.h"
@@ -33,6 +35,7 @@
 #include "models/gemma/parallelize_gemma.h"
 #include "models/gemma/tokenizer.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
+#include "tpu_runtime/coordination/failure_report.h"
 
 namespace tpudist::finetune {
 namespace {
@@ -133,7 +136,9 @@ std::string DefaultRunName(const std::string& job_id) {
   return job_id.empty() ? "gemma_finetune" : absl::StrCat("gemma_finetune_", job_id);
 }
 
-absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, const FineTuneConfig& c) {
+absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, const FineTuneConfig& c,
+                                           int* failure_exit_code) {
+  if (failure_exit_code != nullptr) *failure_exit_code = 1;
   const int rank = info.rank, world = info.world_size;
   if (c.storage_path.empty()) return absl::InvalidArgumentError("--storage-path (or STORAGE_PATH) is required");
   if (absl::Status s = ValidateTrainingFlags(
@@ -144,19 +149,6 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
   if (info.restart_count > c.max_failures) {
     return absl::FailedPreconditionError(absl::StrCat("attempt ", info.restart_count, " exceeds --max-failures ",
                                                       c.max_failures));
-  }
-  // Rank 0 owns the run directory for the whole attempt (run_dir_lock.h):
-  // a second job on it fails here, before it reads or writes anything. A
-  // restarted attempt waits a little for the previous rank 0 to be gone.
-  const std::string run_name = c.run_name.empty() ? DefaultRunName(info.job_id) : c.run_name;
-  absl::StatusOr<std::string> run_dir = RunDirPath(c.storage_path, run_name);
-  if (!run_dir.ok()) return Annotate(run_dir.status(), rank, "--run-name");
-  std::optional<RunDirLock> lock;
-  if (rank == 0) {
-    absl::StatusOr<RunDirLock> l =
-        RunDirLock::Acquire(*run_dir, info.restart_count > 0 ? absl::Seconds(30) : absl::ZeroDuration());
-    if (!l.ok()) return Annotate(l.status(), rank, "lock");
-    lock.emplace(*std::move(l));
   }
   // Data first: a bad dataset fails fast, before any rendezvous.
   // The tokenizer's ids must fit the model's vocab_size (config.json).
@@ -170,155 +162,193 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
   const int64_t num_batches = sampler->NumBatches(c.batch_size_per_device);
 
   coord::RuntimeOptions ro;
+  // A job error (a peer failed or hung) aborts this rank's collectives at once.
+  ro.client.error_callback = collectives::AbortAllGroupsCallback();
   ro.store_timeout = Ms(c.timeout);
   ro.startup_barrier_timeout = c.timeout;
   absl::StatusOr<std::unique_ptr<coord::CoordinationRuntime>> runtime = coord::StartOrConnect(info, ro);
   if (!runtime.ok()) return Annotate(runtime.status(), rank, "coordination");
-  auto store = c10::make_intrusive<c10d::PrefixStore>("gemma_finetune", (*runtime)->store());
-
-  // Where this attempt starts: rank 0 decides (resume_plan.h), all follow.
-  std::unique_ptr<CheckpointManager> mgr;
-  std::optional<MetricsLog> metrics;
-  absl::StatusOr<ResumePlan> plan = ResumePlan{};
-  if (rank == 0) {
-    CheckpointManagerOptions mo;
-    mo.storage_path = c.storage_path;
-    mo.run_name = run_name;
-    mo.num_to_keep = c.num_to_keep;
-    absl::StatusOr<std::unique_ptr<CheckpointManager>> m = CheckpointManager::Open(mo);
-    absl::StatusOr<MetricsLog> log = m.ok() ? MetricsLog::Open((*m)->run_dir()) : m.status();
-    if (log.ok()) {
-      mgr = std::move(*m);
-      metrics = std::move(*log);
-      plan = PlanStart(SpecOf(c, world, data->size()), c.resume_mismatched, num_batches, *mgr, *metrics);
-    } else {
-      plan = log.status();
-    }
-  }
-  absl::StatusOr<RunStart> start = ShareStart(rank, plan, *store, c.timeout);
-  if (!start.ok()) return Annotate(start.status(), rank, "start");
-  FineTuneResult result;
-  if (start->kind == StartKind::kFinished) {
-    result.already_finished = true;
-    result.latest_checkpoint = start->checkpoint;
+  // Everything after the rendezvous runs under RunReportingFailure: an error here
+  // (or an exception) reaches every rank at once, and the exit code says
+  // whether it was this rank's own failure or a peer's.
+  absl::StatusOr<FineTuneResult> out = absl::UnknownError("not run");
+  auto train = [&]() -> absl::StatusOr<FineTuneResult> {
+    // Rank 0 owns the run directory for the whole attempt (run_dir_lock.h):
+    // a second job on it fails here, before it reads or writes anything. A
+    // restarted attempt waits a little for the previous rank 0 to be gone.
+    const std::string run_name = c.run_name.empty() ? DefaultRunName(info.job_id) : c.run_name;
+    absl::StatusOr<std::string> run_dir = RunDirPath(c.storage_path, run_name);
+    if (!run_dir.ok()) return Annotate(run_dir.status(), rank, "--run-name");
+    std::optional<RunDirLock> lock;
     if (rank == 0) {
-      const int64_t done = plan->epochs_done;
-      std::optional<EpochMetrics> logged = LoggedEpoch(metrics->path(), done);
-      result.final_metrics_logged = logged.has_value();
-      result.final_metrics = logged.value_or(EpochMetrics{});
-      result.final_metrics.epoch = done;
-      if (!logged) result.final_metrics.loss = plan->checkpoint->metadata.loss;
+      absl::StatusOr<RunDirLock> l =
+          RunDirLock::Acquire(*run_dir, info.restart_count > 0 ? absl::Seconds(30) : absl::ZeroDuration());
+      if (!l.ok()) return Annotate(l.status(), rank, "lock");
+      lock.emplace(*std::move(l));
     }
-    (*runtime)->Shutdown();
-    return result;
-  }
+    auto store = c10::make_intrusive<c10d::PrefixStore>("gemma_finetune", (*runtime)->store());
+    // Every rank must train the same job: same model files, data and flags.
+    absl::StatusOr<JobFingerprint> fingerprint = ComputeJobFingerprint(SpecOf(c, world, data->size()));
+    if (!fingerprint.ok()) return Annotate(fingerprint.status(), rank, "job fingerprint");
+    if (absl::Status s = CheckRanksAgree(*store, rank, *fingerprint, c.timeout); !s.ok()) return s;
 
-  absl::StatusOr<fsdp::DeviceMesh> mesh = MakeMesh(info, store, c.timeout);
-  if (!mesh.ok()) return Annotate(mesh.status(), rank, "device mesh");
-
-  absl::StatusOr<gemma::GemmaForCausalLM> model = gemma::LoadGemmaFromHf(c.model_dir);
-  if (!model.ok()) return Annotate(model.status(), rank, "model");
-  at::Tensor ple_fp32 = gemma::PleWeight(**model);
-  if (ple_fp32.defined()) ple_fp32 = ple_fp32.detach().clone();
-  gemma::GemmaParallelOptions popts;
-  if (!c.bf16) popts.param_dtype = std::nullopt;
-  absl::StatusOr<fsdp::FsdpModule> root = gemma::ParallelizeGemma(*model, *mesh, popts);
-  if (!root.ok()) return Annotate(root.status(), rank, "parallelize");
-  std::vector<at::Tensor> trainable;
-  for (const at::Tensor& p : (*model)->parameters()) {
-    if (p.requires_grad()) trainable.push_back(p);
-  }
-  torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
-
-  CheckpointTarget target;
-  target.model = *model;
-  target.mesh = &*mesh;
-  target.optimizer = &opt;
-  target.store = store;
-  target.ple_fp32 = ple_fp32;
-  target.model_dir = c.model_dir;
-  if (rank == 0) target.job = plan->job;
-  target.timeout = c.timeout;
-  TrainerState expect;
-  expect.seed = c.seed;
-  expect.world_size = world;
-  expect.dataset_size = data->size();
-
-  int64_t start_epoch = 0, start_step = 0;
-  if (start->kind == StartKind::kResume) {
-    const std::string& from = start->checkpoint;
-    absl::StatusOr<TrainerState> st = RestoreFineTuneCheckpoint(target, from, expect, c.resume_mismatched);
-    if (!st.ok()) return Annotate(st.status(), rank, "restore");
-    start_epoch = st->epoch;
-    start_step = st->step;
-    if (start_step >= num_batches) ++start_epoch, start_step = 0;
-    result.resumed_from_epoch = start_epoch;
-    result.latest_checkpoint = from;
-    result.final_metrics.loss = st->loss;
-    result.final_metrics.epoch = st->epoch + 1;
-    if (rank == 0) printf("Resuming from %s (epoch %lld, step %lld)\n", from.c_str(),
-                          static_cast<long long>(start_epoch + 1), static_cast<long long>(start_step));
-  }
-
-  ProgressOptions po;
-  po.enabled = rank == 0;
-  po.tty = IsTerminal(stdout);
-  po.plain_every = std::max<int64_t>(1, num_batches / 4);
-  ProgressReporter progress(std::cout, po);
-  for (int64_t epoch = start_epoch; epoch < c.num_epochs; ++epoch, start_step = 0) {
-    sampler->SetEpoch(epoch);
-    const absl::Time t0 = absl::Now();
-    progress.BeginEpoch(epoch + 1, c.num_epochs, num_batches);
-    double loss_sum = 0.0;
-    int64_t steps = 0;
-    for (int64_t step = start_step; step < num_batches; ++step) {
-      if (rank == c.die_rank && info.restart_count == 0 && epoch == c.die_epoch && step == c.die_step) {
-        fprintf(stderr, "gemma_finetune: rank %d: --die-rank at epoch %lld step %lld, raising SIGKILL\n", rank,
-                static_cast<long long>(epoch), static_cast<long long>(step));
-        fflush(stderr);
-        raise(SIGKILL);
+    // Where this attempt starts: rank 0 decides (resume_plan.h), all follow.
+    std::unique_ptr<CheckpointManager> mgr;
+    std::optional<MetricsLog> metrics;
+    absl::StatusOr<ResumePlan> plan = ResumePlan{};
+    if (rank == 0) {
+      CheckpointManagerOptions mo;
+      mo.storage_path = c.storage_path;
+      mo.run_name = run_name;
+      mo.num_to_keep = c.num_to_keep;
+      absl::StatusOr<std::unique_ptr<CheckpointManager>> m = CheckpointManager::Open(mo);
+      absl::StatusOr<MetricsLog> log = m.ok() ? MetricsLog::Open((*m)->run_dir()) : m.status();
+      if (log.ok()) {
+        mgr = std::move(*m);
+        metrics = std::move(*log);
+        plan = PlanStart(SpecOf(c, world, data->size()), c.resume_mismatched, num_batches, *mgr, *metrics);
+      } else {
+        plan = log.status();
       }
-      absl::StatusOr<std::vector<int64_t>> ids = sampler->BatchIndices(step, c.batch_size_per_device);
-      if (!ids.ok()) return Annotate(ids.status(), rank, "sampler");
-      absl::StatusOr<Batch> batch = data->MakeBatch(*ids);
-      if (!batch.ok()) return Annotate(batch.status(), rank, "batch");
-      opt.zero_grad();
-      at::Tensor loss = (*model)->forward(batch->input_ids, batch->attention_mask, batch->labels).loss;
-      loss.backward();
-      opt.step();
-      const double l = loss.item<double>();
-      loss_sum += l;
-      ++steps;
-      progress.Update(step + 1, l);
     }
-    progress.EndEpoch();
-    EpochMetrics m;
-    m.epoch = epoch + 1;
-    m.loss = AllReduceAvg(*mesh, steps > 0 ? loss_sum / steps : 0.0, c.timeout);
-    m.steps = steps;
-    m.epoch_time_s = absl::ToDoubleSeconds(absl::Now() - t0);
-    m.tokens_per_s = TokensPerSecond(steps, c.batch_size_per_device * world, c.max_seq_len, m.epoch_time_s);
-    m.timestamp = absl::Now();
-    if (rank == 0) {
-      printf("%s\n", FormatEpochLine(m, c.num_epochs).c_str());
-      fflush(stdout);
+    // Rank 0's failure to start is the job's root cause: report it before
+    // the others read it from the store and fail too.
+    if (rank == 0 && !plan.ok()) (*runtime)->ReportFailure(plan.status());
+    absl::StatusOr<RunStart> start = ShareStart(rank, plan, *store, c.timeout);
+    if (!start.ok()) return Annotate(start.status(), rank, "start");
+    FineTuneResult result;
+    if (start->kind == StartKind::kFinished) {
+      result.already_finished = true;
+      result.latest_checkpoint = start->checkpoint;
+      if (rank == 0) {
+        const int64_t done = plan->epochs_done;
+        std::optional<EpochMetrics> logged = LoggedEpoch(metrics->path(), done);
+        result.final_metrics_logged = logged.has_value();
+        result.final_metrics = logged.value_or(EpochMetrics{});
+        result.final_metrics.epoch = done;
+        if (!logged) result.final_metrics.loss = plan->checkpoint->metadata.loss;
+      }
+      (*runtime)->Shutdown();
+      return result;
     }
-    TrainerState st = expect;
-    st.epoch = epoch;
-    st.step = num_batches;
-    st.loss = m.loss;
-    absl::StatusOr<std::string> saved = SaveFineTuneCheckpoint(target, mgr.get(), st, epoch);
-    if (!saved.ok()) return Annotate(saved.status(), rank, "checkpoint");
-    if (rank == 0) {
-      result.latest_checkpoint = *saved;
-      if (absl::Status s = metrics->Append(m); !s.ok()) return Annotate(s, rank, "metrics");
+
+    absl::StatusOr<fsdp::DeviceMesh> mesh = MakeMesh(info, store, c.timeout);
+    if (!mesh.ok()) return Annotate(mesh.status(), rank, "device mesh");
+
+    absl::StatusOr<gemma::GemmaForCausalLM> model = gemma::LoadGemmaFromHf(c.model_dir);
+    if (!model.ok()) return Annotate(model.status(), rank, "model");
+    at::Tensor ple_fp32 = gemma::PleWeight(**model);
+    if (ple_fp32.defined()) ple_fp32 = ple_fp32.detach().clone();
+    gemma::GemmaParallelOptions popts;
+    if (!c.bf16) popts.param_dtype = std::nullopt;
+    absl::StatusOr<fsdp::FsdpModule> root = gemma::ParallelizeGemma(*model, *mesh, popts);
+    if (!root.ok()) return Annotate(root.status(), rank, "parallelize");
+    std::vector<at::Tensor> trainable;
+    for (const at::Tensor& p : (*model)->parameters()) {
+      if (p.requires_grad()) trainable.push_back(p);
     }
-    result.epochs.push_back(m);
-    result.final_metrics = m;
-  }
-  mesh->Group(0)->barrier()->wait(Ms(c.timeout));
+    torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+
+    CheckpointTarget target;
+    target.model = *model;
+    target.mesh = &*mesh;
+    target.optimizer = &opt;
+    target.store = store;
+    target.ple_fp32 = ple_fp32;
+    target.model_dir = c.model_dir;
+    if (rank == 0) target.job = plan->job;
+    target.timeout = c.timeout;
+    TrainerState expect;
+    expect.seed = c.seed;
+    expect.world_size = world;
+    expect.dataset_size = data->size();
+
+    int64_t start_epoch = 0, start_step = 0;
+    if (start->kind == StartKind::kResume) {
+      const std::string& from = start->checkpoint;
+      absl::StatusOr<TrainerState> st = RestoreFineTuneCheckpoint(target, from, expect, c.resume_mismatched);
+      if (!st.ok()) return Annotate(st.status(), rank, "restore");
+      start_epoch = st->epoch;
+      start_step = st->step;
+      if (start_step >= num_batches) ++start_epoch, start_step = 0;
+      result.resumed_from_epoch = start_epoch;
+      result.latest_checkpoint = from;
+      result.final_metrics.loss = st->loss;
+      result.final_metrics.epoch = st->epoch + 1;
+      if (rank == 0) printf("Resuming from %s (epoch %lld, step %lld)\n", from.c_str(),
+                            static_cast<long long>(start_epoch + 1), static_cast<long long>(start_step));
+    }
+
+    ProgressOptions po;
+    po.enabled = rank == 0;
+    po.tty = IsTerminal(stdout);
+    po.plain_every = std::max<int64_t>(1, num_batches / 4);
+    ProgressReporter progress(std::cout, po);
+    for (int64_t epoch = start_epoch; epoch < c.num_epochs; ++epoch, start_step = 0) {
+      sampler->SetEpoch(epoch);
+      const absl::Time t0 = absl::Now();
+      progress.BeginEpoch(epoch + 1, c.num_epochs, num_batches);
+      double loss_sum = 0.0;
+      int64_t steps = 0;
+      for (int64_t step = start_step; step < num_batches; ++step) {
+        if (rank == c.die_rank && info.restart_count == 0 && epoch == c.die_epoch && step == c.die_step) {
+          fprintf(stderr, "gemma_finetune: rank %d: --die-rank at epoch %lld step %lld, raising SIGKILL\n", rank,
+                  static_cast<long long>(epoch), static_cast<long long>(step));
+          fflush(stderr);
+          raise(SIGKILL);
+        }
+        absl::StatusOr<std::vector<int64_t>> ids = sampler->BatchIndices(step, c.batch_size_per_device);
+        if (!ids.ok()) return Annotate(ids.status(), rank, "sampler");
+        absl::StatusOr<Batch> batch = data->MakeBatch(*ids);
+        if (!batch.ok()) return Annotate(batch.status(), rank, "batch");
+        opt.zero_grad();
+        at::Tensor loss = (*model)->forward(batch->input_ids, batch->attention_mask, batch->labels).loss;
+        loss.backward();
+        opt.step();
+        const double l = loss.item<double>();
+        loss_sum += l;
+        ++steps;
+        progress.Update(step + 1, l);
+      }
+      progress.EndEpoch();
+      EpochMetrics m;
+      m.epoch = epoch + 1;
+      m.loss = AllReduceAvg(*mesh, steps > 0 ? loss_sum / steps : 0.0, c.timeout);
+      m.steps = steps;
+      m.epoch_time_s = absl::ToDoubleSeconds(absl::Now() - t0);
+      m.tokens_per_s = TokensPerSecond(steps, c.batch_size_per_device * world, c.max_seq_len, m.epoch_time_s);
+      m.timestamp = absl::Now();
+      if (rank == 0) {
+        printf("%s\n", FormatEpochLine(m, c.num_epochs).c_str());
+        fflush(stdout);
+      }
+      TrainerState st = expect;
+      st.epoch = epoch;
+      st.step = num_batches;
+      st.loss = m.loss;
+      absl::StatusOr<std::string> saved = SaveFineTuneCheckpoint(target, mgr.get(), st, epoch);
+      if (!saved.ok()) return Annotate(saved.status(), rank, "checkpoint");
+      if (rank == 0) {
+        result.latest_checkpoint = *saved;
+        if (absl::Status s = metrics->Append(m); !s.ok()) return Annotate(s, rank, "metrics");
+      }
+      result.epochs.push_back(m);
+      result.final_metrics = m;
+    }
+    mesh->Group(0)->barrier()->wait(Ms(c.timeout));
+    return result;
+  };
+  int exit_code = 0;
+  absl::Status status = coord::RunReportingFailure(
+      **runtime,
+      [&] {
+        out = train();
+        return out.status();
+      },
+      &exit_code);
+  if (failure_exit_code != nullptr) *failure_exit_code = exit_code;
   (*runtime)->Shutdown();
-  return result;
+  return out;
 }
 
 }  // namespace tpudist::finetune

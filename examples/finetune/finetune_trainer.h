@@ -95,9 +95,13 @@ std::string DefaultRunName(const std::string& job_id);
 
 // Runs (or resumes) the whole fine-tune on this rank. Errors name the rank
 // and the stage; data errors (bad JSONL, missing field, empty split) come
-// back as InvalidArgument/NotFound from the loaders.
+// back as InvalidArgument/NotFound from the loaders. An error after the
+// rendezvous is reported to the whole job (coordination/failure_report.h):
+// *failure_exit_code (if given) gets the exit code for it, 1 for this rank's
+// own failure, kPeerFailureExitCode (75) when another rank failed first.
 absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info,
-                                           const FineTuneConfig& config);
+                                           const FineTuneConfig& config,
+                                           int* failure_exit_code = nullptr);
 
 }  // namespace tpudist::finetune
 

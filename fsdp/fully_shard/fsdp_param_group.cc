@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/exception_message.h"
 #include "fsdp/fully_shard/flat_buffer.h"
 
 namespace tpudist::fsdp {
@@ -116,7 +117,7 @@ absl::Status FsdpParamGroup::WaitWork(const c10::intrusive_ptr<c10d::Work>& work
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("FullyShard(", label_, "): ", op, " on rank ", rank_,
-                                            " failed: ", e.what()));
+                                            " failed: ", ::tpudist::collectives::ExceptionMessage(e)));
   }
   return absl::OkStatus();
 }
@@ -129,7 +130,7 @@ absl::StatusOr<std::vector<at::Tensor>> FsdpParamGroup::GatherFullMaster() {
     work = mesh_.Group(0)->_allgather_base(out, in);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("FullyShard(", label_, "): state-dict all-gather on rank ",
-                                            rank_, " failed: ", e.what()));
+                                            rank_, " failed: ", ::tpudist::collectives::ExceptionMessage(e)));
   }
   absl::Status s = WaitWork(work, "state-dict all-gather");
   if (!s.ok()) return s;
@@ -166,7 +167,7 @@ absl::Status FsdpParamGroup::StartUnshard() {
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("FullyShard(", label_, "): all-gather of ",
                                             gather_in_.nbytes(), " bytes on rank ", rank_,
-                                            " failed: ", e.what()));
+                                            " failed: ", ::tpudist::collectives::ExceptionMessage(e)));
   }
   ++num_all_gathers_;
   state_ = State::kGathering;
@@ -288,7 +289,7 @@ absl::Status FsdpParamGroup::ReduceGrads() {
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("FullyShard(", label_, "): reduce-scatter of ",
                                             reduce_in_.nbytes(), " bytes on rank ", rank_,
-                                            " failed: ", e.what()));
+                                            " failed: ", ::tpudist::collectives::ExceptionMessage(e)));
   }
   ++num_reduce_scatters_;
   Trace("reduce_scatter_issued");

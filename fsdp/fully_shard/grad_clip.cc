@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/exception_message.h"
 #include "fsdp/fully_shard/state_dict.h"
 
 namespace tpudist::fsdp {
@@ -28,7 +29,7 @@ absl::StatusOr<double> ClipGradNorm(const std::shared_ptr<torch::nn::Module>& mo
       return absl::DeadlineExceededError("ClipGradNorm: all-reduce of the squared norm timed out");
     }
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("ClipGradNorm: all-reduce failed: ", e.what()));
+    return absl::InternalError(absl::StrCat("ClipGradNorm: all-reduce failed: ", ::tpudist::collectives::ExceptionMessage(e)));
   }
   const double total = std::sqrt(t[0].item<double>() + replicated_sq);
   const double coef = max_norm / (total + 1e-6);

@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/exception_message.h"
 #include "fsdp/fully_shard/flat_param_math.h"
 #include "fsdp/fully_shard/safetensors_io.h"
 
@@ -30,7 +31,7 @@ absl::Status AgreeOk(const DeviceMesh& mesh, const absl::Status& mine, const cha
       return absl::DeadlineExceededError(absl::StrCat(what, ": barrier timed out"));
     }
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(what, ": barrier failed: ", e.what()));
+    return absl::InternalError(absl::StrCat(what, ": barrier failed: ", ::tpudist::collectives::ExceptionMessage(e)));
   }
   if (!mine.ok()) return mine;
   if (v[0].item<int>() == 0) return absl::AbortedError(absl::StrCat(what, ": failed on another rank"));

@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/exception_message.h"
 #include "fsdp/fully_shard/flat_buffer.h"
 #include "fsdp/fully_shard/fully_shard.h"
 
@@ -18,7 +19,7 @@ absl::Status Broadcast(const DeviceMesh& mesh, at::Tensor& t, const std::string&
       return absl::DeadlineExceededError(absl::StrCat("SetModelStateDict: broadcast of ", what, " timed out"));
     }
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("SetModelStateDict: broadcast of ", what, " failed: ", e.what()));
+    return absl::InternalError(absl::StrCat("SetModelStateDict: broadcast of ", what, " failed: ", ::tpudist::collectives::ExceptionMessage(e)));
   }
   return absl::OkStatus();
 }

@@ -21,6 +21,10 @@ using Stub = pb::CoordinationService::Stub;
 // Extra RPC deadline on top of a blocking call's own timeout, so that the
 // service's reply (which names the key / missing tasks) arrives first.
 constexpr absl::Duration kBlockingSlack = absl::Seconds(2);
+// The watcher's long poll, and the extra RPC deadline on top of it: large,
+// so that a slow reply is never mistaken for a disconnect by the service.
+constexpr absl::Duration kWatchPoll = absl::Seconds(10);
+constexpr absl::Duration kWatchSlack = absl::Seconds(20);
 
 uint64_t RandomIncarnation() {
   std::random_device rd;
@@ -111,6 +115,7 @@ absl::Status CoordinationClient::Register() {
   }
   pb::RegisterTaskRequest req;
   pb::RegisterTaskResponse resp;
+  req.set_num_tasks(options_.num_tasks);
   absl::Status s = rpc_->Call(&Stub::RegisterTask, req, &resp,
                               options_.rpc_timeout, Where("RegisterTask"));
   if (!s.ok()) return s;
@@ -127,7 +132,60 @@ absl::Status CoordinationClient::Register() {
     pthread_setname_np(pthread_self(), "tpud-heartbeat");
     HeartbeatLoop(interval, timeout);
   });
+  if (options_.watch_errors) {
+    watch_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "tpud-coord-watch");
+      WatchLoop();
+    });
+  }
   return absl::OkStatus();
+}
+
+void CoordinationClient::WatchLoop() {
+  absl::Time lost_since = absl::InfiniteFuture();
+  for (;;) {
+    pb::PollForErrorRequest req;
+    pb::PollForErrorResponse resp;
+    *req.mutable_source() = rpc_->source;
+    req.set_timeout_ms(ToMillis(kWatchPoll));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWatchPoll +
+                                            kWatchSlack));
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_heartbeat_) return;
+      watch_context_ = &context;
+    }
+    const grpc::Status g = rpc_->stub->PollForError(&context, req, &resp);
+    {
+      absl::MutexLock lock(&mu_);
+      watch_context_ = nullptr;
+      if (stop_heartbeat_) return;
+    }
+    const absl::Time now = absl::Now();
+    if (g.ok()) {
+      lost_since = absl::InfiniteFuture();
+      if (resp.error().code() == 0) continue;
+      RecordError(absl::Status(static_cast<absl::StatusCode>(resp.error().code()),
+                               resp.error().message()),
+                  resp.error().source_task());
+      return;  // the job error is final
+    }
+    // The service is gone (its process died or is shutting down) or did not
+    // answer; retry for a moment before calling it lost.
+    if (lost_since == absl::InfiniteFuture()) lost_since = now;
+    if (now - lost_since >= options_.service_loss_grace) {
+      RecordError(absl::UnavailableError(absl::StrFormat(
+          "%s: lost the coordination service (hosted by task 0) for %s: %s",
+          Where("PollForError"), absl::FormatDuration(now - lost_since),
+          FromGrpcStatus(g, "PollForError").message())));
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&stop_heartbeat_),
+                         absl::Milliseconds(100));
+    if (stop_heartbeat_) return;
+  }
 }
 
 void CoordinationClient::HeartbeatLoop(absl::Duration interval,
@@ -149,7 +207,8 @@ void CoordinationClient::HeartbeatLoop(absl::Duration interval,
       if (resp.error().code() != 0) {
         RecordError(
             absl::Status(static_cast<absl::StatusCode>(resp.error().code()),
-                         resp.error().message()));
+                         resp.error().message()),
+            resp.error().source_task());
       }
     } else if (now - last_contact > timeout) {
       RecordError(absl::UnavailableError(absl::StrFormat(
@@ -162,12 +221,14 @@ void CoordinationClient::HeartbeatLoop(absl::Duration interval,
   }
 }
 
-void CoordinationClient::RecordError(const absl::Status& error) {
+void CoordinationClient::RecordError(const absl::Status& error,
+                                     int source_task) {
   bool call = false;
   {
     absl::MutexLock lock(&mu_);
     if (!health_.ok()) return;
     health_ = error;
+    job_error_task_ = source_task;
     if (options_.error_callback && !callback_called_) {
       callback_called_ = true;
       call = true;
@@ -181,6 +242,11 @@ absl::Status CoordinationClient::health() const {
   return health_;
 }
 
+int CoordinationClient::job_error_task() const {
+  absl::MutexLock lock(&mu_);
+  return job_error_task_;
+}
+
 absl::Status CoordinationClient::Shutdown() {
   return ShutdownWithTimeout(options_.rpc_timeout);
 }
@@ -190,8 +256,10 @@ absl::Status CoordinationClient::ShutdownWithTimeout(absl::Duration timeout) {
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return absl::OkStatus();
-    if (heartbeat_thread_.joinable() &&
-        heartbeat_thread_.get_id() == std::this_thread::get_id()) {
+    if ((heartbeat_thread_.joinable() &&
+         heartbeat_thread_.get_id() == std::this_thread::get_id()) ||
+        (watch_thread_.joinable() &&
+         watch_thread_.get_id() == std::this_thread::get_id())) {
       return absl::FailedPreconditionError(
           Where("Shutdown from the error callback"));
     }
@@ -200,11 +268,21 @@ absl::Status CoordinationClient::ShutdownWithTimeout(absl::Duration timeout) {
     was_registered = registered_;
   }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
-  if (!was_registered) return absl::OkStatus();
-  pb::ShutdownTaskRequest req;
-  pb::ShutdownTaskResponse resp;
-  return rpc_->Call(&Stub::ShutdownTask, req, &resp, timeout,
-                    Where("ShutdownTask"));
+  absl::Status left = absl::OkStatus();
+  if (was_registered) {
+    // Leave first, then cancel the watcher: a cancelled watcher of a task
+    // still connected would read as this process dying.
+    pb::ShutdownTaskRequest req;
+    pb::ShutdownTaskResponse resp;
+    left = rpc_->Call(&Stub::ShutdownTask, req, &resp, timeout,
+                      Where("ShutdownTask"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (watch_context_ != nullptr) watch_context_->TryCancel();
+  }
+  if (watch_thread_.joinable()) watch_thread_.join();
+  return left;
 }
 
 // ---- key-value store, barrier, errors --------------------------------------
@@ -318,8 +396,14 @@ absl::Status CoordinationClient::ReportError(const absl::Status& error) {
   pb::ReportErrorResponse resp;
   req.set_code(static_cast<int>(error.code()));
   req.set_message(std::string(error.message()));
-  return rpc_->Call(&Stub::ReportError, req, &resp, options_.rpc_timeout,
-                    Where("ReportError"));
+  absl::Status s = rpc_->Call(&Stub::ReportError, req, &resp,
+                              options_.rpc_timeout, Where("ReportError"));
+  if (s.ok() && resp.job_error().code() != 0) {
+    RecordError(absl::Status(static_cast<absl::StatusCode>(resp.job_error().code()),
+                             resp.job_error().message()),
+                resp.job_error().source_task());
+  }
+  return s;
 }
 
 absl::Status CoordinationClient::PollForError(absl::Duration timeout) {

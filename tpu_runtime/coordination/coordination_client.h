@@ -17,6 +17,12 @@
 // contact with the service for longer than its heartbeat timeout is also
 // recorded as an error (Unavailable).
 //
+// With options.watch_errors (the default) a second thread keeps a long-poll
+// PollForError outstanding: the job error reaches this task within
+// milliseconds, and when this process dies its connection closes and the
+// service fails the task at once (the heartbeat timeout remains the bound
+// for a hung process or a silent network).
+//
 // Every method has a deadline: blocking ones take a timeout, the others use
 // options.rpc_timeout. Errors carry the op, the key or barrier id, this task
 // and the service address.
@@ -41,6 +47,10 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
+namespace grpc {
+class ClientContext;
+}
+
 namespace tpudist::tpu_runtime::coordination {
 
 struct ClientOptions {
@@ -52,9 +62,21 @@ struct ClientOptions {
   absl::Duration heartbeat_interval = absl::ZeroDuration();
   // 0: a random incarnation is drawn.
   uint64_t incarnation = 0;
+  // The job's world size as this task sees it, checked by Register() against
+  // the service's; a mismatch fails the job naming both. 0: not checked.
+  int num_tasks = 0;
+  // Keep a PollForError outstanding from a watcher thread (after Register):
+  // the job error arrives at once instead of with the next heartbeat, and
+  // the service sees this process die (its connection closes) at once.
+  bool watch_errors = true;
+  // How long the watcher retries a lost service before recording the loss
+  // (Unavailable) as this task's error.
+  absl::Duration service_loss_grace = absl::Seconds(1);
   // Called once, from the heartbeat thread, with the first error the service
-  // propagated (or Unavailable when the service became unreachable). Must not
-  // call back into this client's Shutdown() or destructor.
+  // propagated (or Unavailable when the service became unreachable), from
+  // the heartbeat or the watcher thread, or from the thread calling
+  // ReportError(). Must not call back into this client's Shutdown() or
+  // destructor, and should return quickly.
   std::function<void(const absl::Status&)> error_callback;
 };
 
@@ -98,7 +120,9 @@ class CoordinationClient {
   absl::Status Barrier(absl::string_view barrier_id, absl::Duration timeout,
                        absl::Span<const int> tasks = {});
 
-  // Fails the job with `error` (shared fate). REQUIRES: !error.ok().
+  // Fails the job with `error` (shared fate). REQUIRES: !error.ok(). The
+  // job error after the call (ours, or an earlier one) is recorded: see
+  // job_error_task().
   absl::Status ReportError(const absl::Status& error);
   // Long poll: the job error, or OkStatus() when none arrived within
   // `timeout`. Transport failures come back as errors too.
@@ -107,6 +131,9 @@ class CoordinationClient {
   // OkStatus() while neither the service reported a job error nor contact
   // was lost. Cheap; does not call the service.
   absl::Status health() const;
+  // The task the service blamed for the job error health() holds; -1 when
+  // healthy or when contact was lost (no verdict from the service).
+  int job_error_task() const;
 
   // Stops heartbeats and tells the service this task leaves. Idempotent.
   absl::Status Shutdown();
@@ -120,7 +147,10 @@ class CoordinationClient {
   CoordinationClient(std::string address, std::string job_id, int task_id,
                      ClientOptions options);
   void HeartbeatLoop(absl::Duration interval, absl::Duration timeout);
-  void RecordError(const absl::Status& error);
+  void WatchLoop();
+  // Records the first error (source_task: the service's verdict, -1 none)
+  // and calls the error callback once.
+  void RecordError(const absl::Status& error, int source_task = -1);
   absl::Status ShutdownWithTimeout(absl::Duration timeout);
   std::string Where(absl::string_view op) const;
 
@@ -137,8 +167,12 @@ class CoordinationClient {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_heartbeat_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status health_ ABSL_GUARDED_BY(mu_);
+  int job_error_task_ ABSL_GUARDED_BY(mu_) = -1;
   bool callback_called_ ABSL_GUARDED_BY(mu_) = false;
+  // The watcher's call in flight, cancelled by Shutdown().
+  grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread heartbeat_thread_;  // started by Register()
+  std::thread watch_thread_;      // started by Register() if watch_errors
 };
 
 }  // namespace tpudist::tpu_runtime::coordination

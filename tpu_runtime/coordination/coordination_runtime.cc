@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tpu_runtime/exit_codes.h"
 
 namespace tpudist::tpu_runtime::coordination {
 
@@ -55,8 +56,10 @@ absl::StatusOr<std::unique_ptr<CoordinationRuntime>> StartOrConnect(
           : info.master_addr;
   const int port = runtime->service_ != nullptr ? runtime->service_->port()
                                                 : info.master_port;
+  ClientOptions client_options = options.client;
+  if (client_options.num_tasks == 0) client_options.num_tasks = info.world_size;
   auto client = CoordinationClient::Connect(JoinHostPort(host, port), job_id,
-                                            info.rank, options.client);
+                                            info.rank, client_options);
   if (!client.ok()) return client.status();
   runtime->client_ = *std::move(client);
   if (absl::Status s = runtime->client_->Register(); !s.ok()) return s;
@@ -71,6 +74,25 @@ absl::StatusOr<std::unique_ptr<CoordinationRuntime>> StartOrConnect(
 }
 
 CoordinationRuntime::~CoordinationRuntime() { Shutdown(); }
+
+int CoordinationRuntime::ReportFailure(const absl::Status& error,
+                                       int own_exit_code) {
+  if (client_ == nullptr || error.ok()) return own_exit_code;
+  const int me = client_->task_id();
+  if (client_->health().ok()) {
+    // No job error yet: ours becomes the job error unless another task's
+    // report won the race (the service keeps the first).
+    if (!client_->ReportError(error).ok()) {
+      // The service is unreachable: rank 0, its host, is gone.
+      return me == 0 ? own_exit_code : kPeerFailureExitCode;
+    }
+  }
+  const int blamed = client_->job_error_task();
+  if (blamed == me) return own_exit_code;
+  if (blamed >= 0) return kPeerFailureExitCode;
+  // Contact lost without a verdict: the service's host (rank 0) failed.
+  return me == 0 ? own_exit_code : kPeerFailureExitCode;
+}
 
 void CoordinationRuntime::Shutdown(absl::Duration drain) {
   if (shut_down_) return;

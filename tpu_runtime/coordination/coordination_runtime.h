@@ -64,6 +64,14 @@ class CoordinationRuntime {
   const std::shared_ptr<CoordinationClient>& client() const { return client_; }
   const c10::intrusive_ptr<CoordinationStore>& store() const { return store_; }
 
+  // For a rank about to exit with `error`: reports it to the job (when the
+  // job has no error yet, this rank becomes the root cause and every other
+  // rank learns it at once) and returns the exit code to use:
+  // `own_exit_code` when the job error is this rank's own, else
+  // kPeerFailureExitCode (tpu_runtime/exit_codes.h): another task failed
+  // first, or the service's host (rank 0) is gone.
+  int ReportFailure(const absl::Status& error, int own_exit_code = 1);
+
   // Client first (this task leaves cleanly), then the service (rank 0).
   // Idempotent. Rank 0 first waits, up to `drain`, for the other tasks to
   // leave, so that shutting the service down does not fail them.

@@ -23,6 +23,11 @@ namespace pb = ::tpudist::coordination;
 // returns our message (naming key / missing tasks) instead of a bare
 // transport DEADLINE_EXCEEDED.
 constexpr absl::Duration kReplyMargin = absl::Milliseconds(50);
+// How often a waiting PollForError looks for its own cancellation.
+constexpr absl::Duration kCancelCheck = absl::Milliseconds(100);
+// A cancellation this long before the RPC deadline is a disconnect, not a
+// deadline the client let run out.
+constexpr absl::Duration kCancelMargin = absl::Seconds(1);
 
 absl::Time WaitDeadline(const grpc::ServerContext* context,
                         int64_t timeout_ms) {
@@ -42,16 +47,18 @@ void FillError(const absl::Status& error, int source_task,
 class CoordinationService::Impl final
     : public pb::CoordinationService::Service {
  public:
-  Impl(CoordinationState* state, uint64_t incarnation)
-      : state_(state), incarnation_(incarnation) {}
+  Impl(CoordinationState* state, uint64_t incarnation, bool fail_on_disconnect)
+      : state_(state),
+        incarnation_(incarnation),
+        fail_on_disconnect_(fail_on_disconnect) {}
 
   grpc::Status RegisterTask(grpc::ServerContext*,
                             const pb::RegisterTaskRequest* req,
                             pb::RegisterTaskResponse* resp) override {
     if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
     const auto& src = req->source();
-    if (auto s =
-            state_->RegisterTask(src.task_id(), src.incarnation(), absl::Now());
+    if (auto s = state_->RegisterTask(src.task_id(), src.incarnation(),
+                                      absl::Now(), req->num_tasks());
         !s.ok()) {
       return ToGrpcStatus(s);
     }
@@ -159,7 +166,7 @@ class CoordinationService::Impl final
 
   grpc::Status ReportError(grpc::ServerContext*,
                            const pb::ReportErrorRequest* req,
-                           pb::ReportErrorResponse*) override {
+                           pb::ReportErrorResponse* resp) override {
     if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
     if (req->code() == 0) {
       return ToGrpcStatus(absl::InvalidArgumentError("ReportError: code OK"));
@@ -167,6 +174,8 @@ class CoordinationService::Impl final
     state_->ReportError(req->source().task_id(),
                         absl::Status(static_cast<absl::StatusCode>(req->code()),
                                      req->message()));
+    FillError(state_->JobError(), state_->JobErrorTask(),
+              resp->mutable_job_error());
     return grpc::Status::OK;
   }
 
@@ -178,8 +187,26 @@ class CoordinationService::Impl final
       return ToGrpcStatus(
           absl::InvalidArgumentError("PollForError: timeout_ms <= 0"));
     }
-    const absl::Status error =
-        state_->PollForError(WaitDeadline(context, req->timeout_ms()));
+    // Waits in slices so that a cancelled call (the client's process died:
+    // the kernel closed its connection) is noticed within one slice.
+    const absl::Time deadline = WaitDeadline(context, req->timeout_ms());
+    const absl::Time rpc_deadline = FromGrpcDeadline(context->deadline());
+    absl::Status error;
+    for (;;) {
+      const absl::Time now = absl::Now();
+      error = state_->PollForError(std::min(deadline, now + kCancelCheck));
+      if (!error.ok() || absl::Now() >= deadline) break;
+      if (context->IsCancelled()) {
+        // Well before its deadline: not a timeout, the client is gone.
+        if (fail_on_disconnect_ && absl::Now() < rpc_deadline - kCancelMargin &&
+            state_->TaskDisconnected(req->source().task_id(),
+                                     req->source().incarnation())) {
+          std::fprintf(stderr, "[coordination] %s\n",
+                       std::string(state_->JobError().message()).c_str());
+        }
+        return grpc::Status::CANCELLED;
+      }
+    }
     if (absl::IsCancelled(error) && state_->JobError().ok()) {
       return ToGrpcStatus(error);  // service shutting down
     }
@@ -201,6 +228,7 @@ class CoordinationService::Impl final
 
   CoordinationState* const state_;
   const uint64_t incarnation_;
+  const bool fail_on_disconnect_;
 };
 
 CoordinationService::CoordinationService(const ServiceOptions& options)
@@ -229,7 +257,8 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(
       options.job_id, options.num_tasks, options.heartbeat_timeout);
   std::random_device rd;
   const uint64_t incarnation = static_cast<uint64_t>(rd()) << 32 | rd();
-  service->impl_ = std::make_unique<Impl>(service->state_.get(), incarnation);
+  service->impl_ = std::make_unique<Impl>(service->state_.get(), incarnation,
+                                         options.fail_task_on_disconnect);
 
   const bool v6 = options.bind_address.find(':') != std::string::npos;
   const std::string listen =

@@ -44,6 +44,10 @@ struct ServiceOptions {
   absl::Duration staleness_check_interval = absl::Seconds(1);
   // How long Shutdown() lets in-flight RPCs finish before cancelling them.
   absl::Duration shutdown_grace = absl::Seconds(1);
+  // A connected task whose error watcher (an outstanding PollForError) is
+  // cancelled early has lost its process or channel: fail the job at once
+  // instead of after heartbeat_timeout.
+  bool fail_task_on_disconnect = true;
 };
 
 class CoordinationService {

@@ -63,9 +63,20 @@ void CoordinationState::FailTaskLocked(int task, absl::Status error) {
 }
 
 absl::Status CoordinationState::RegisterTask(int task, uint64_t incarnation,
-                                             absl::Time now) {
+                                             absl::Time now,
+                                             int claimed_num_tasks) {
   absl::MutexLock lock(&mu_);
   TaskInfo& info = tasks_[task];
+  if (claimed_num_tasks != 0 && claimed_num_tasks != num_tasks_) {
+    FailTaskLocked(
+        task, absl::FailedPreconditionError(absl::StrFormat(
+                  "task %d of job '%s' was started with world size %d, but "
+                  "the job's coordination service (hosted by task 0) was "
+                  "started with world size %d: every rank must get the same "
+                  "WORLD_SIZE / topology",
+                  task, job_id_, claimed_num_tasks, num_tasks_)));
+    return job_error_;
+  }
   switch (info.state) {
     case TaskState::kConnected:
       if (info.incarnation == incarnation) break;  // a retried RegisterTask
@@ -121,6 +132,21 @@ void CoordinationState::ReportError(int task, const absl::Status& error) {
       absl::Status(error.code(),
                    absl::StrFormat("task %d of job '%s' reported an error: %s",
                                    task, job_id_, error.message())));
+}
+
+bool CoordinationState::TaskDisconnected(int task, uint64_t incarnation) {
+  absl::MutexLock lock(&mu_);
+  TaskInfo& info = tasks_[task];
+  if (info.state != TaskState::kConnected || info.incarnation != incarnation) {
+    return false;
+  }
+  FailTaskLocked(task, absl::UnavailableError(absl::StrFormat(
+                           "task %d of job '%s' lost its connection to the "
+                           "coordination service without shutting down (its "
+                           "process exited or was killed, or its network "
+                           "failed)",
+                           task, job_id_)));
+  return true;
 }
 
 std::vector<int> CoordinationState::CheckHeartbeats(absl::Time now) {

@@ -60,8 +60,11 @@ class CoordinationState {
   absl::Status ValidateSender(absl::string_view job_id, int task_id) const;
 
   // Connects `task`. Idempotent for the same incarnation. A connected task
-  // registering with a new incarnation restarted: that fails the job.
-  absl::Status RegisterTask(int task, uint64_t incarnation, absl::Time now);
+  // registering with a new incarnation restarted: that fails the job. So does
+  // a task that claims another world size (`claimed_num_tasks` != 0 and !=
+  // num_tasks()): the job error names both values.
+  absl::Status RegisterTask(int task, uint64_t incarnation, absl::Time now,
+                            int claimed_num_tasks = 0);
   // Refreshes the task's heartbeat. Returns an error about the task itself
   // (not registered, stale incarnation, marked failed); the job error is read
   // separately with JobError().
@@ -71,6 +74,10 @@ class CoordinationState {
   // Records `error` from `task` as the job error (if none yet) and marks the
   // task failed. REQUIRES: !error.ok().
   void ReportError(int task, const absl::Status& error);
+  // The task's error watcher was cancelled before its deadline: if the task
+  // is still connected with `incarnation`, its process or its channel is
+  // gone, and it is failed (Unavailable). Returns whether it was failed.
+  bool TaskDisconnected(int task, uint64_t incarnation);
   // Marks every connected task whose last heartbeat is older than the
   // heartbeat timeout as failed; returns the ids newly marked.
   std::vector<int> CheckHeartbeats(absl::Time now);

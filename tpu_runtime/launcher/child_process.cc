@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,8 +27,12 @@ void CloseIfOpen(int* fd) {
 
 // Runs in the forked child: only async-signal-safe calls. Never returns.
 [[noreturn]] void ExecChild(char* const* argv, char* const* envp, int out_w, int err_w,
-                            int status_w) {
+                            int status_w, pid_t launcher) {
   setpgid(0, 0);  // own process group, so the launcher can signal the group
+  // Dies with the launcher (kill -9 of tpurun must not leave ranks running);
+  // the check closes the race with a launcher that died before prctl.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != launcher) _exit(127);
   sigset_t empty;
   sigemptyset(&empty);
   sigprocmask(SIG_SETMASK, &empty, nullptr);  // undo the SignalWatcher's mask
@@ -88,8 +93,11 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
     return absl::InternalError("pipe2 (exec status) failed");
   }
+  const pid_t launcher = getpid();
   pid_t pid = fork();
-  if (pid == 0) ExecChild(argvp.data(), envp.data(), out_pipe[1], err_pipe[1], status_pipe[1]);
+  if (pid == 0) {
+    ExecChild(argvp.data(), envp.data(), out_pipe[1], err_pipe[1], status_pipe[1], launcher);
+  }
   int fork_errno = errno;
   for (int fd : {out_pipe[1], err_pipe[1], status_pipe[1]}) close(fd);
   if (pid < 0) {

@@ -1,6 +1,9 @@
 // ChildProcess: one launched rank. fork + execvp in its own process group,
 // with the parent's environment overlaid by an EnvMap, and its stdout/stderr
-// connected to non-blocking pipes that the supervisor polls.
+// connected to non-blocking pipes that the supervisor polls. The child dies
+// with its launcher: it gets SIGKILL when the thread that started it exits
+// (PR_SET_PDEATHSIG), so kill -9 of tpurun leaves no rank running; start
+// children from a thread that outlives them (tpurun: its main thread).
 //
 // Ownership: the object owns the pipe read ends; it does not wait for the
 // child in its destructor (the supervisor reaps every child it starts and

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "tpu_runtime/exit_codes.h"
 #include "tpu_runtime/launcher/child_process.h"
 #include "tpu_runtime/launcher/line_prefixer.h"
 #include "tpu_runtime/launcher/signal_watcher.h"
@@ -77,6 +78,12 @@ class Attempt {
   absl::Time kill_at_ = absl::InfiniteFuture();
   bool killed_ = false;
   absl::Time give_up_at_ = absl::InfiniteFuture();
+  // Ranks that exited with kPeerFailureExitCode, in order; while no root
+  // cause is known, the stop begins at root_cause_deadline_.
+  std::vector<RankFailure> peer_failures_;
+  absl::Time root_cause_deadline_ = absl::InfiniteFuture();
+  // Records the attempt's failure, names the followers, and begins the stop.
+  void FailAttempt(RankFailure failure, absl::Time now);
 };
 
 void Attempt::BeginStop(int signal, absl::Time now) {
@@ -126,6 +133,41 @@ void Attempt::HandleSignals(absl::Time now) {
   }
 }
 
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) absl::StrAppend(&out, out.empty() ? "" : ", ", r);
+  return out;
+}
+
+void Attempt::FailAttempt(RankFailure failure, absl::Time now) {
+  for (const Rank& rank : ranks_) {
+    if (!rank.child->exit_status().has_value()) failure.still_running.push_back(rank.spec->rank);
+  }
+  for (const RankFailure& f : peer_failures_) failure.followed_by.push_back(f.rank);
+  std::string followers =
+      failure.followed_by.empty() || failure.peer_failure
+          ? ""
+          : absl::StrCat("; ranks ", RankList(failure.followed_by),
+                         " stopped because of it (exit ", kPeerFailureExitCode, ")");
+  if (failure.peer_failure) {
+    Log(absl::StrCat("no rank failed for a reason of its own within ",
+                     absl::FormatDuration(options_.root_cause_wait), " of ", failure.description,
+                     " reporting another rank's failure (exit ", kPeerFailureExitCode, ")",
+                     failure.still_running.empty()
+                         ? ""
+                         : absl::StrCat("; still running (hung?): ranks ",
+                                        RankList(failure.still_running)),
+                     "; stopping the other ranks (grace ",
+                     absl::FormatDuration(options_.grace_period), ")"));
+  } else {
+    Log(absl::StrCat(failure.description, " failed: ", Describe(failure.status), followers,
+                     "; stopping the other ranks (grace ",
+                     absl::FormatDuration(options_.grace_period), ")"));
+  }
+  result_.first_failure = std::move(failure);
+  BeginStop(SIGTERM, now);
+}
+
 void Attempt::ReapAndCheck(absl::Time now) {
   for (Rank& rank : ranks_) {
     if (rank.child->exit_status().has_value()) continue;
@@ -133,12 +175,18 @@ void Attempt::ReapAndCheck(absl::Time now) {
     if (!status.has_value()) continue;
     rank.exited_at = now;
     if (status->success() || stopping_ || result_.first_failure.has_value()) continue;
-    result_.first_failure =
-        RankFailure{rank.spec->rank, rank.spec->description, *status, now - start_};
-    Log(absl::StrCat(rank.spec->description, " failed: ", Describe(*status),
-                     "; stopping the other ranks (grace ",
-                     absl::FormatDuration(options_.grace_period), ")"));
-    BeginStop(SIGTERM, now);
+    RankFailure failure{rank.spec->rank, rank.spec->description, *status, now - start_};
+    if (status->kind == ExitStatus::Kind::kExited && status->code == kPeerFailureExitCode) {
+      // A follower: keep waiting a moment for the rank it followed.
+      failure.peer_failure = true;
+      if (peer_failures_.empty()) root_cause_deadline_ = now + options_.root_cause_wait;
+      peer_failures_.push_back(std::move(failure));
+      continue;
+    }
+    FailAttempt(std::move(failure), now);
+  }
+  if (!stopping_ && !result_.first_failure.has_value() && now >= root_cause_deadline_) {
+    FailAttempt(peer_failures_.front(), now);
   }
   for (Rank& rank : ranks_) {
     // Exited, but something it spawned still holds its pipes open.
@@ -222,6 +270,7 @@ absl::StatusOr<AttemptResult> Attempt::Run(const std::vector<ProcessSpec>& specs
     absl::Duration wait = options_.poll_interval;
     if (stopping_ && !killed_) wait = std::min(wait, kill_at_ - now);
     if (!stopping_) wait = std::min(wait, job_deadline_ - now);
+    if (!stopping_) wait = std::min(wait, root_cause_deadline_ - now);
     int wait_ms = static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(wait)));
     int ready = poll(fds.data(), fds.size(), wait_ms);
     if (ready < 0 && errno != EINTR) return absl::InternalError("poll failed");
@@ -276,9 +325,24 @@ std::string ExitReport::Summary() const {
       return absl::StrCat("all ", exits.size(), " ranks succeeded in ",
                           absl::FormatDuration(absl::Trunc(elapsed, absl::Milliseconds(1))),
                           restarts_note);
-    case Outcome::kRankFailed:
-      return absl::StrCat(first_failure->description, " failed: ", Describe(first_failure->status),
+    case Outcome::kRankFailed: {
+      const RankFailure& f = *first_failure;
+      if (f.peer_failure) {
+        return absl::StrCat(f.description, " stopped because another rank failed (exit ",
+                            kPeerFailureExitCode, "); no rank failed for a reason of its own",
+                            f.still_running.empty()
+                                ? ""
+                                : absl::StrCat("; still running when stopped (hung?): ranks ",
+                                               RankList(f.still_running)),
+                            restarts_note);
+      }
+      return absl::StrCat(f.description, " failed: ", Describe(f.status),
+                          f.followed_by.empty()
+                              ? ""
+                              : absl::StrCat("; ranks ", RankList(f.followed_by),
+                                             " stopped because of it"),
                           restarts_note);
+    }
     case Outcome::kTimedOut:
       return absl::StrCat("job timed out after ",
                           absl::FormatDuration(absl::Trunc(elapsed, absl::Milliseconds(1))),

@@ -10,7 +10,14 @@
 //      prefixed with the rank's label, to options.stdout_fd/stderr_fd.
 //   3. When a rank exits non-zero or is killed by a signal, it is the
 //      attempt's first failure: all other ranks get SIGTERM, and those still
-//      alive after grace_period get SIGKILL.
+//      alive after grace_period get SIGKILL. A rank that exits with
+//      kPeerFailureExitCode (75, tpu_runtime/exit_codes.h) says it stopped
+//      because another rank failed: it is not the root cause, so the
+//      supervisor waits up to root_cause_wait for a rank that failed for a
+//      reason of its own (a signal, any other non-zero code) and reports
+//      that one; if none comes, it stops the others and reports the first
+//      peer failure, naming the ranks still running (a hung rank shows up
+//      there).
 //   4. A failed attempt is followed by a new one (restart_count + 1, fresh
 //      planner call: new MASTER_PORT etc.) until max_restarts restarts have
 //      been made; then the job fails with the last attempt's first failure.
@@ -69,6 +76,9 @@ struct SupervisorOptions {
   // After SIGKILL, how long a rank may take to be reaped before we give up.
   absl::Duration reap_timeout = absl::Seconds(10);
   absl::Duration exec_timeout = absl::Seconds(10);  // per rank, see ChildProcess
+  // After a rank exits with kPeerFailureExitCode, how long to wait for the
+  // root cause (see 3 above) before stopping the others.
+  absl::Duration root_cause_wait = absl::Seconds(3);
 };
 
 // The first rank of an attempt to fail, and how.
@@ -77,6 +87,13 @@ struct RankFailure {
   std::string description;
   ExitStatus status;
   absl::Duration after;  // since the attempt started
+  // The rank exited with kPeerFailureExitCode and no rank failed for a
+  // reason of its own: the root cause is unknown (see still_running).
+  bool peer_failure = false;
+  // Ranks that had not exited when the supervisor began stopping the job.
+  std::vector<int> still_running;
+  // Ranks that exited with kPeerFailureExitCode before the stop began.
+  std::vector<int> followed_by;
 };
 
 struct ExitReport {

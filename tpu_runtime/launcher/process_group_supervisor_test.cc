@@ -298,5 +298,58 @@ TEST(SupervisorTest, SecondSigintEscalatesToSigkill) {
   rmdir(dir.c_str());
 }
 
+// Followers exit 75 (a peer failed) before the rank that failed for a
+// reason of its own: that rank is the root cause, named with its followers.
+TEST(SupervisorTest, RootCauseIsTheFirstRankThatFailedOnItsOwn) {
+  JobResult job = RunJob(4, [](int r) -> std::string {
+    if (r == 2) return "sleep 0.5; echo 'disk full' >&2; exit 3";
+    return "sleep 0.1; exit 75";
+  });
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  ASSERT_TRUE(job.report->first_failure.has_value());
+  EXPECT_EQ(job.report->first_failure->rank, 2);
+  EXPECT_FALSE(job.report->first_failure->peer_failure);
+  EXPECT_EQ(job.report->ExitCode(), 3);
+  EXPECT_THAT(job.report->first_failure->followed_by, ::testing::ElementsAre(0, 1, 3));
+  EXPECT_THAT(job.report->Summary(),
+              HasSubstr("rank 2 failed: exit status 3; ranks 0, 1, 3 stopped because of it"));
+  EXPECT_THAT(job.err, HasSubstr("rank 2 failed: exit status 3; ranks 0, 1, 3 stopped"));
+}
+
+// Everyone who exits says "a peer failed" and one rank never exits (hung):
+// after root_cause_wait the job stops, naming the rank still running.
+TEST(SupervisorTest, OnlyFollowersExitedNamesTheRanksStillRunning) {
+  SupervisorOptions options;
+  options.root_cause_wait = absl::Milliseconds(500);
+  options.grace_period = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  JobResult job = RunJob(
+      3,
+      [](int r) -> std::string {
+        if (r == 1) return "trap '' TERM; sleep 30";  // hung: ignores SIGTERM
+        return "exit 75";
+      },
+      options);
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  ASSERT_TRUE(job.report->first_failure.has_value());
+  EXPECT_TRUE(job.report->first_failure->peer_failure);
+  EXPECT_EQ(job.report->ExitCode(), 75);
+  EXPECT_THAT(job.report->first_failure->still_running, ::testing::ElementsAre(1));
+  EXPECT_THAT(job.report->Summary(), HasSubstr("still running when stopped (hung?): ranks 1"));
+  EXPECT_THAT(job.err, HasSubstr("no rank failed for a reason of its own within 500ms"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+// A rank killed by a signal is a root cause even if followers exited first.
+TEST(SupervisorTest, SignalledRankIsARootCause) {
+  JobResult job = RunJob(2, [](int r) -> std::string {
+    return r == 0 ? "exit 75" : "sleep 0.3; kill -9 $$";
+  });
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  ASSERT_TRUE(job.report->first_failure.has_value());
+  EXPECT_EQ(job.report->first_failure->rank, 1);
+  EXPECT_EQ(job.report->ExitCode(), 128 + SIGKILL);
+}
+
 }  // namespace
 }  // namespace tpudist::tpu_runtime::launcher

@@ -3,6 +3,7 @@
 // SIGKILLed and the test fails.
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -322,6 +324,98 @@ TEST(SliceCheckTest, RestartAfterARankDiedSucceeds) {
   }
   EXPECT_EQ(ok_lines, 16) << run.out;
   std::cerr << "slice_check with one restart: " << run.elapsed << "\n";
+}
+
+// A hung rank (SIGSTOPped after the barrier, so the others sit in the
+// all_reduce): the coordination service misses its heartbeats
+// (--heartbeat-timeout 3s), every other rank's collective is aborted naming
+// it, they exit 75, and tpurun names the rank still running. The collective
+// timeout (120 s) plays no part.
+TEST(SliceCheckTest, HungRankIsDetectedByTheHeartbeatAndNamed) {
+  if (access(SliceCheckPath().c_str(), X_OK) != 0) {
+    GTEST_SKIP() << SliceCheckPath() << " not built (configure with the examples folder)";
+  }
+  RunResult run = Tpurun({"--accelerator-type", "v4", "--topology", "2x2x2", "--hosts-emulated",
+                          "--grace-period", "1s", "--timeout", "100s", "--", SliceCheckPath(),
+                          "--stop-rank", "5", "--heartbeat-timeout", "3s", "--timeout", "120s"},
+                         absl::Seconds(110));
+  EXPECT_EQ(run.exit_code, 75) << run.out << run.err;
+  EXPECT_THAT(run.err, HasSubstr("task 5 of job"));
+  EXPECT_THAT(run.err, HasSubstr("missed its heartbeat deadline"));
+  EXPECT_THAT(run.err, HasSubstr("stopping, another rank failed"));
+  EXPECT_THAT(run.err, HasSubstr("still running (hung?): ranks 5"));
+  EXPECT_LT(run.elapsed, absl::Seconds(60)) << run.err;
+  std::cerr << "hung rank 5 of 8 (heartbeat timeout 3s): job ended after " << run.elapsed << "\n";
+}
+
+// Rank 2 fails on its own: the others are told at once (exit 75) and tpurun
+// reports rank 2, not whichever rank exited first.
+TEST(SliceCheckTest, RootCauseIsTheRankThatFailedNotItsFollowers) {
+  if (access(SliceCheckPath().c_str(), X_OK) != 0) {
+    GTEST_SKIP() << SliceCheckPath() << " not built (configure with the examples folder)";
+  }
+  RunResult run = Tpurun({"--nproc", "4", "--grace-period", "2s", "--timeout", "100s", "--",
+                          SliceCheckPath(), "--fail-rank", "2", "--timeout", "120s"},
+                         absl::Seconds(110));
+  EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
+  EXPECT_THAT(run.err, HasSubstr("tpurun: rank 2"));
+  EXPECT_THAT(run.err, HasSubstr("failed: exit status 1"));
+  EXPECT_THAT(run.err, HasSubstr("a failure of this rank's own"));
+  EXPECT_THAT(run.err, Not(HasSubstr("tpurun: rank 0 failed")));
+  EXPECT_LT(run.elapsed, absl::Seconds(30)) << run.err;
+}
+
+// kill -9 of tpurun takes its ranks with it (PR_SET_PDEATHSIG).
+TEST(TpurunTest, KilledTpurunTakesItsRanksWithIt) {
+  char dir_template[] = "/tmp/tpurun_pdeath_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  Process p({"--nproc", "2", "--", "/bin/sh", "-c",
+             absl::StrCat("echo $$ > ", dir, "/pid.$RANK; exec sleep 60")});
+  std::vector<pid_t> ranks;
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (ranks.size() < 2 && absl::Now() < until) {
+    ranks.clear();
+    for (int r = 0; r < 2; ++r) {
+      std::string text;
+      if (FILE* f = fopen(absl::StrCat(dir, "/pid.", r).c_str(), "r")) {
+        char buf[32] = {};
+        if (fgets(buf, sizeof(buf), f) != nullptr) text = buf;
+        fclose(f);
+      }
+      int pid = 0;
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &pid) && pid > 0) ranks.push_back(pid);
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_EQ(kill(p.pid(), SIGKILL), 0);
+  RunResult run = p.Wait(absl::Seconds(10));
+  EXPECT_EQ(run.exit_code, 128 + SIGKILL);
+  const absl::Time killed = absl::Now();
+  bool gone = false;
+  // Gone: no such process, or a zombie waiting for init to reap it.
+  auto dead = [](pid_t pid) {
+    std::string stat;
+    if (FILE* f = fopen(absl::StrCat("/proc/", pid, "/stat").c_str(), "r")) {
+      char buf[512] = {};
+      if (fgets(buf, sizeof(buf), f) != nullptr) stat = buf;
+      fclose(f);
+    }
+    const size_t paren = stat.rfind(')');
+    return stat.empty() || (paren != std::string::npos && paren + 2 < stat.size() &&
+                            (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X'));
+  };
+  while (!gone && absl::Now() - killed < absl::Seconds(5)) {
+    gone = true;
+    for (pid_t pid : ranks) gone = gone && dead(pid);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(gone) << "ranks outlived tpurun";
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(1));
+  for (pid_t pid : ranks) kill(pid, SIGKILL);
+  for (int r = 0; r < 2; ++r) unlink(absl::StrCat(dir, "/pid.", r).c_str());
+  rmdir(dir.c_str());
 }
 
 }  // namespace

@@ -1,0 +1,122 @@
+// Aborting groups from outside the op (the job failed elsewhere):
+// ProcessGroupTpuDist::Abort / AbortAllGroups from another thread fail the op
+// in flight within milliseconds instead of at its timeout, on one host (shm)
+// and across two emulated hosts (shm + TCP), and poison the group.
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "collectives/group_registry.h"
+#include "collectives/process_group_tpu_dist.h"
+#include "collectives/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tpudist::collectives {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+using testing::RunThreads;
+using testing::ShmEntries;
+using testing::SmallOptions;
+using testing::UniqueJob;
+using Clock = std::chrono::steady_clock;
+
+std::string ErrorOf(const c10::intrusive_ptr<c10d::Work>& work) {
+  try {
+    work->wait(std::chrono::seconds(120));
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Rank `hung` never joins the allreduce; after 300 ms another thread aborts
+// every group of the process, as the coordination client's error callback
+// does. The op timeout is 60 s: only the abort can end the wait.
+void ExpectAbortEndsTheWait(int world, const std::vector<std::string>& host_of_rank,
+                            const std::string& job) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  constexpr int kHung = 1;
+  std::atomic<int> constructed{0};
+  std::atomic<bool> aborted{false};
+  std::thread aborter([&] {
+    while (constructed.load() < world) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_GE(AbortAllGroups(absl::UnavailableError(
+                  "job failed: task 1 missed its heartbeat deadline")),
+              world);
+    aborted.store(true);
+  });
+  RunThreads(world, [&](int rank) {
+    auto o = SmallOptions(job);
+    o.timeout = std::chrono::seconds(60);
+    if (!host_of_rank.empty()) {
+      o.host_id = host_of_rank[rank];
+      o.bind_address = "127.0.0.1";
+    }
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world, o);
+    constructed.fetch_add(1);
+    std::vector<at::Tensor> t = {at::ones({1 << 16}, at::kFloat)};  // [65536]
+    if (rank == kHung) {
+      while (!aborted.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      // Joining after the abort: fails at once, same cause.
+      EXPECT_THAT(ErrorOf(pg->allreduce(t)), HasSubstr("missed its heartbeat"));
+      return;
+    }
+    const auto start = Clock::now();
+    const std::string err = ErrorOf(pg->allreduce(t));
+    const double took = SecondsSince(start);
+    std::printf("[measure] rank %d: allreduce ended %.3f s after it started (abort at ~0.3 s)\n",
+                rank, took);
+    EXPECT_LT(took, 5.0);
+    if (host_of_rank.empty()) {
+      EXPECT_THAT(err, HasSubstr("task 1 missed its heartbeat deadline"));
+    } else {
+      // Across hosts a peer's abort may close a TCP connection before this
+      // rank's own abort lands: either cause ends the wait.
+      EXPECT_THAT(err, ::testing::AnyOf(HasSubstr("task 1 missed its heartbeat deadline"),
+                                        HasSubstr("closed the connection")));
+    }
+    EXPECT_FALSE(pg->status().ok());
+    const auto again = Clock::now();
+    EXPECT_THAT(ErrorOf(pg->barrier()), Not(::testing::IsEmpty()));
+    EXPECT_LT(SecondsSince(again), 1.0);
+  });
+  aborter.join();
+  EXPECT_THAT(ShmEntries("tpud_" + job), IsEmpty());
+}
+
+TEST(AbortTest, AbortAllGroupsEndsAnOpWaitingOnAHungRankOneHost) {
+  ExpectAbortEndsTheWait(3, {}, UniqueJob("ab1"));
+}
+
+TEST(AbortTest, AbortAllGroupsEndsAnOpWaitingOnAHungRankTwoHosts) {
+  ExpectAbortEndsTheWait(4, {"hA", "hA", "hB", "hB"}, UniqueJob("ab2"));
+}
+
+TEST(AbortTest, C10dAbortPoisonsTheGroupAndGroupsLeaveTheRegistry) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("ab3");
+  RunThreads(2, [&](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, SmallOptions(job));
+    pg->abort();
+    EXPECT_THAT(std::string(pg->status().message()), HasSubstr("abort() called"));
+    std::vector<at::Tensor> t = {at::ones({4}, at::kFloat)};  // [4]
+    EXPECT_THAT(ErrorOf(pg->allreduce(t)), HasSubstr("abort() called"));
+  });
+  // Both groups are gone: nothing left to abort.
+  EXPECT_EQ(AbortAllGroups(absl::AbortedError("late")), 0);
+}
+
+}  // namespace
+}  // namespace tpudist::collectives
