@@ -55,6 +55,12 @@ class _Interrupted(Exception):
         self.signum = signum
 
 
+# A rank that stops because another rank failed exits with this
+# (tpu_runtime/exit_codes.h); the root cause is the rank that did not.
+PEER_FAILURE_EXIT = 75
+ROOT_CAUSE_WAIT_S = 3.0
+
+
 @dataclasses.dataclass
 class _Failure:
     rank: int
@@ -66,6 +72,15 @@ def _describe(rc: int) -> _Failure:
     if rc < 0:
         return _Failure(-1, f"killed by {signal.Signals(-rc).name}", 128 - rc)
     return _Failure(-1, f"exited with status {rc}", rc)
+
+
+def _followers_only(followers: List[int], still_running: List[int]) -> _Failure:
+    """The report when only ranks that followed another's failure exited."""
+    what = (f"stopped because another rank failed (exit {PEER_FAILURE_EXIT}); "
+            "no rank failed for a reason of its own")
+    if still_running:
+        what += f"; still running (hung?): ranks {', '.join(map(str, still_running))}"
+    return _Failure(followers[0], what, PEER_FAILURE_EXIT)
 
 
 def rank_label(rank: int, world: int) -> str:
@@ -120,10 +135,17 @@ class _Attempt:
              f"MASTER_PORT={port} (rank:host/pid {where})")
 
     def supervise(self, deadline: float) -> Optional[_Failure]:
-        """Streams output until every rank exited; returns the first failure."""
+        """Streams output until every rank exited; returns the root-cause failure.
+
+        A rank exiting with PEER_FAILURE_EXIT stopped because another rank
+        failed: the launcher waits up to ROOT_CAUSE_WAIT_S for a rank that
+        failed for a reason of its own and reports that one (as tpurun does).
+        """
         ray = self.ray
         pending = set(range(self.world))
         failure: Optional[_Failure] = None
+        followers: List[int] = []
+        root_deadline = float("inf")
         while pending and failure is None:
             refs = {r: self.actors[r].poll.remote() for r in sorted(pending)}
             for r, ref in refs.items():
@@ -136,13 +158,20 @@ class _Attempt:
                 self._print(r, lines)
                 if rc is not None:
                     pending.discard(r)
-                    if rc != 0 and failure is None:
+                    if rc == PEER_FAILURE_EXIT and failure is None:
+                        followers.append(r)
+                        root_deadline = min(root_deadline, time.monotonic() + ROOT_CAUSE_WAIT_S)
+                    elif rc != 0 and failure is None:
                         failure = dataclasses.replace(_describe(rc), rank=r)
+            if failure is None and followers and (not pending or time.monotonic() > root_deadline):
+                failure = _followers_only(followers, sorted(pending))
             if failure is None and pending:
                 if time.monotonic() > deadline:
                     failure = _Failure(-1, f"job timed out after {self.args.job_timeout_s:.0f} s", 124)
                     break
                 time.sleep(self.args.poll_s)
+        if failure is not None and followers and failure.code != PEER_FAILURE_EXIT:
+            failure.what += f"; ranks {', '.join(map(str, followers))} stopped because of it"
         if failure is not None:
             self._stop_all(pending, failure)
         return failure

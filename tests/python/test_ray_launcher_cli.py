@@ -67,3 +67,73 @@ def test_module_docstring_names_every_variable_it_sets() -> None:
     for name in ("LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TPU_DIST_JOB_ID",
                  "TPU_DIST_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"):
         assert name in doc
+
+
+class _FakeRemote:
+    def __init__(self, fn) -> None:
+        self.remote = fn
+
+
+class _FakeActor:
+    """A rank whose poll() replays `exits`: None while running, then its code."""
+
+    def __init__(self, exits: list) -> None:
+        self._exits = list(exits)
+        self.stopped = False
+        self.poll = _FakeRemote(self._poll)
+        self.stop = _FakeRemote(self._stop)
+
+    def _poll(self):
+        rc = self._exits.pop(0) if len(self._exits) > 1 else self._exits[0]
+        return ([], rc)
+
+    def _stop(self, grace_s: float):
+        self.stopped = True
+        return ([], None)
+
+
+class _FakeRay:
+    class exceptions:  # noqa: N801 - mirrors ray.exceptions
+        class RayActorError(Exception):
+            pass
+
+        class GetTimeoutError(Exception):
+            pass
+
+    @staticmethod
+    def get(ref, timeout=None):
+        return ref
+
+
+def _attempt(exits_per_rank: list) -> "ray_launcher._Attempt":
+    attempt = object.__new__(ray_launcher._Attempt)
+    attempt.ray = _FakeRay
+    attempt.world = len(exits_per_rank)
+    attempt.actors = [_FakeActor(e) for e in exits_per_rank]
+    attempt.places = [{"worker_id": 0, "local_rank": r, "ip": "127.0.0.1"}
+                      for r in range(attempt.world)]
+    attempt.args = _parse(["--", TRUE])
+    attempt.args.poll_s = 0.01
+    return attempt
+
+
+def test_root_cause_is_the_rank_that_failed_not_its_followers(capsys) -> None:
+    # Ranks 0 and 2 exit 75 (a peer failed) first; rank 1 fails with 3 later.
+    attempt = _attempt([[None, 75], [None, None, None, 3], [75], [None] * 6 + [0]])
+    failure = attempt.supervise(deadline=float("inf"))
+    assert failure is not None
+    assert failure.rank == 1 and failure.code == 3
+    assert "ranks 2, 0 stopped because of it" in failure.what or \
+        "ranks 0, 2 stopped because of it" in failure.what
+    assert attempt.actors[3].stopped
+    assert "rank 1 (worker 0, device 1" in capsys.readouterr().err
+
+
+def test_only_followers_name_the_ranks_still_running(monkeypatch) -> None:
+    monkeypatch.setattr(ray_launcher, "ROOT_CAUSE_WAIT_S", 0.05)
+    attempt = _attempt([[75], [None]])  # rank 1 never exits: hung
+    failure = attempt.supervise(deadline=float("inf"))
+    assert failure is not None
+    assert failure.code == ray_launcher.PEER_FAILURE_EXIT
+    assert "still running (hung?): ranks 1" in failure.what
+    assert attempt.actors[1].stopped
