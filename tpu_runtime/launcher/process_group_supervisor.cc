@@ -144,6 +144,7 @@ void Attempt::FailAttempt(RankFailure failure, absl::Time now) {
     if (!rank.child->exit_status().has_value()) failure.still_running.push_back(rank.spec->rank);
   }
   for (const RankFailure& f : peer_failures_) failure.followed_by.push_back(f.rank);
+  std::sort(failure.followed_by.begin(), failure.followed_by.end());
   std::string followers =
       failure.followed_by.empty() || failure.peer_failure
           ? ""

@@ -92,7 +92,7 @@ struct RankFailure {
   bool peer_failure = false;
   // Ranks that had not exited when the supervisor began stopping the job.
   std::vector<int> still_running;
-  // Ranks that exited with kPeerFailureExitCode before the stop began.
+  // Ranks that exited with kPeerFailureExitCode before the stop began, sorted.
   std::vector<int> followed_by;
 };
 
