@@ -130,7 +130,9 @@ absl::StatusOr<EnvMap> SliceEnvironment(const SliceSpec& spec, int rank,
   // GKE.
   env["TPU_ACCELERATOR_TYPE"] = CloudAcceleratorType(spec);
   env["TPU_TOPOLOGY"] = FormatChipTopology(spec.chip_topology);
-  if (spec.chiplets_per_chip > 1) {
+  // Also on a tpu7x slice run one device per chip (--topology=4,4,1): without
+  // it discovery assumes tpu7x's 2 and rejects TORCH_TPU_TOPOLOGY (fuzz/).
+  if (spec.chiplets_per_chip > 1 || spec.accelerator_type == "tpu7x") {
     env["RAY_TPU_RESOURCE_PER_CHIP"] = absl::StrCat(spec.chiplets_per_chip);
   }
   // TorchTPU.

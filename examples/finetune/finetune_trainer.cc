@@ -348,6 +348,7 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
       &exit_code);
   if (failure_exit_code != nullptr) *failure_exit_code = exit_code;
   (*runtime)->Shutdown();
+  if (!status.ok()) return status;  // also an exception, which left `out` unset
   return out;
 }
 

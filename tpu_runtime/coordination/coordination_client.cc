@@ -413,8 +413,10 @@ absl::Status CoordinationClient::PollForError(absl::Duration timeout) {
   absl::Status s = rpc_->Call(&Stub::PollForError, req, &resp,
                               timeout + kBlockingSlack, Where("PollForError"));
   if (!s.ok()) return s;
-  return absl::Status(static_cast<absl::StatusCode>(resp.error().code()),
-                      resp.error().message());
+  absl::Status error(static_cast<absl::StatusCode>(resp.error().code()),
+                     resp.error().message());
+  if (!error.ok()) RecordError(error, resp.error().source_task());
+  return error;
 }
 
 }  // namespace tpudist::tpu_runtime::coordination

@@ -124,8 +124,9 @@ class CoordinationClient {
   // job error after the call (ours, or an earlier one) is recorded: see
   // job_error_task().
   absl::Status ReportError(const absl::Status& error);
-  // Long poll: the job error, or OkStatus() when none arrived within
-  // `timeout`. Transport failures come back as errors too.
+  // Long poll: the job error (also recorded, see health()), or OkStatus()
+  // when none arrived within `timeout`. Transport failures come back as
+  // errors too (not recorded).
   absl::Status PollForError(absl::Duration timeout);
 
   // OkStatus() while neither the service reported a job error nor contact

@@ -8,6 +8,14 @@
 #include "tpu_runtime/exit_codes.h"
 
 namespace tpudist::tpu_runtime::coordination {
+namespace {
+
+// How long a failing rank waits for the job error before reporting its own.
+constexpr absl::Duration kSettle = absl::Milliseconds(300);
+// Drain of a failed job's service (see Shutdown).
+constexpr absl::Duration kFailedJobDrain = absl::Seconds(1);
+
+}  // namespace
 
 bool IsLoopbackAddress(absl::string_view host) {
   return host == "localhost" || host == "::1" || host == "[::1]" ||
@@ -80,9 +88,11 @@ int CoordinationRuntime::ReportFailure(const absl::Status& error,
   if (client_ == nullptr || error.ok()) return own_exit_code;
   const int me = client_->task_id();
   if (client_->health().ok()) {
-    // No job error yet: ours becomes the job error unless another task's
-    // report won the race (the service keeps the first).
-    if (!client_->ReportError(error).ok()) {
+    // A peer's death can reach us (a collective's liveness check) before the
+    // service has failed that peer (its closed connection, within ~0.1 s):
+    // give the job error a moment to arrive before claiming to be the cause.
+    const absl::Status settled = client_->PollForError(kSettle);
+    if (settled.ok() && !client_->ReportError(error).ok()) {
       // The service is unreachable: rank 0, its host, is gone.
       return me == 0 ? own_exit_code : kPeerFailureExitCode;
     }
@@ -99,6 +109,10 @@ void CoordinationRuntime::Shutdown(absl::Duration drain) {
   shut_down_ = true;
   if (client_ != nullptr) client_->Shutdown().IgnoreError();
   if (service_ != nullptr) {
+    // A failed job's tasks got the error from their watchers already and are
+    // on their way out; a dead one may still count as connected until its
+    // heartbeat deadline, which is not worth waiting for.
+    if (!service_->state().JobError().ok()) drain = std::min(drain, kFailedJobDrain);
     service_->state().AwaitNoTaskConnected(absl::Now() + drain);
     service_->Shutdown();
   }
