@@ -18,6 +18,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libsentencepiece-dev
   iproute2 procps jq
+  clang-14 libclang-rt-14-dev llvm-14   # libFuzzer, sanitizers, llvm-symbolizer: tools/fuzz.sh
 )
 
 missing=()

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "models/common/safetensors_header.h"
 
 namespace tpudist::fsdp {
 namespace {
@@ -88,32 +89,17 @@ absl::StatusOr<SafetensorsContents> ReadSafetensorsFile(const std::string& path)
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("safetensors: cannot open ", path));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() < 8) return absl::DataLossError(absl::StrCat("safetensors: ", path, " is truncated"));
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  if (n > bytes.size() - 8) return absl::DataLossError(absl::StrCat("safetensors: ", path, " header length ", n));
-  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n), nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) {
-    return absl::DataLossError(absl::StrCat("safetensors: ", path, " has a malformed header"));
-  }
-  const char* base = bytes.data() + 8 + n;
-  const uint64_t data_size = bytes.size() - 8 - n;
+  // Every size, range and field checked here, before any tensor exists.
+  absl::StatusOr<models::SafetensorsHeader> header = models::ParseSafetensorsHeader(bytes, path);
+  if (!header.ok()) return header.status();
+  const char* base = bytes.data() + header->data_offset;
   SafetensorsContents out;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      for (const auto& [k, v] : entry.items()) out.metadata[k] = v.get<std::string>();
-      continue;
-    }
-    absl::StatusOr<at::ScalarType> type = TypeOf(entry.value("dtype", ""));
-    if (!type.ok()) return absl::DataLossError(absl::StrCat(path, ": ", name, ": ", type.status().message()));
-    std::vector<int64_t> shape = entry.at("shape").get<std::vector<int64_t>>();
-    const uint64_t begin = entry.at("data_offsets")[0].get<uint64_t>();
-    const uint64_t end = entry.at("data_offsets")[1].get<uint64_t>();
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*type));
-    if (end < begin || end > data_size || end - begin != t.nbytes()) {
-      return absl::DataLossError(absl::StrCat("safetensors: ", path, ": ", name, " has bad offsets"));
-    }
-    if (t.nbytes() > 0) std::memcpy(t.data_ptr(), base + begin, t.nbytes());
+  out.metadata = std::move(header->metadata);
+  for (const auto& [name, entry] : header->entries) {
+    absl::StatusOr<at::ScalarType> type = TypeOf(entry.dtype);
+    if (!type.ok()) return absl::DataLossError(absl::StrCat(path, ": tensor '", name, "': ", type.status().message()));
+    at::Tensor t = at::empty(entry.shape, at::TensorOptions().dtype(*type));
+    if (t.nbytes() > 0) std::memcpy(t.data_ptr(), base + entry.begin, t.nbytes());
     out.tensors[name] = std::move(t);
   }
   return out;

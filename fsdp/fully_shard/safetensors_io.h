@@ -35,7 +35,9 @@ struct SafetensorsContents {
   std::map<std::string, std::string> metadata;
 };
 
-// Reads the whole file. Errors name the file and the offending tensor.
+// Reads the whole file. The header is validated by
+// models/common/safetensors_header.h before any tensor is allocated; errors
+// (DataLoss) name the file and the offending tensor.
 absl::StatusOr<SafetensorsContents> ReadSafetensorsFile(const std::string& path);
 
 }  // namespace tpudist::fsdp

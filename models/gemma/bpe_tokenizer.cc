@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "models/gemma/gemma_config.h"
 #include "models/gemma/utf8.h"
 
 namespace tpudist::models::gemma {
@@ -24,6 +25,30 @@ std::string StringField(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
+
+// j[key] when it is a boolean / an integer, `fallback` when absent or null,
+// else an error naming `field`.key (json::value would throw).
+absl::StatusOr<bool> BoolField(const json& j, const char* key, bool fallback, absl::string_view source,
+                               absl::string_view field) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) return Bad(source, absl::StrCat(field, ".", key), "not a boolean");
+  return it->get<bool>();
+}
+absl::StatusOr<int64_t> IntField(const json& j, const char* key, int64_t fallback, absl::string_view source,
+                                 absl::string_view field) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer()) return Bad(source, absl::StrCat(field, ".", key), "not an integer");
+  return it->get<int64_t>();
+}
+
+#define BPE_ASSIGN_OR_RETURN(lhs, expr) \
+  do {                                  \
+    auto _v = (expr);                   \
+    if (!_v.ok()) return _v.status();   \
+    lhs = *_v;                          \
+  } while (0)
 
 // A tokenizer_config.json token entry: "<bos>" or {"content": "<bos>", ...}.
 std::string TokenString(const json& j) {
@@ -58,7 +83,9 @@ absl::StatusOr<std::string> PatternString(const json& j, absl::string_view sourc
   auto it = j.find("pattern");
   if (it == j.end()) return Bad(source, field, "missing pattern");
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("String")) return (*it)["String"].get<std::string>();
+  if (it->is_object() && it->contains("String") && (*it)["String"].is_string()) {
+    return (*it)["String"].get<std::string>();
+  }
   return Bad(source, field, "only String patterns are supported (no Regex)");
 }
 
@@ -77,7 +104,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const json&
   auto vocab = model->find("vocab");
   if (vocab == model->end() || !vocab->is_object()) return Bad(source, "model.vocab", "missing");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (model->contains(k) && !(*model)[k].is_null() && !(*model)[k].get<std::string>().empty()) {
+    if (model->contains(k) && !(*model)[k].is_null() &&
+        (!(*model)[k].is_string() || !(*model)[k].get<std::string>().empty())) {
       return Bad(source, absl::StrCat("model.", k), "not supported");
     }
   }
@@ -85,7 +113,10 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const json&
     return Bad(source, "model.dropout", "BPE dropout is not supported");
   }
   auto set_token = [&](const std::string& s, int64_t id) -> absl::Status {
-    if (id < 0 || id > (int64_t{1} << 31)) return Bad(source, "model.vocab", absl::StrCat("bad id for '", s, "'"));
+    // Ids index a dense table: bounded like GemmaConfig's vocab_size.
+    if (id < 0 || id >= kMaxVocabSize) {
+      return Bad(source, "model.vocab", absl::StrCat("id ", id, " of '", s, "' outside [0, ", kMaxVocabSize, ")"));
+    }
     if (static_cast<int64_t>(t->id_to_token_.size()) <= id) {
       t->id_to_token_.resize(id + 1);
       t->is_special_.resize(id + 1, false);
@@ -99,9 +130,9 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const json&
     if (auto st = set_token(it.key(), it.value().get<int64_t>()); !st.ok()) return st;
   }
   t->model_vocab_ = t->vocab_;  // BPE sees only the model's vocabulary, as in HF
-  t->byte_fallback_ = model->value("byte_fallback", false);
-  t->fuse_unk_ = model->value("fuse_unk", false);
-  t->ignore_merges_ = model->value("ignore_merges", false);
+  BPE_ASSIGN_OR_RETURN(t->byte_fallback_, BoolField(*model, "byte_fallback", false, source, "model"));
+  BPE_ASSIGN_OR_RETURN(t->fuse_unk_, BoolField(*model, "fuse_unk", false, source, "model"));
+  BPE_ASSIGN_OR_RETURN(t->ignore_merges_, BoolField(*model, "ignore_merges", false, source, "model"));
   if (auto u = model->find("unk_token"); u != model->end() && u->is_string()) {
     auto f = t->vocab_.find(u->get<std::string>());
     if (f == t->vocab_.end()) return Bad(source, "model.unk_token", "not in the vocabulary");
@@ -143,11 +174,11 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const json&
       added.content = e["content"].get<std::string>();
       added.id = e["id"].get<int64_t>();
       // HF AddedToken defaults: not special, normalized unless special.
-      added.special = e.value("special", false);
-      added.normalized = e.value("normalized", !added.special);
-      added.lstrip = e.value("lstrip", false);
-      added.rstrip = e.value("rstrip", false);
-      added.single_word = e.value("single_word", false);
+      BPE_ASSIGN_OR_RETURN(added.special, BoolField(e, "special", false, source, "added_tokens"));
+      BPE_ASSIGN_OR_RETURN(added.normalized, BoolField(e, "normalized", !added.special, source, "added_tokens"));
+      BPE_ASSIGN_OR_RETURN(added.lstrip, BoolField(e, "lstrip", false, source, "added_tokens"));
+      BPE_ASSIGN_OR_RETURN(added.rstrip, BoolField(e, "rstrip", false, source, "added_tokens"));
+      BPE_ASSIGN_OR_RETURN(added.single_word, BoolField(e, "single_word", false, source, "added_tokens"));
       if (added.content.empty()) return Bad(source, "added_tokens", "empty content");
       if (auto st = set_token(added.content, added.id); !st.ok()) return st;
       t->is_special_[added.id] = added.special;
@@ -184,16 +215,19 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const json&
       if (!p.ok()) return p.status();
       step.a = *p;
       step.b = StringField(s, "behavior");
-      if (s.value("invert", false)) return Bad(source, "pre_tokenizer", "Split invert is not supported");
+      bool invert = false;
+      BPE_ASSIGN_OR_RETURN(invert, BoolField(s, "invert", false, source, "pre_tokenizer"));
+      if (invert) return Bad(source, "pre_tokenizer", "Split invert is not supported");
       static const char* kBehaviors[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext"};
       if (std::none_of(std::begin(kBehaviors), std::end(kBehaviors), [&](const char* b) { return step.b == b; })) {
         return Bad(source, "pre_tokenizer", absl::StrCat("unsupported Split behavior '", step.b, "'"));
       }
     } else {
+      bool add_prefix_space = true;
+      BPE_ASSIGN_OR_RETURN(add_prefix_space, BoolField(s, "add_prefix_space", true, source, "pre_tokenizer"));
       step.a = s.contains("replacement") ? StringField(s, "replacement") : std::string(kMetaspace);
-      step.b = s.contains("prepend_scheme") ? StringField(s, "prepend_scheme")
-                                            : (s.value("add_prefix_space", true) ? "always" : "never");
-      step.flag = s.value("split", true);
+      step.b = s.contains("prepend_scheme") ? StringField(s, "prepend_scheme") : (add_prefix_space ? "always" : "never");
+      BPE_ASSIGN_OR_RETURN(step.flag, BoolField(s, "split", true, source, "pre_tokenizer"));
     }
     t->pre_tokenizer_.push_back(step);
   }
@@ -213,12 +247,13 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(const json&
       step.b = StringField(s, "content");
     } else if (step.kind == "Strip") {
       step.a = StringField(s, "content");
-      step.start = s.value("start", 0);
-      step.stop = s.value("stop", 0);
+      BPE_ASSIGN_OR_RETURN(step.start, IntField(s, "start", 0, source, "decoder"));
+      BPE_ASSIGN_OR_RETURN(step.stop, IntField(s, "stop", 0, source, "decoder"));
     } else if (step.kind == "Metaspace") {
+      bool add_prefix_space = true;
+      BPE_ASSIGN_OR_RETURN(add_prefix_space, BoolField(s, "add_prefix_space", true, source, "decoder"));
       step.a = s.contains("replacement") ? StringField(s, "replacement") : std::string(kMetaspace);
-      step.b = s.contains("prepend_scheme") ? StringField(s, "prepend_scheme")
-                                            : (s.value("add_prefix_space", true) ? "always" : "never");
+      step.b = s.contains("prepend_scheme") ? StringField(s, "prepend_scheme") : (add_prefix_space ? "always" : "never");
     }
     t->decoder_.push_back(step);
   }

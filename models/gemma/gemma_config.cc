@@ -171,6 +171,7 @@ absl::StatusOr<GemmaConfig> ParseText(const json& t, absl::string_view source) {
     }
   }
   if (auto it = t.find("hidden_activation"); it != t.end() && !it->is_null()) {
+    if (!it->is_string()) return FieldError(source, "hidden_activation", "not a string");
     c.hidden_activation = it->get<std::string>();
     if (c.hidden_activation != "gelu_pytorch_tanh") {
       return FieldError(source, "hidden_activation", "only gelu_pytorch_tanh is supported");
@@ -200,6 +201,10 @@ absl::StatusOr<GemmaConfig> ParseText(const json& t, absl::string_view source) {
     }
   } else {
     // HF Gemma4TextConfig derivation: a fixed 5:1 pattern (every 6th layer full).
+    // Bounded first: a hostile num_hidden_layers (1e12) must not reach the allocator.
+    if (c.num_hidden_layers > kMaxLayers) {
+      return FieldError(source, "num_hidden_layers", absl::StrCat(c.num_hidden_layers, " exceeds ", kMaxLayers));
+    }
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       c.layer_types.push_back((i + 1) % 6 == 0 ? LayerType::kFull : LayerType::kSliding);
     }

@@ -7,7 +7,8 @@
 //
 // SafetensorsFile maps the file (MAP_PRIVATE, copy-on-write, so writing into
 // a returned tensor never touches the file) and validates the whole header on
-// Open: dtypes, shapes, byte sizes, bounds and non-overlap. Get returns a
+// Open with models/common/safetensors_header.h: dtypes, shapes, byte sizes,
+// bounds and non-overlap. Get returns a
 // zero-copy view that keeps the mapping alive when the data is suitably
 // aligned, otherwise an owned copy.
 //
@@ -28,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "models/common/safetensors_header.h"
 
 namespace tpudist::models::gemma {
 
@@ -35,12 +37,7 @@ namespace tpudist::models::gemma {
 absl::StatusOr<at::ScalarType> SafetensorsDtype(absl::string_view name);
 absl::StatusOr<std::string> SafetensorsDtypeName(at::ScalarType type);
 
-struct SafetensorsEntry {
-  std::string dtype;           // e.g. "BF16"
-  std::vector<int64_t> shape;  // may be empty (scalar)
-  uint64_t begin = 0;          // byte offsets into the data block
-  uint64_t end = 0;
-};
+using ::tpudist::models::SafetensorsEntry;
 
 class SafetensorsFile {
  public:

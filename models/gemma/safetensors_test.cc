@@ -83,6 +83,9 @@ TEST(Safetensors, RejectsCorruptFiles) {
        Header(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})") +
            "abc",
        "overlap"},
+      // shape x dtype wraps to 0 bytes in 64 bits (found by fuzz/).
+      {"overflow", Header(R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})"),
+       "exceeds 2^64"},
   };
   for (const auto& c : cases) {
     const std::string path = dir / (std::string(c.name) + ".safetensors");
@@ -93,6 +96,17 @@ TEST(Safetensors, RejectsCorruptFiles) {
     EXPECT_NE(f.status().message().find(c.needle), std::string::npos) << c.name << ": " << f.status();
   }
   EXPECT_EQ(SafetensorsFile::Open(dir / "absent").status().code(), absl::StatusCode::kNotFound);
+}
+
+// The torch-free header parser and the at::ScalarType table agree on every dtype.
+TEST(Safetensors, DtypeTablesAgree) {
+  for (const char* name : {"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL"}) {
+    absl::StatusOr<at::ScalarType> type = SafetensorsDtype(name);
+    absl::StatusOr<size_t> size = SafetensorsDtypeSize(name);
+    ASSERT_TRUE(type.ok() && size.ok()) << name;
+    EXPECT_EQ(*size, c10::elementSize(*type)) << name;
+  }
+  EXPECT_FALSE(SafetensorsDtypeSize("F8").ok());
 }
 
 TEST(Safetensors, UnalignedDataIsCopied) {
