@@ -44,6 +44,16 @@ struct ServiceOptions {
   absl::Duration staleness_check_interval = absl::Seconds(1);
   // How long Shutdown() lets in-flight RPCs finish before cancelling them.
   absl::Duration shutdown_grace = absl::Seconds(1);
+  // Bytes of the job secret (tpu_runtime/job_secret.h). Non-empty: every
+  // call must carry its task's credential (coordination_auth.h) or gets
+  // UNAUTHENTICATED naming the job, without touching the job's state.
+  // Empty: calls are not authenticated (a warning when bind_address is not
+  // loopback).
+  std::string job_secret;
+  // TLS (both or neither): PEM files of the service's certificate chain and
+  // private key. Clients then need ClientOptions::tls_ca_path.
+  std::string tls_cert_path;
+  std::string tls_key_path;
 };
 
 class CoordinationService {
