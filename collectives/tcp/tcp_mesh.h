@@ -23,7 +23,10 @@
 //   connection that does not authenticate (wrong or missing proof, garbage,
 //   a bad magic, silence for options.handshake_timeout), logs one line to
 //   stderr naming its address, and keeps waiting for its real peers: a
-//   stranger reaching the port cannot fail or feed the mesh. The connecting
+//   stranger reaching the port cannot fail or feed the mesh. Accepted
+//   connections shake hands concurrently (a thread each, at most 64 at
+//   once, all joined before Connect returns), so a silent stranger delays
+//   no one but itself. The connecting
 //   rank dialed the address its peer published, so a peer failing to prove
 //   the secret there is an error (FailedPrecondition: the ranks were given
 //   different secrets).
@@ -146,6 +149,7 @@ class TcpMesh final : public Transport {
   };
   struct OutFrame;
   struct InFrame;
+  struct PendingHandshake;
 
   TcpMesh(int rank, int size, std::string group_key);
 

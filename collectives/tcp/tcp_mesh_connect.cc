@@ -1,5 +1,10 @@
 // TcpMesh rendezvous and handshake (the data path is in tcp_mesh.cc).
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -7,6 +12,7 @@
 #include <cstring>
 #include <exception>
 #include <set>
+#include <thread>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +36,9 @@ constexpr absl::string_view kAcceptorLabel = "tpu_dist/tcp_mesh/v2/acceptor-proo
 // Log lines per Connect for dropped connections: the first ones, then every
 // 100th (a stranger hammering the port must not flood the job's log).
 constexpr int kDropLogLines = 10;
+// Handshakes of accepted connections in flight at once; more connections
+// wait in the listen backlog. Bounds the threads a flood of strangers costs.
+constexpr size_t kMaxConcurrentHandshakes = 64;
 
 // Every hello starts with these, in any version: a peer of another version
 // is recognised before the rest is read.
@@ -177,60 +186,135 @@ absl::Status TcpMesh::ConnectLower(c10d::Store& store, const TcpMeshOptions& opt
   return absl::OkStatus();
 }
 
+// An accepted connection whose handshake runs on its own thread, so that a
+// stranger that stays silent (or trickles bytes) holds only its own slot,
+// never the real peers queued behind it.
+struct TcpMesh::PendingHandshake {
+  ScopedFd fd;
+  std::string from;
+  std::thread thread;
+  // Written by `thread` before it signals, read after join().
+  absl::Status status;
+  int peer_rank = -1;
+  bool authenticated = false;
+  std::atomic<bool> done{false};
+};
+
 absl::Status TcpMesh::AcceptHigher(int listen_fd, const TcpMeshOptions& options,
                                    absl::Time deadline) {
   const std::string ctx = absl::StrCat("TcpMesh rank ", rank_, " (group '", group_key_, "')");
   std::set<int> missing;
   for (int p = rank_ + 1; p < size_; ++p) missing.insert(p);
+  // Handshake threads write 1 here when they finish: the loop below sleeps in
+  // poll() on it and the listener, never spins.
+  ScopedFd wake(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake.valid()) {
+    return absl::InternalError(absl::StrCat(ctx, ": eventfd: ", ErrnoString(errno)));
+  }
+  std::vector<std::unique_ptr<PendingHandshake>> pending;
+  // Whatever happens, no handshake thread outlives this call: shut their
+  // sockets down (their reads and writes return at once) and join them.
+  struct JoinAll {
+    std::vector<std::unique_ptr<PendingHandshake>>* pending;
+    ~JoinAll() {
+      for (auto& p : *pending) {
+        if (p->fd.valid()) shutdown(p->fd.get(), SHUT_RDWR);
+        if (p->thread.joinable()) p->thread.join();
+      }
+    }
+  } join_all{&pending};
+
   int dropped = 0;
   std::string last_drop, last_drop_from;
-  while (!missing.empty()) {
-    absl::StatusOr<ScopedFd> fd = AcceptUntil(listen_fd, deadline);
-    if (!fd.ok()) {
-      return absl::Status(
-          fd.status().code(),
-          absl::StrCat(ctx, ": peer rank(s) ", absl::StrJoin(missing, ","),
-                       " did not connect within connect_timeout: ", fd.status().message(),
-                       dropped == 0 ? ""
-                                    : absl::StrCat("; meanwhile ", dropped,
-                                                   " connection(s) that did not authenticate "
-                                                   "were dropped, the last from ",
-                                                   last_drop_from, ": ", last_drop)));
+  auto drop = [&](const std::string& from, std::string reason) {
+    ++dropped;
+    last_drop = std::move(reason);
+    last_drop_from = from;
+    if (dropped <= kDropLogLines || dropped % 100 == 0) {
+      std::fprintf(stderr, "[tcp_mesh] %s: dropped connection #%d from %s: %s\n", ctx.c_str(),
+                   dropped, from.c_str(), last_drop.c_str());
     }
-    const std::string from = PeerAddress(fd->get());
+  };
+
+  while (!missing.empty()) {
+    // 1. Collect finished handshakes.
+    for (size_t i = 0; i < pending.size();) {
+      PendingHandshake& p = *pending[i];
+      if (!p.done.load(std::memory_order_acquire)) {
+        ++i;
+        continue;
+      }
+      p.thread.join();
+      if (!p.status.ok()) {
+        // A member of the job that disagrees with us is an error; anyone
+        // else (a port scanner, another job, a wrong secret) is dropped and
+        // we keep waiting for the real peer.
+        if (p.authenticated) return p.status;
+        absl::string_view reason = p.status.message();
+        if (size_t at = reason.find(p.from + ": "); at != absl::string_view::npos) {
+          reason.remove_prefix(at + p.from.size() + 2);  // ctx is in the log line already
+        }
+        drop(p.from, absl::IsDeadlineExceeded(p.status)
+                         ? absl::StrCat("no complete handshake within handshake_timeout ",
+                                        absl::FormatDuration(options.handshake_timeout))
+                         : std::string(reason));
+      } else if (missing.erase(p.peer_rank) == 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            ctx, ": handshake from rank ", p.peer_rank, " at ", p.from,
+            " which is not an expected higher rank (duplicate rank or wrong connect order)"));
+      } else {
+        peers_[p.peer_rank].fd = std::move(p.fd);
+      }
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (missing.empty()) break;
+
+    // 2. Wait for a connection or a finished handshake. At the cap, new
+    //    connections wait in the listen backlog until a slot frees.
+    const bool at_cap = pending.size() >= kMaxConcurrentHandshakes;
+    pollfd fds[2] = {{wake.get(), POLLIN, 0}, {listen_fd, static_cast<short>(at_cap ? 0 : POLLIN), 0}};
+    const int n = poll(fds, 2, PollTimeoutMs(deadline));
+    if (n < 0 && errno != EINTR) {
+      return absl::InternalError(absl::StrCat(ctx, ": poll: ", ErrnoString(errno)));
+    }
+    if (n == 0 && absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          ctx, ": peer rank(s) ", absl::StrJoin(missing, ","),
+          " did not connect within connect_timeout ", absl::FormatDuration(options.connect_timeout),
+          dropped == 0 ? ""
+                       : absl::StrCat("; meanwhile ", dropped,
+                                      " connection(s) that did not authenticate were dropped, "
+                                      "the last from ",
+                                      last_drop_from, ": ", last_drop)));
+    }
+    if (fds[0].revents & POLLIN) {
+      uint64_t count = 0;
+      (void)!read(wake.get(), &count, sizeof(count));
+    }
+    if (!(fds[1].revents & POLLIN)) continue;
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) {
+        continue;
+      }
+      return absl::UnavailableError(absl::StrCat(ctx, ": accept: ", ErrnoString(errno)));
+    }
+    auto p = std::make_unique<PendingHandshake>();
+    p->fd.Reset(fd);
+    p->from = PeerAddress(fd);
     const absl::Time handshake_deadline =
         std::min(deadline, absl::Now() + options.handshake_timeout);
-    int peer_rank = -1;
-    bool authenticated = false;
-    absl::Status s = Handshake(fd->get(), -1, absl::StrCat("a connection from ", from),
-                               options.secret, handshake_deadline, &peer_rank, &authenticated);
-    if (!s.ok()) {
-      // A member of the job that disagrees with us is an error; anyone else
-      // (a port scanner, another job, a wrong secret) is dropped and we keep
-      // waiting for the real peer.
-      if (authenticated) return s;
-      ++dropped;
-      absl::string_view reason = s.message();
-      if (size_t at = reason.find(from + ": "); at != absl::string_view::npos) {
-        reason.remove_prefix(at + from.size() + 2);  // ctx is in the log line already
-      }
-      last_drop = absl::IsDeadlineExceeded(s) && handshake_deadline < deadline
-                      ? absl::StrCat("no complete handshake within handshake_timeout ",
-                                     absl::FormatDuration(options.handshake_timeout))
-                      : std::string(reason);
-      last_drop_from = from;
-      if (dropped <= kDropLogLines || dropped % 100 == 0) {
-        std::fprintf(stderr, "[tcp_mesh] %s: dropped connection #%d from %s: %s\n", ctx.c_str(),
-                     dropped, from.c_str(), last_drop.c_str());
-      }
-      continue;
-    }
-    if (missing.erase(peer_rank) == 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          ctx, ": handshake from rank ", peer_rank, " at ", from,
-          " which is not an expected higher rank (duplicate rank or wrong connect order)"));
-    }
-    peers_[peer_rank].fd = std::move(*fd);
+    PendingHandshake* raw = p.get();
+    const int wake_fd = wake.get();
+    raw->thread = std::thread([this, raw, wake_fd, handshake_deadline, &options] {
+      raw->status = Handshake(raw->fd.get(), -1, absl::StrCat("a connection from ", raw->from),
+                              options.secret, handshake_deadline, &raw->peer_rank,
+                              &raw->authenticated);
+      raw->done.store(true, std::memory_order_release);
+      const uint64_t one = 1;
+      (void)!write(wake_fd, &one, sizeof(one));
+    });
+    pending.push_back(std::move(p));
   }
   return absl::OkStatus();
 }
