@@ -25,6 +25,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -48,7 +49,9 @@ std::string TaskCredential(absl::string_view secret, absl::string_view job_id, i
 // The service's check of each call. With an empty secret every call passes.
 class CallAuthenticator {
  public:
-  CallAuthenticator(std::string secret, std::string job_id);
+  // Precomputes the credentials of tasks [0, num_tasks) of `job_id`, so that
+  // a call costs one constant-time comparison instead of an HMAC (~3 us).
+  CallAuthenticator(std::string secret, std::string job_id, int num_tasks);
 
   bool enabled() const { return !secret_.empty(); }
   // OK when `context` carries the credential of task `task_id` of job
@@ -61,6 +64,7 @@ class CallAuthenticator {
  private:
   const std::string secret_;
   const std::string job_id_;
+  std::vector<std::string> credentials_;  // [num_tasks], of job_id_
   mutable std::atomic<int> refused_{0};
 };
 

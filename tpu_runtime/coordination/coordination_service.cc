@@ -48,7 +48,7 @@ class CoordinationService::Impl final
        std::string job_id)
       : state_(state),
         incarnation_(incarnation),
-        auth_(std::move(job_secret), std::move(job_id)) {}
+        auth_(std::move(job_secret), std::move(job_id), state->num_tasks()) {}
 
   grpc::Status RegisterTask(grpc::ServerContext* context,
                             const pb::RegisterTaskRequest* req,
