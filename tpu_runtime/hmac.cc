@@ -38,7 +38,8 @@ bool MacEqual(absl::Span<const uint8_t> a, absl::Span<const uint8_t> b) {
 absl::StatusOr<std::string> SecureRandomBytes(size_t n) {
   std::string out(n, '\0');
   if (n > 0 && RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1) {
-    return absl::InternalError(absl::StrCat("RAND_bytes(", n, ") failed: the OS random generator is unavailable"));
+    return absl::InternalError(
+        absl::StrCat("RAND_bytes(", n, ") failed: the OS random generator is unavailable"));
   }
   return out;
 }

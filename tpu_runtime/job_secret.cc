@@ -47,16 +47,15 @@ absl::StatusOr<std::string> ParseJobSecret(absl::string_view value, absl::string
     return bytes;
   }
   if (value.size() < kMinJobSecretBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, " is ", value.size(), " bytes long; a job secret needs at least ",
-        kMinJobSecretBytes, " bytes, or ", 2 * kMinJobSecretBytes,
-        " hex digits (e.g. `openssl rand -hex 32`)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " is ", value.size(), " bytes long; a job secret needs at least ",
+                     kMinJobSecretBytes, " bytes, or ", 2 * kMinJobSecretBytes,
+                     " hex digits (e.g. `openssl rand -hex 32`)"));
   }
   return std::string(value);
 }
 
-absl::StatusOr<std::string> ReadJobSecretFile(const std::string& path,
-                                              absl::string_view variable) {
+absl::StatusOr<std::string> ReadJobSecretFile(const std::string& path, absl::string_view variable) {
   const std::string source = absl::StrCat("the file ", path, " (", variable, ")");
   if (path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(variable, " is set but empty"));
@@ -88,8 +87,8 @@ absl::StatusOr<std::string> JobSecretFromEnv(const EnvMap& env) {
   auto value = env.find(kJobSecretEnv);
   auto file = env.find(kJobSecretFileEnv);
   if (value != env.end() && file != env.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "both ", kJobSecretEnv, " and ", kJobSecretFileEnv, " are set; set only one"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("both ", kJobSecretEnv, " and ", kJobSecretFileEnv, " are set; set only one"));
   }
   if (value != env.end()) return ParseJobSecret(value->second, kJobSecretEnv);
   if (file != env.end()) return ReadJobSecretFile(file->second, kJobSecretFileEnv);

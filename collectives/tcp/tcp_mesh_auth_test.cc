@@ -157,7 +157,8 @@ TEST_F(TcpMeshAuthTest, StrangersAreDroppedWhileTheRealMeshConnects) {
   auto garbage = Dial(port);
   ASSERT_TRUE(garbage.ok());
   ASSERT_TRUE(WriteAll(garbage->get(), Bytes("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
-                       absl::Now() + absl::Seconds(1)).ok());
+                       absl::Now() + absl::Seconds(1))
+                  .ok());
   ASSERT_TRUE(WaitForClose(garbage->get()));  // dropped (and logged) by rank 0
   // 2. Silence: connects and sends nothing (cut when the mesh is complete).
   auto silent = Dial(port);
@@ -173,8 +174,7 @@ TEST_F(TcpMeshAuthTest, StrangersAreDroppedWhileTheRealMeshConnects) {
     ASSERT_TRUE(nonce.ok());
     std::memcpy(hello.nonce, nonce->data(), 32);
     const std::string out = absl::StrCat(
-        absl::string_view(reinterpret_cast<const char*>(&hello), sizeof(hello)),
-        options.group_key,
+        absl::string_view(reinterpret_cast<const char*>(&hello), sizeof(hello)), options.group_key,
         tpu_runtime::ToHex(tpu_runtime::HmacSha256("wrong secret!!!!", {"x"})).substr(0, 32));
     ASSERT_TRUE(WriteAll(forger->get(), Bytes(out), absl::Now() + absl::Seconds(1)).ok());
     ASSERT_TRUE(WaitForClose(forger->get()));
@@ -222,10 +222,10 @@ TEST_F(TcpMeshAuthTest, StrangersAreDroppedWhileTheRealMeshConnects) {
   EXPECT_EQ(impostor_status[1].code(), absl::StatusCode::kUnauthenticated) << impostor_status[1];
   EXPECT_THAT(impostor_status[1].message(), HasSubstr("this rank has none"));
   // Every stranger got a log line naming its address; the mesh went on.
-  EXPECT_THAT(log, AllOf(HasSubstr("dropped connection #1 from 127.0.0.1:"),
-                         HasSubstr("bad magic"), HasSubstr("failed to prove the job secret"),
-                         HasSubstr("echoed our nonce"), HasSubstr("presented no job secret"),
-                         HasSubstr("dropped connection #5 from")));
+  EXPECT_THAT(log,
+              AllOf(HasSubstr("dropped connection #1 from 127.0.0.1:"), HasSubstr("bad magic"),
+                    HasSubstr("failed to prove the job secret"), HasSubstr("echoed our nonce"),
+                    HasSubstr("presented no job secret"), HasSubstr("dropped connection #5 from")));
   EXPECT_THAT(log, ::testing::Not(HasSubstr("#6")));  // the silent one was never a peer
   ExpectRingAllReduceWorks(meshes);
 }
@@ -297,10 +297,11 @@ TEST_F(TcpMeshAuthTest, HandshakeCostPerConnection) {
   }
   for (int k = 0; k < 2; ++k) {
     std::sort(micros[k].begin(), micros[k].end());
-    std::printf("[auth cost] 2-rank Connect (listen + 1 connection), %s: median %.0f us, "
-                "p90 %.0f us (%d rounds)\n",
-                k ? "with secret" : "no secret", micros[k][kRounds / 2],
-                micros[k][kRounds * 9 / 10], kRounds);
+    std::printf(
+        "[auth cost] 2-rank Connect (listen + 1 connection), %s: median %.0f us, "
+        "p90 %.0f us (%d rounds)\n",
+        k ? "with secret" : "no secret", micros[k][kRounds / 2], micros[k][kRounds * 9 / 10],
+        kRounds);
   }
 }
 

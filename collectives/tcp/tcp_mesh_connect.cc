@@ -272,7 +272,8 @@ absl::Status TcpMesh::AcceptHigher(int listen_fd, const TcpMeshOptions& options,
     // 2. Wait for a connection or a finished handshake. At the cap, new
     //    connections wait in the listen backlog until a slot frees.
     const bool at_cap = pending.size() >= kMaxConcurrentHandshakes;
-    pollfd fds[2] = {{wake.get(), POLLIN, 0}, {listen_fd, static_cast<short>(at_cap ? 0 : POLLIN), 0}};
+    pollfd fds[2] = {{wake.get(), POLLIN, 0},
+                     {listen_fd, static_cast<short>(at_cap ? 0 : POLLIN), 0}};
     const int n = poll(fds, 2, PollTimeoutMs(deadline));
     if (n < 0 && errno != EINTR) {
       return absl::InternalError(absl::StrCat(ctx, ": poll: ", ErrnoString(errno)));
@@ -307,9 +308,9 @@ absl::Status TcpMesh::AcceptHigher(int listen_fd, const TcpMeshOptions& options,
     PendingHandshake* raw = p.get();
     const int wake_fd = wake.get();
     raw->thread = std::thread([this, raw, wake_fd, handshake_deadline, &options] {
-      raw->status = Handshake(raw->fd.get(), -1, absl::StrCat("a connection from ", raw->from),
-                              options.secret, handshake_deadline, &raw->peer_rank,
-                              &raw->authenticated);
+      raw->status =
+          Handshake(raw->fd.get(), -1, absl::StrCat("a connection from ", raw->from),
+                    options.secret, handshake_deadline, &raw->peer_rank, &raw->authenticated);
       raw->done.store(true, std::memory_order_release);
       const uint64_t one = 1;
       (void)!write(wake_fd, &one, sizeof(one));
@@ -329,8 +330,11 @@ absl::Status TcpMesh::Handshake(int fd, int expected_peer, absl::string_view whe
   absl::StatusOr<std::string> nonce = tpu_runtime::SecureRandomBytes(kNonceBytes);
   if (!nonce.ok()) return nonce.status();
   const HelloPrefix my_prefix{kHelloMagic, kHelloVersion};
-  HelloBody my_body{rank_, size_, static_cast<uint32_t>(group_key_.size()),
-                    secret.empty() ? 0u : kFlagHasSecret, {}};
+  HelloBody my_body{rank_,
+                    size_,
+                    static_cast<uint32_t>(group_key_.size()),
+                    secret.empty() ? 0u : kFlagHasSecret,
+                    {}};
   std::memcpy(my_body.nonce, nonce->data(), kNonceBytes);
   const std::string mine = absl::StrCat(BytesOf(my_prefix), BytesOf(my_body), group_key_);
   if (absl::Status s = WriteAll(fd, SpanOf(mine), deadline); !s.ok()) {
@@ -418,8 +422,8 @@ absl::Status TcpMesh::Handshake(int fd, int expected_peer, absl::string_view whe
     return absl::FailedPreconditionError(absl::StrCat(
         ctx, ": peer rank ", body.rank, " has world size ", body.size, ", ours is ", size_));
   }
-  const bool rank_ok = connector ? body.rank == expected_peer
-                                 : body.rank > rank_ && body.rank < size_;
+  const bool rank_ok =
+      connector ? body.rank == expected_peer : body.rank > rank_ && body.rank < size_;
   if (!rank_ok) {
     return absl::FailedPreconditionError(
         absl::StrCat(ctx, ": peer claims rank ", body.rank, ", expected ",

@@ -122,8 +122,8 @@ int Run(int argc, char** argv) {
   }
   std::printf(
       "host %d OK addr %s auth %s all-reduce %zu floats %.2f ms, all-gather %zu bytes %.2f ms\n",
-      rank, addr.c_str(), options.secret.empty() ? "off" : "on", count, absl::ToDoubleMilliseconds(ar_time), count * size,
-              absl::ToDoubleMilliseconds(ag_time));
+      rank, addr.c_str(), options.secret.empty() ? "off" : "on", count,
+      absl::ToDoubleMilliseconds(ar_time), count * size, absl::ToDoubleMilliseconds(ag_time));
   return 0;
 }
 

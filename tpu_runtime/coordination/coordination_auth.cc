@@ -19,11 +19,13 @@ constexpr absl::string_view kCredentialLabel = "tpu_dist/coordination/v1";
 constexpr absl::string_view kCredentialPrefix = "v1.";
 constexpr int kRefusalLogLines = 10;
 
-absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view what) {
+absl::StatusOr<std::string> ReadPem(const std::string& path,
+                                    absl::string_view what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read the TLS ", what, " file ", path, ": ", std::strerror(errno)));
+    return absl::InvalidArgumentError(absl::StrCat("cannot read the TLS ", what,
+                                                   " file ", path, ": ",
+                                                   std::strerror(errno)));
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -36,19 +38,25 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view w
 
 }  // namespace
 
-std::string TaskCredential(absl::string_view secret, absl::string_view job_id, int task_id) {
+std::string TaskCredential(absl::string_view secret, absl::string_view job_id,
+                           int task_id) {
   const std::string task = absl::StrCat(task_id);
-  return absl::StrCat(kCredentialPrefix, ToHex(HmacSha256(secret, {kCredentialLabel, job_id, task})));
+  return absl::StrCat(
+      kCredentialPrefix,
+      ToHex(HmacSha256(secret, {kCredentialLabel, job_id, task})));
 }
 
-CallAuthenticator::CallAuthenticator(std::string secret, std::string job_id, int num_tasks)
+CallAuthenticator::CallAuthenticator(std::string secret, std::string job_id,
+                                     int num_tasks)
     : secret_(std::move(secret)), job_id_(std::move(job_id)) {
   if (secret_.empty()) return;
-  for (int t = 0; t < num_tasks; ++t) credentials_.push_back(TaskCredential(secret_, job_id_, t));
+  for (int t = 0; t < num_tasks; ++t)
+    credentials_.push_back(TaskCredential(secret_, job_id_, t));
 }
 
 absl::Status CallAuthenticator::Check(const grpc::ServerContext& context,
-                                      absl::string_view method, absl::string_view job_id,
+                                      absl::string_view method,
+                                      absl::string_view job_id,
                                       int task_id) const {
   if (!enabled()) return absl::OkStatus();
   const auto& metadata = context.client_metadata();
@@ -59,35 +67,42 @@ absl::Status CallAuthenticator::Check(const grpc::ServerContext& context,
   } else {
     const bool cached = job_id == job_id_ && task_id >= 0 &&
                         task_id < static_cast<int>(credentials_.size());
-    const std::string expected =
-        cached ? credentials_[task_id] : TaskCredential(secret_, job_id, task_id);
+    const std::string expected = cached
+                                     ? credentials_[task_id]
+                                     : TaskCredential(secret_, job_id, task_id);
     const absl::string_view got(it->second.data(), it->second.size());
-    if (!MacEqual(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(got.data()), got.size()),
-                  absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(expected.data()),
-                                      expected.size()))) {
-      problem = absl::StrCat("carries a credential that is not task ", task_id,
-                             "'s: a different TPU_DIST_JOB_SECRET, or not this job");
+    if (!MacEqual(absl::MakeConstSpan(
+                      reinterpret_cast<const uint8_t*>(got.data()), got.size()),
+                  absl::MakeConstSpan(
+                      reinterpret_cast<const uint8_t*>(expected.data()),
+                      expected.size()))) {
+      problem =
+          absl::StrCat("carries a credential that is not task ", task_id,
+                       "'s: a different TPU_DIST_JOB_SECRET, or not this job");
     }
   }
   if (problem.empty()) return absl::OkStatus();
   const std::string message = absl::StrCat(
-      "coordination service of job '", job_id_, "': refused ", method, " from ", context.peer(),
-      " (claiming task ", task_id, "): the call ", problem,
+      "coordination service of job '", job_id_, "': refused ", method, " from ",
+      context.peer(), " (claiming task ", task_id, "): the call ", problem,
       "; every rank needs the job's TPU_DIST_JOB_SECRET");
   const int n = ++refused_;
   if (n <= kRefusalLogLines || n % 100 == 0) {
-    std::fprintf(stderr, "[coordination] %s (refusal #%d)\n", message.c_str(), n);
+    std::fprintf(stderr, "[coordination] %s (refusal #%d)\n", message.c_str(),
+                 n);
   }
   return absl::UnauthenticatedError(message);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const std::string& cert_path, const std::string& key_path) {
-  if (cert_path.empty() && key_path.empty()) return grpc::InsecureServerCredentials();
+  if (cert_path.empty() && key_path.empty())
+    return grpc::InsecureServerCredentials();
   if (cert_path.empty() || key_path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TLS for the coordination service needs both a certificate and a key (got cert '",
-        cert_path, "', key '", key_path, "')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TLS for the coordination service needs both a "
+                     "certificate and a key (got cert '",
+                     cert_path, "', key '", key_path, "')"));
   }
   absl::StatusOr<std::string> cert = ReadPem(cert_path, "certificate");
   if (!cert.ok()) return cert.status();
@@ -98,8 +113,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   return grpc::SslServerCredentials(options);
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const std::string& ca_path, const std::string& server_name, grpc::ChannelArguments* args) {
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
+MakeChannelCredentials(const std::string& ca_path,
+                       const std::string& server_name,
+                       grpc::ChannelArguments* args) {
   if (ca_path.empty()) return grpc::InsecureChannelCredentials();
   absl::StatusOr<std::string> ca = ReadPem(ca_path, "CA");
   if (!ca.ok()) return ca.status();

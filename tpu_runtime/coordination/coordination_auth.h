@@ -2,7 +2,8 @@
 //
 // Call credential: with a job secret (tpu_runtime/job_secret.h), every call
 // of task t of job j carries the metadata entry
-//   x-tpu-dist-auth: v1.<hex HMAC-SHA256(secret, "tpu_dist/coordination/v1", j, t)>
+//   x-tpu-dist-auth: v1.<hex HMAC-SHA256(secret, "tpu_dist/coordination/v1", j,
+//   t)>
 // The service recomputes it from the request's (job_id, task_id) and compares
 // in constant time before the call touches the job's state; a call without
 // it, or with one that does not match, gets UNAUTHENTICATED naming the job
@@ -44,7 +45,8 @@ inline constexpr char kAuthMetadataKey[] = "x-tpu-dist-auth";
 
 // The credential task `task_id` of `job_id` presents: "v1.<64 hex digits>".
 // REQUIRES: !secret.empty().
-std::string TaskCredential(absl::string_view secret, absl::string_view job_id, int task_id);
+std::string TaskCredential(absl::string_view secret, absl::string_view job_id,
+                           int task_id);
 
 // The service's check of each call. With an empty secret every call passes.
 class CallAuthenticator {
@@ -58,8 +60,9 @@ class CallAuthenticator {
   // `job_id` (the request's claims); else Unauthenticated naming the service's
   // job, the method and the caller's address, and a line on stderr (the
   // first 10 refusals, then every 100th).
-  absl::Status Check(const grpc::ServerContext& context, absl::string_view method,
-                     absl::string_view job_id, int task_id) const;
+  absl::Status Check(const grpc::ServerContext& context,
+                     absl::string_view method, absl::string_view job_id,
+                     int task_id) const;
 
  private:
   const std::string secret_;
@@ -77,8 +80,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 // TLS verifying the service against the CA certificates in `ca_path` when it
 // is set (and, when `server_name` is set, checking the certificate for that
 // name instead of the dialed host, via `args`), else insecure credentials.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const std::string& ca_path, const std::string& server_name, grpc::ChannelArguments* args);
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
+MakeChannelCredentials(const std::string& ca_path,
+                       const std::string& server_name,
+                       grpc::ChannelArguments* args);
 
 }  // namespace tpudist::tpu_runtime::coordination
 

@@ -45,9 +45,9 @@ std::unique_ptr<CoordinationService> StartService(const std::string& secret,
   return service.ok() ? *std::move(service) : nullptr;
 }
 
-absl::StatusOr<std::unique_ptr<CoordinationClient>> Connect(const CoordinationService& service,
-                                                            int task, const std::string& secret,
-                                                            const std::string& ca = "") {
+absl::StatusOr<std::unique_ptr<CoordinationClient>> Connect(
+    const CoordinationService& service, int task, const std::string& secret,
+    const std::string& ca = "") {
   ClientOptions options;
   options.connect_timeout = absl::Seconds(ca.empty() ? 10 : 2);
   options.job_secret = secret;
@@ -82,7 +82,8 @@ TEST(CoordinationAuthTest, WrongOrMissingSecretIsRefusedWhileTheJobGoesOn) {
   ASSERT_TRUE(wrong.ok());  // the channel connects; its calls do not pass
   absl::Status s = (*wrong)->Register();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
-  EXPECT_THAT(s.message(), AllOf(HasSubstr("job 'auth-test'"), HasSubstr("refused RegisterTask"),
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("job 'auth-test'"),
+                                 HasSubstr("refused RegisterTask"),
                                  HasSubstr("TPU_DIST_JOB_SECRET")));
   s = (*wrong)->Set("evil", "1");
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
@@ -94,18 +95,23 @@ TEST(CoordinationAuthTest, WrongOrMissingSecretIsRefusedWhileTheJobGoesOn) {
   EXPECT_THAT(s.message(), HasSubstr("carries no job credential"));
   s = (*none)->ReportError(absl::InternalError("stop the job"));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
-  EXPECT_EQ((*none)->TryGet("k").status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ((*none)->Barrier("b", absl::Seconds(1)).code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ((*none)->TryGet("k").status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ((*none)->Barrier("b", absl::Seconds(1)).code(),
+            absl::StatusCode::kUnauthenticated);
   const std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_THAT(log, AllOf(HasSubstr("[coordination] coordination service of job 'auth-test': "
-                                   "refused RegisterTask from ipv4:127.0.0.1:"),
-                         HasSubstr("refused ReportError")));
+  EXPECT_THAT(
+      log,
+      AllOf(HasSubstr("[coordination] coordination service of job 'auth-test': "
+                      "refused RegisterTask from ipv4:127.0.0.1:"),
+            HasSubstr("refused ReportError")));
   none->reset();
   wrong->reset();
 
   // The job went on: no job error, no stray key, and both real tasks work.
   EXPECT_TRUE(service->state().JobError().ok()) << service->state().JobError();
-  EXPECT_EQ((*good1)->TryGet("evil").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*good1)->TryGet("evil").status().code(),
+            absl::StatusCode::kNotFound);
   auto v = (*good1)->Get("k", absl::Seconds(5));
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(*v, "v");
@@ -122,7 +128,8 @@ TEST(CoordinationAuthTest, WrongOrMissingSecretIsRefusedWhileTheJobGoesOn) {
 // bytes of metadata) adds to a Set round trip on loopback.
 TEST(CoordinationAuthTest, CredentialCostPerCall) {
   constexpr int kCalls = 300;
-  for (const std::string& secret : {std::string(), kSecret, std::string(), kSecret}) {
+  for (const std::string& secret :
+       {std::string(), kSecret, std::string(), kSecret}) {
     auto service = StartService(secret);
     ASSERT_NE(service, nullptr);
     auto client = Connect(*service, 0, secret);
@@ -130,9 +137,10 @@ TEST(CoordinationAuthTest, CredentialCostPerCall) {
     ASSERT_TRUE((*client)->Register().ok());
     const absl::Time start = absl::Now();
     for (int i = 0; i < kCalls; ++i) ASSERT_TRUE((*client)->Set("k", "v").ok());
-    std::printf("[auth cost] coordination Set round trip, %s: %.1f us mean of %d\n",
-                secret.empty() ? "no secret" : "with credential",
-                absl::ToDoubleMicroseconds((absl::Now() - start) / kCalls), kCalls);
+    std::printf(
+        "[auth cost] coordination Set round trip, %s: %.1f us mean of %d\n",
+        secret.empty() ? "no secret" : "with credential",
+        absl::ToDoubleMicroseconds((absl::Now() - start) / kCalls), kCalls);
   }
 }
 
@@ -150,14 +158,20 @@ class TlsFiles {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   bool ok() const { return ok_; }
-  std::string cert(const std::string& n) const { return dir_ + "/" + n + ".crt"; }
-  std::string key(const std::string& n) const { return dir_ + "/" + n + ".key"; }
+  std::string cert(const std::string& n) const {
+    return dir_ + "/" + n + ".crt";
+  }
+  std::string key(const std::string& n) const {
+    return dir_ + "/" + n + ".key";
+  }
 
  private:
   bool Make(const std::string& n) {
     const std::string cmd = absl::StrCat(
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-        "-subj /CN=localhost -addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout ",
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+        "-nodes -days 1 "
+        "-subj /CN=localhost -addext subjectAltName=IP:127.0.0.1,DNS:localhost "
+        "-keyout ",
         key(n), " -out ", cert(n), " >/dev/null 2>&1");
     return std::system(cmd.c_str()) == 0;
   }
@@ -180,12 +194,14 @@ TEST(CoordinationAuthTest, TlsServiceServesTlsClientsOnly) {
   // TLS but without the secret: the channel is fine, the calls are not.
   auto no_secret = Connect(*service, 1, "", tls.cert("a"));
   ASSERT_TRUE(no_secret.ok()) << no_secret.status();
-  EXPECT_EQ((*no_secret)->Register().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ((*no_secret)->Register().code(),
+            absl::StatusCode::kUnauthenticated);
   // Plaintext to a TLS service: never connects.
   ClientOptions quick;
   quick.connect_timeout = absl::Seconds(2);
   quick.job_secret = kSecret;
-  auto plain_quick = CoordinationClient::Connect(service->address(), kJob, 1, quick);
+  auto plain_quick =
+      CoordinationClient::Connect(service->address(), kJob, 1, quick);
   ASSERT_FALSE(plain_quick.ok());
   EXPECT_THAT(plain_quick.status().message(), HasSubstr("TPU_DIST_TLS_CA"));
   // Trusting another CA: the service's certificate is refused.
@@ -213,9 +229,10 @@ TEST(CoordinationAuthTest, TlsClientCannotTalkToAPlaintextService) {
 }
 
 TEST(CoordinationAuthTest, SecurityOptionsFromTheEnvironment) {
-  auto o = WithSecurityFromEnv({}, {{"TPU_DIST_JOB_SECRET", std::string(32, 'a')},
-                                    {"TPU_DIST_TLS_CERT", "/c.pem"},
-                                    {"TPU_DIST_TLS_KEY", "/k.pem"}});
+  auto o =
+      WithSecurityFromEnv({}, {{"TPU_DIST_JOB_SECRET", std::string(32, 'a')},
+                               {"TPU_DIST_TLS_CERT", "/c.pem"},
+                               {"TPU_DIST_TLS_KEY", "/k.pem"}});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->service.job_secret, std::string(16, '\xaa'));
   EXPECT_EQ(o->client.job_secret, o->service.job_secret);
@@ -225,8 +242,9 @@ TEST(CoordinationAuthTest, SecurityOptionsFromTheEnvironment) {
   RuntimeOptions given;
   given.client.tls_ca_path = "/given-ca.pem";
   given.service.job_secret = given.client.job_secret = "explicit secret!";
-  o = WithSecurityFromEnv(given, {{"TPU_DIST_TLS_CA", "/ca.pem"},
-                                  {"TPU_DIST_JOB_SECRET", std::string(32, 'a')}});
+  o = WithSecurityFromEnv(given,
+                          {{"TPU_DIST_TLS_CA", "/ca.pem"},
+                           {"TPU_DIST_JOB_SECRET", std::string(32, 'a')}});
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o->client.tls_ca_path, "/given-ca.pem");
   EXPECT_EQ(o->client.job_secret, "explicit secret!");
@@ -236,7 +254,8 @@ TEST(CoordinationAuthTest, SecurityOptionsFromTheEnvironment) {
   EXPECT_TRUE(o->client.tls_ca_path.empty());
   o = WithSecurityFromEnv({}, {{"TPU_DIST_JOB_SECRET", "short"}});
   ASSERT_FALSE(o.ok());
-  EXPECT_THAT(o.status().message(), HasSubstr("TPU_DIST_JOB_SECRET is 5 bytes"));
+  EXPECT_THAT(o.status().message(),
+              HasSubstr("TPU_DIST_JOB_SECRET is 5 bytes"));
 }
 
 TEST(CoordinationAuthTest, StartOrConnectReadsTheSecretFromTheEnvironment) {
@@ -250,7 +269,8 @@ TEST(CoordinationAuthTest, StartOrConnectReadsTheSecretFromTheEnvironment) {
   auto runtime = StartOrConnect(info);
   unsetenv("TPU_DIST_JOB_SECRET");
   ASSERT_TRUE(runtime.ok()) << runtime.status();
-  EXPECT_EQ((*runtime)->service()->options().job_secret, std::string(32, '\xee'));
+  EXPECT_EQ((*runtime)->service()->options().job_secret,
+            std::string(32, '\xee'));
   ASSERT_TRUE((*runtime)->store() != nullptr);
   (*runtime)->store()->set("x", std::vector<uint8_t>{1});
   (*runtime)->Shutdown(absl::Seconds(1));

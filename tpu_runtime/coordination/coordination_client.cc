@@ -78,20 +78,18 @@ absl::StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   Rpc& rpc = *client->rpc_;
-  auto credentials = MakeChannelCredentials(client->options_.tls_ca_path,
-                                            client->options_.tls_server_name,
-                                            &args);
+  auto credentials = MakeChannelCredentials(
+      client->options_.tls_ca_path, client->options_.tls_server_name, &args);
   if (!credentials.ok()) {
     return absl::Status(
         credentials.status().code(),
         absl::StrFormat("task %d of job '%s': %s", task_id, job_id,
                         credentials.status().message()));
   }
-  rpc.channel =
-      grpc::CreateCustomChannel(client->address_, *credentials, args);
+  rpc.channel = grpc::CreateCustomChannel(client->address_, *credentials, args);
   if (!client->options_.job_secret.empty()) {
-    rpc.credential = TaskCredential(client->options_.job_secret,
-                                    client->job_id_, task_id);
+    rpc.credential =
+        TaskCredential(client->options_.job_secret, client->job_id_, task_id);
   }
   rpc.stub = pb::CoordinationService::NewStub(rpc.channel);
   rpc.source.set_job_id(client->job_id_);

@@ -19,11 +19,13 @@ absl::StatusOr<RuntimeOptions> WithSecurityFromEnv(RuntimeOptions options,
   if (options.service.job_secret.empty() || options.client.job_secret.empty()) {
     absl::StatusOr<std::string> secret = JobSecretFromEnv(env);
     if (!secret.ok()) return secret.status();
-    if (options.service.job_secret.empty()) options.service.job_secret = *secret;
+    if (options.service.job_secret.empty())
+      options.service.job_secret = *secret;
     if (options.client.job_secret.empty()) options.client.job_secret = *secret;
   }
   const std::string cert = get("TPU_DIST_TLS_CERT");
-  if (options.service.tls_cert_path.empty()) options.service.tls_cert_path = cert;
+  if (options.service.tls_cert_path.empty())
+    options.service.tls_cert_path = cert;
   if (options.service.tls_key_path.empty()) {
     options.service.tls_key_path = get("TPU_DIST_TLS_KEY");
   }

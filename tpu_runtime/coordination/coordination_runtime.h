@@ -56,7 +56,8 @@ struct RuntimeOptions {
 //                                   certificate is its own CA)
 //   TPU_DIST_TLS_SERVER_NAME     -> client.tls_server_name
 // InvalidArgument (naming the variable) for an invalid secret. Pure.
-absl::StatusOr<RuntimeOptions> WithSecurityFromEnv(RuntimeOptions options, const EnvMap& env);
+absl::StatusOr<RuntimeOptions> WithSecurityFromEnv(RuntimeOptions options,
+                                                   const EnvMap& env);
 
 // True for "localhost", "127.x.y.z", "::1".
 bool IsLoopbackAddress(absl::string_view host);

@@ -8,12 +8,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "grpcpp/grpcpp.h"
-#include "tpu_runtime/coordination/coordination_auth.h"
 #include "tpu_runtime/coordination/coordination.grpc.pb.h"
+#include "tpu_runtime/coordination/coordination_auth.h"
 #include "tpu_runtime/coordination/grpc_status.h"
 
 namespace tpudist::tpu_runtime::coordination {
@@ -68,7 +68,8 @@ class CoordinationService::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext* context, const pb::HeartbeatRequest* req,
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const pb::HeartbeatRequest* req,
                          pb::HeartbeatResponse* resp) override {
     if (auto s = Validate(*context, "Heartbeat", req->source()); !s.ok()) {
       return ToGrpcStatus(s);
@@ -109,7 +110,8 @@ class CoordinationService::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status TryGet(grpc::ServerContext* context, const pb::TryGetRequest* req,
+  grpc::Status TryGet(grpc::ServerContext* context,
+                      const pb::TryGetRequest* req,
                       pb::TryGetResponse* resp) override {
     if (auto s = Validate(*context, "TryGet", req->source()); !s.ok()) {
       return ToGrpcStatus(s);
@@ -131,7 +133,8 @@ class CoordinationService::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status Delete(grpc::ServerContext* context, const pb::DeleteRequest* req,
+  grpc::Status Delete(grpc::ServerContext* context,
+                      const pb::DeleteRequest* req,
                       pb::DeleteResponse* resp) override {
     if (auto s = Validate(*context, "Delete", req->source()); !s.ok()) {
       return ToGrpcStatus(s);
@@ -151,7 +154,8 @@ class CoordinationService::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status NumKeys(grpc::ServerContext* context, const pb::NumKeysRequest* req,
+  grpc::Status NumKeys(grpc::ServerContext* context,
+                       const pb::NumKeysRequest* req,
                        pb::NumKeysResponse* resp) override {
     if (auto s = Validate(*context, "NumKeys", req->source()); !s.ok()) {
       return ToGrpcStatus(s);
@@ -230,9 +234,11 @@ class CoordinationService::Impl final
  private:
   // Every handler starts here: the caller's credential (when the job has a
   // secret), then the job id and task id.
-  absl::Status Validate(const grpc::ServerContext& context, absl::string_view method,
+  absl::Status Validate(const grpc::ServerContext& context,
+                        absl::string_view method,
                         const pb::TaskRef& source) const {
-    if (absl::Status s = auth_.Check(context, method, source.job_id(), source.task_id());
+    if (absl::Status s =
+            auth_.Check(context, method, source.job_id(), source.task_id());
         !s.ok()) {
       return s;
     }
@@ -272,11 +278,13 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(
   const uint64_t incarnation = static_cast<uint64_t>(rd()) << 32 | rd();
   service->impl_ = std::make_unique<Impl>(service->state_.get(), incarnation,
                                           options.job_secret, options.job_id);
-  auto credentials = MakeServerCredentials(options.tls_cert_path, options.tls_key_path);
+  auto credentials =
+      MakeServerCredentials(options.tls_cert_path, options.tls_key_path);
   if (!credentials.ok()) {
-    return absl::Status(credentials.status().code(),
-                        absl::StrFormat("CoordinationService for job '%s': %s", options.job_id,
-                                        credentials.status().message()));
+    return absl::Status(
+        credentials.status().code(),
+        absl::StrFormat("CoordinationService for job '%s': %s", options.job_id,
+                        credentials.status().message()));
   }
 
   const bool v6 = options.bind_address.find(':') != std::string::npos;
@@ -300,8 +308,10 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(
                         options.bind_address == "localhost";
   if (options.job_secret.empty() && !loopback) {
     std::fprintf(stderr,
-                 "[coordination] job '%s': serving on %s without a job secret: anyone who can "
-                 "reach this port can set keys or fail the job; set TPU_DIST_JOB_SECRET on "
+                 "[coordination] job '%s': serving on %s without a job secret: "
+                 "anyone who can "
+                 "reach this port can set keys or fail the job; set "
+                 "TPU_DIST_JOB_SECRET on "
                  "every rank (tpurun and tpu_dist-ray-run do)\n",
                  options.job_id.c_str(), listen.c_str());
   }

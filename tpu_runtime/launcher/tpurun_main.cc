@@ -80,9 +80,9 @@ absl::Status ResolveJobSecret(LaunchConfig* config) {
   const std::string flag_file = absl::GetFlag(FLAGS_job_secret_file);
   const char* env_file = getenv(kJobSecretFileEnv);
   const bool from_env_value = getenv(kJobSecretEnv) != nullptr;
-  absl::StatusOr<std::string> secret =
-      !flag_file.empty() ? ReadJobSecretFile(flag_file, "--job-secret-file")
-                         : JobSecretFromProcessEnv();
+  absl::StatusOr<std::string> secret = !flag_file.empty()
+                                           ? ReadJobSecretFile(flag_file, "--job-secret-file")
+                                           : JobSecretFromProcessEnv();
   if (!secret.ok()) return secret.status();
   const std::string file = !flag_file.empty() ? flag_file : env_file != nullptr ? env_file : "";
   const bool multi_host = config->mode == LaunchConfig::Mode::kSlice && !config->hosts_emulated &&

@@ -175,8 +175,9 @@ TEST(TpurunTest, WithoutEmulationStartsOnlyThisHostsRanks) {
 // Every rank of a job gets the same secret: generated per job when none is
 // given, the given one (hex, normalised) otherwise, a given file as a file.
 TEST(TpurunTest, JobSecretIsHandedToEveryRank) {
-  const std::vector<std::string> echo = {"--nproc", "2", "--", "sh", "-c",
-                                         "echo \"[$TPU_DIST_JOB_SECRET] [$TPU_DIST_JOB_SECRET_FILE]\""};
+  const std::vector<std::string> echo = {
+      "--nproc", "2", "--", "sh", "-c",
+      "echo \"[$TPU_DIST_JOB_SECRET] [$TPU_DIST_JOB_SECRET_FILE]\""};
   RunResult a = Tpurun(echo);
   RunResult b = Tpurun(echo);
   ASSERT_EQ(a.exit_code, 0) << a.err;
@@ -199,7 +200,8 @@ TEST(TpurunTest, JobSecretIsHandedToEveryRank) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(write(fd, "0123456789abcdef0123456789abcdef\n", 33), 33);
   close(fd);
-  RunResult file = Tpurun(echo, absl::Seconds(60), {std::string("TPU_DIST_JOB_SECRET_FILE=") + path});
+  RunResult file =
+      Tpurun(echo, absl::Seconds(60), {std::string("TPU_DIST_JOB_SECRET_FILE=") + path});
   RunResult bad = Tpurun(echo, absl::Seconds(60), {"TPU_DIST_JOB_SECRET=hunter2"});
   unlink(path);
   ASSERT_EQ(file.exit_code, 0) << file.err;
