@@ -19,6 +19,7 @@ find_package(absl REQUIRED)             # Status/StatusOr, strings, flags, Mutex
 find_package(Protobuf REQUIRED)         # coordination service messages
 find_package(gRPC CONFIG REQUIRED)      # coordination service transport
 find_package(nlohmann_json REQUIRED)    # config.json, safetensors headers, tokenizer.json, metrics
+find_package(OpenSSL REQUIRED)         # HMAC and random bytes of the job's authentication; gRPC TLS
 find_package(Threads REQUIRED)
 if(TPU_DIST_BUILD_TESTS)
   find_package(GTest REQUIRED)

@@ -178,14 +178,20 @@ TEST(HostLayoutTest, BindAddressFromTheWorkerHostnamesEntry) {
   BindAddress a = ResolveBindAddress("", "127.0.9.9");
   EXPECT_EQ(a.bind, "10.9.8.7");
   EXPECT_EQ(a.advertise, "");
-  setenv("TPU_WORKER_ID", "1", 1);
+  setenv("TPU_WORKER_ID", "1", 1);  // a name this host owns: bound, not 0.0.0.0
   a = ResolveBindAddress("", "127.0.9.9");
-  EXPECT_EQ(a.bind, "0.0.0.0");
-  EXPECT_EQ(a.advertise, "127.0.0.1");
+  EXPECT_EQ(a.bind, "127.0.0.1");
+  EXPECT_EQ(a.advertise, "");
   setenv("TPU_WORKER_ID", "2", 1);  // unresolvable: the numeric host id wins
   a = ResolveBindAddress("", "127.0.9.9");
   EXPECT_EQ(a.bind, "127.0.9.9");
   EXPECT_EQ(ResolveBindAddress("192.0.2.1", "").bind, "192.0.2.1");
+  // A wildcard only when asked for, still advertising a dialable address.
+  setenv("TPU_DIST_BIND_ADDRESS", "0.0.0.0", 1);
+  a = ResolveBindAddress("", "127.0.9.9");
+  EXPECT_EQ(a.bind, "0.0.0.0");
+  EXPECT_FALSE(a.advertise.empty());
+  unsetenv("TPU_DIST_BIND_ADDRESS");
   unsetenv("TPU_WORKER_HOSTNAMES");
   unsetenv("TPU_WORKER_ID");
   if (saved) setenv("TPU_DIST_BIND_ADDRESS", saved_value.c_str(), 1);

@@ -116,6 +116,7 @@ absl::StatusOr<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create
   mesh_options.bind_address = options.bind_address;
   mesh_options.advertise_address = options.advertise_address;
   mesh_options.connect_timeout = options.connect_timeout;
+  mesh_options.secret = options.job_secret;
   if (b->leader()) {
     mesh_options.group_key = absl::StrCat(options.shm.group_name, "/leaders");
     auto mesh = tcp::TcpMesh::Connect(*store, h, layout.num_hosts(), mesh_options);

@@ -50,6 +50,7 @@ struct HierarchicalOptions {
   int64_t small_allreduce_bytes = 64 << 10;
   std::string bind_address;        // numeric, see ResolveBindAddress
   std::string advertise_address;   // "" = bind_address
+  std::string job_secret;          // bytes; "" = TCP connections unauthenticated
   absl::Duration connect_timeout = absl::Minutes(5);
 };
 

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -70,11 +72,48 @@ std::string ResolveIPv4(const std::string& name) {
   return out;
 }
 
+// True when this host owns `ip` (it can bind it): the address a name
+// resolves to is only bound when it is ours, else the wildcard is needed.
+bool IsLocalAddress(const std::string& ip) {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  if (inet_pton(AF_INET, ip.c_str(), &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr) == 1) {
+    addr.ss_family = AF_INET;
+    len = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, ip.c_str(),
+                       &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr) == 1) {
+    addr.ss_family = AF_INET6;
+    len = sizeof(sockaddr_in6);
+  } else {
+    return false;
+  }
+  const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0;  // port 0
+  close(fd);
+  return ok;
+}
+
+// Listen where peers dial (`ip`) when this host owns it; otherwise (NAT, a
+// pod IP behind a service) on every interface, advertising `ip`.
+BindAddress BindOrWildcard(const std::string& ip) {
+  if (IsLocalAddress(ip)) return {ip, ""};
+  return {"0.0.0.0", ip};
+}
+
 }  // namespace
 
 BindAddress ResolveBindAddress(const std::string& configured, const std::string& host_id) {
   if (!configured.empty()) return {configured, ""};
-  if (const char* env = std::getenv("TPU_DIST_BIND_ADDRESS"); env && *env) return {env, ""};
+  if (const char* env = std::getenv("TPU_DIST_BIND_ADDRESS"); env && *env) {
+    const std::string bind = env;
+    if (bind != "0.0.0.0" && bind != "::") return {bind, ""};
+    // Every interface, on request: peers still need one address to dial.
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    const std::string advertise = ResolveIPv4(name);
+    return {bind, advertise.empty() ? "127.0.0.1" : advertise};
+  }
   const char* hosts = std::getenv("TPU_WORKER_HOSTNAMES");
   const char* id = std::getenv("TPU_WORKER_ID");
   int index = -1;
@@ -84,10 +123,10 @@ BindAddress ResolveBindAddress(const std::string& configured, const std::string&
       const std::string entry(absl::StripAsciiWhitespace(list[index]));
       if (IsNumericAddress(entry)) return {entry, ""};
       // A name (KubeRay's "<group>-0-<j>.<cluster>-headless"): peers reach
-      // this host at what it resolves to; listen on every interface.
+      // this host at what it resolves to, so listen there (only there).
       if (!entry.empty()) {
         const std::string ip = ResolveIPv4(entry);
-        if (!ip.empty()) return {"0.0.0.0", ip};
+        if (!ip.empty()) return BindOrWildcard(ip);
       }
     }
   }
@@ -95,7 +134,8 @@ BindAddress ResolveBindAddress(const std::string& configured, const std::string&
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
   const std::string advertise = ResolveIPv4(name);
-  return {"0.0.0.0", advertise.empty() ? "127.0.0.1" : advertise};
+  if (advertise.empty()) return {"127.0.0.1", ""};
+  return BindOrWildcard(advertise);
 }
 
 }  // namespace tpudist::collectives

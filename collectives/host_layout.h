@@ -41,16 +41,21 @@ struct BindAddress {
   std::string advertise;  // "" = bind
 };
 
-// The inter-host address of this process, first match wins:
+// The inter-host address of this process, first match wins. Listeners bind
+// the one address peers dial, never every interface unless asked to (or the
+// advertised address is not this host's own, e.g. behind NAT):
 //   1. `configured` (Options::bind_address) if non-empty;
-//   2. env TPU_DIST_BIND_ADDRESS;
+//   2. env TPU_DIST_BIND_ADDRESS ("0.0.0.0" / "::": every interface,
+//      advertising the address gethostname() resolves to);
 //   3. TPU_WORKER_HOSTNAMES[TPU_WORKER_ID]: if that entry is a numeric IP,
-//      bound; if it is a name that resolves (KubeRay's pod names), bind
-//      "0.0.0.0" and advertise its first IPv4 address;
+//      bound; if it is a name that resolves (KubeRay's pod names), its first
+//      IPv4 address, bound if this host owns it, else "0.0.0.0" advertising
+//      it;
 //   4. `host_id` if it is a numeric IP (tpurun --hosts-emulated sets
 //      TPU_DIST_HOST_ID=127.0.1.<h+1>, the emulated host's own address);
-//   5. "0.0.0.0", advertised as the first IPv4 address gethostname()
-//      resolves to (127.0.0.1 if it resolves to nothing).
+//   5. the first IPv4 address gethostname() resolves to, bound if this host
+//      owns it, else "0.0.0.0" advertising it; 127.0.0.1 if it resolves to
+//      nothing.
 BindAddress ResolveBindAddress(const std::string& configured, const std::string& host_id);
 
 // True if `s` parses as a numeric IPv4 or IPv6 address. Pure.

@@ -269,7 +269,10 @@ TEST(NetnsWorker, TwoRanksOnThisHost) {
   if (codes == std::vector<int>{0, 0}) printf("host %d OK addr %s\n", host, addr);
 }
 
-void RunInNamespaces(int hosts) {
+// with_secret: every rank gets TPU_DIST_JOB_SECRET (the TCP mesh then
+// authenticates each connection) and no rank may warn about listening
+// without one; without, each host's ranks warn.
+void RunInNamespaces(int hosts, bool with_secret) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
   std::string probe;
   if (Shell("ip netns list", &probe) != 0) GTEST_SKIP() << "`ip netns` unavailable: " << probe;
@@ -281,7 +284,9 @@ void RunInNamespaces(int hosts) {
   const std::string dir = testing::TempDir();
   const std::string suffix = absl::StrCat("c", getpid(), "n", hosts);
   std::string out;
-  const int rc = Shell(absl::StrCat("TPU_DIST_NETNS_DIR=", dir,
+  const std::string secret =
+      with_secret ? absl::StrCat("TPU_DIST_JOB_SECRET=", std::string(64, '5'), " ") : "";
+  const int rc = Shell(absl::StrCat(secret, "TPU_DIST_NETNS_DIR=", dir,
                                     " TDH_TIMEOUT=150 timeout --kill-after=5 170 ", script,
                                     " run ", hosts, " ", suffix, " -- ", self,
                                     " --gtest_filter=NetnsWorker.*"),
@@ -298,6 +303,11 @@ void RunInNamespaces(int hosts) {
     EXPECT_THAT(out, HasSubstr(absl::StrCat("host ", h, " OK addr 10.250.0.", h + 1)));
   }
   EXPECT_EQ(leftover, "") << "namespaces left behind";
+  if (with_secret) {
+    EXPECT_THAT(out, ::testing::Not(HasSubstr("without a job secret")));
+  } else {
+    EXPECT_THAT(out, HasSubstr("without a job secret"));
+  }
 }
 
 // The same job on 2 emulated hosts x 2 forked ranks over loopback.
@@ -310,8 +320,25 @@ TEST(MultiHostForkedTest, TwoEmulatedHostsTimesTwoRanksMatchGloo) {
   EXPECT_THAT(codes, ::testing::Each(0));
 }
 
-TEST(NetnsTest, TwoNamespaceHostsTimesTwoRanksMatchGloo) { RunInNamespaces(2); }
-TEST(NetnsTest, ThreeNamespaceHostsTimesTwoRanksMatchGloo) { RunInNamespaces(3); }
+TEST(NetnsTest, TwoNamespaceHostsTimesTwoRanksMatchGloo) { RunInNamespaces(2, false); }
+TEST(NetnsTest, ThreeNamespaceHostsTimesTwoRanksWithJobSecretMatchGloo) {
+  RunInNamespaces(3, true);
+}
+
+// Two hosts x two ranks as threads, the TCP mesh authenticated with a secret
+// given in the options.
+TEST(MultiHostAuthTest, JobSecretInOptionsAuthenticatesTheMesh) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("mha");
+  RunThreads(4, [&](int rank) {
+    auto o = HostOptions(job, "0011", rank);
+    o.job_secret = "a job secret of at least 16 bytes";
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 4, o);
+    std::vector<at::Tensor> t = {at::full({7}, static_cast<float>(rank))};
+    pg->allreduce(t)->wait();
+    EXPECT_TRUE(at::equal(t[0], at::full({7}, 6.0f))) << rank;
+  });
+}
 
 }  // namespace
 }  // namespace tpudist::collectives

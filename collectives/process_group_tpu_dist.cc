@@ -18,6 +18,7 @@
 #include "collectives/shm/algorithms.h"
 #include "collectives/tensor_bridge.h"
 #include "collectives/work.h"
+#include "tpu_runtime/job_secret.h"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 
 namespace tpudist::collectives {
@@ -78,6 +79,10 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
     hier.bind_address = addr.bind;
     hier.advertise_address = addr.advertise;
     hier.connect_timeout = absl::FromChrono(options_.timeout);
+    hier.job_secret = options_.job_secret;
+    if (hier.job_secret.empty()) {
+      hier.job_secret = ValueOrThrow(tpu_runtime::JobSecretFromProcessEnv());
+    }
     backend_ = ValueOrThrow(
         HierarchicalBackend::Create(store_, rank, size, layout_, hier));
   }

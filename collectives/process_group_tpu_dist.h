@@ -83,8 +83,14 @@ class ProcessGroupTpuDist : public c10d::Backend {
     std::string job_id;   // part of shm segment names; "" -> env TPU_DIST_JOB_ID
     // Numeric address the inter-host TCP listeners bind (multi-host groups
     // only); "" -> ResolveBindAddress (env TPU_DIST_BIND_ADDRESS, this host's
-    // TPU_WORKER_HOSTNAMES entry, a numeric host id, else 0.0.0.0).
+    // TPU_WORKER_HOSTNAMES entry, a numeric host id, else this host's
+    // address).
     std::string bind_address;
+    // Bytes of the job secret that authenticates the inter-host TCP
+    // connections (tpu_runtime/job_secret.h); "" -> env TPU_DIST_JOB_SECRET
+    // / TPU_DIST_JOB_SECRET_FILE, else none (unauthenticated; a warning when
+    // listening on a non-loopback address).
+    std::string job_secret;
     int64_t shm_slot_bytes = 256 << 10;  // per rank per slot (measured best; L2-sized chunks)
     int shm_num_slots = 8;  // measured: 8 beat 4 and 16 at 16 MiB
     int64_t small_allreduce_bytes = 64 << 10;  // one-shot allreduce limit

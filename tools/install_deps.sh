@@ -13,7 +13,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libgloo-dev
-  libabsl-dev
+  libabsl-dev libssl-dev openssl
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libsentencepiece-dev

@@ -9,11 +9,33 @@
 //      higher rank. Connect edges only point downwards, so there is no cycle
 //      and no rank waits for a rank that waits for it.
 //   3. On each new connection both sides send a hello {magic, version, rank,
-//      size, group_key} and check the other's: a different magic, version,
-//      group key or world size, an unexpected or duplicate rank, is rejected
-//      with FailedPrecondition naming both sides.
+//      size, flags, 32-byte random nonce, group_key}. With a job secret
+//      (options.secret, every rank the same), each side then sends
+//      HMAC-SHA256(secret, role label, its own hello, the other's hello) and
+//      checks the other's proof in constant time: mutual challenge-response,
+//      fresh on both sides, bound to both ranks, the world size and the group
+//      key, and to the direction (connector vs acceptor), so a proof cannot
+//      be replayed or reflected. The secret never crosses the wire. Only
+//      then are the peer's claims trusted: a different version, group key or
+//      world size, an unexpected or duplicate rank, is rejected with
+//      FailedPrecondition naming both sides.
+//   Authentication failures are handled by side. The accepting rank drops a
+//   connection that does not authenticate (wrong or missing proof, garbage,
+//   a bad magic, silence for options.handshake_timeout), logs one line to
+//   stderr naming its address, and keeps waiting for its real peers: a
+//   stranger reaching the port cannot fail or feed the mesh. Accepted
+//   connections shake hands concurrently (a thread each, at most 64 at
+//   once, all joined before Connect returns), so a silent stranger delays
+//   no one but itself. The connecting
+//   rank dialed the address its peer published, so a peer failing to prove
+//   the secret there is an error (FailedPrecondition: the ranks were given
+//   different secrets).
+//   Without a secret (options.secret empty) there is no proof step: any
+//   well-formed hello is trusted, as in version 1 of the protocol, and a
+//   rank listening on a non-loopback address warns once per process.
 //   Everything is bounded by options.connect_timeout; a rank that never shows
-//   up makes the others fail with DeadlineExceeded naming it.
+//   up makes the others fail with DeadlineExceeded naming it (and the
+//   connections dropped meanwhile, if any).
 //
 // Data path: every socket is non-blocking with TCP_NODELAY. Each Send is one
 // frame: a 16-byte header {magic, per-pair sequence number, byte count} and
@@ -76,6 +98,13 @@ struct TcpMeshOptions {
   std::string advertise_address;
   // Bound on the whole of Connect: store waits, connects and handshakes.
   absl::Duration connect_timeout = absl::Seconds(60);
+  // The job secret's bytes (tpu_runtime/job_secret.h); every rank of the
+  // mesh needs the same. Empty: connections are not authenticated.
+  std::string secret;
+  // How long an accepted connection may take to complete its handshake
+  // before it is dropped (a real peer has sent its hello already and needs
+  // one round trip): bounds what a silent stranger delays the rendezvous.
+  absl::Duration handshake_timeout = absl::Seconds(10);
   // SO_SNDBUF/SO_RCVBUF per connection; 0 keeps the kernel's autotuning.
   int socket_buffer_bytes = 0;
 };
@@ -120,14 +149,21 @@ class TcpMesh final : public Transport {
   };
   struct OutFrame;
   struct InFrame;
+  struct PendingHandshake;
 
   TcpMesh(int rank, int size, std::string group_key);
 
   // Connect's two halves.
   absl::Status ConnectLower(c10d::Store& store, const TcpMeshOptions& options, absl::Time deadline);
-  absl::Status AcceptHigher(int listen_fd, absl::Time deadline);
-  absl::Status Handshake(int fd, int expected_peer, absl::string_view where, absl::Time deadline,
-                         int* peer_rank);
+  absl::Status AcceptHigher(int listen_fd, const TcpMeshOptions& options, absl::Time deadline);
+  // One side of the hello (+ proof) exchange on `fd`. `expected_peer` >= 0
+  // on the connecting side, -1 on the accepting side. `*authenticated` is
+  // set once the peer proved the secret (or, without one, sent a
+  // well-formed hello): a failure before that point is the peer's
+  // untrustworthiness, after it a disagreement within the job.
+  absl::Status Handshake(int fd, int expected_peer, absl::string_view where,
+                         const std::string& secret, absl::Time deadline, int* peer_rank,
+                         bool* authenticated);
 
   // Validates a peer argument and the poison state.
   absl::Status CheckOp(absl::string_view op, int peer) const;

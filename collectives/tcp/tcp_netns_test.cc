@@ -49,7 +49,8 @@ TEST(TcpNetnsTest, RingAcrossThreeNamespaces) {
   // when a worker fails; the outer timeout bounds the whole thing.
   std::string out;
   const int rc = Shell(
-      absl::StrCat("TDH_TIMEOUT=60 timeout --kill-after=5 120 ", script, " run 3 ", suffix, " -- ",
+      absl::StrCat("TPU_DIST_JOB_SECRET=", std::string(64, 'c'),
+                   " TDH_TIMEOUT=60 timeout --kill-after=5 120 ", script, " run 3 ", suffix, " -- ",
                    TCP_NETNS_WORKER, " --store=", dir, "/store --group=netns --count=262147"),
       &out);
   std::string leftover;
@@ -59,8 +60,8 @@ TEST(TcpNetnsTest, RingAcrossThreeNamespaces) {
   std::printf("%s", out.c_str());
   EXPECT_EQ(rc, 0) << out;
   for (int host = 0; host < 3; ++host) {
-    EXPECT_THAT(out,
-                ::testing::HasSubstr(absl::StrCat("host ", host, " OK addr 10.250.0.", host + 1)));
+    EXPECT_THAT(out, ::testing::HasSubstr(
+                         absl::StrCat("host ", host, " OK addr 10.250.0.", host + 1, " auth on")));
   }
   EXPECT_EQ(leftover, "") << "namespaces left behind";
 }

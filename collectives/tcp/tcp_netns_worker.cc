@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "collectives/tcp/ring_algorithms.h"
 #include "collectives/tcp/tcp_mesh.h"
+#include "tpu_runtime/job_secret.h"
 
 namespace tpudist::collectives::tcp {
 namespace {
@@ -65,6 +66,13 @@ int Run(int argc, char** argv) {
   options.group_key = group;
   options.bind_address = addr;
   options.connect_timeout = absl::Seconds(30);
+  // TPU_DIST_JOB_SECRET / _FILE, as the process group reads them.
+  absl::StatusOr<std::string> secret = tpudist::tpu_runtime::JobSecretFromProcessEnv();
+  if (!secret.ok()) {
+    std::printf("host %d FAIL secret: %s\n", rank, std::string(secret.status().message()).c_str());
+    return 2;
+  }
+  options.secret = *secret;
   auto mesh = TcpMesh::Connect(store, rank, size, options);
   if (!mesh.ok()) {
     std::printf("host %d FAIL connect: %s\n", rank, std::string(mesh.status().message()).c_str());
@@ -112,9 +120,10 @@ int Run(int argc, char** argv) {
       }
     }
   }
-  std::printf("host %d OK addr %s all-reduce %zu floats %.2f ms, all-gather %zu bytes %.2f ms\n",
-              rank, addr.c_str(), count, absl::ToDoubleMilliseconds(ar_time), count * size,
-              absl::ToDoubleMilliseconds(ag_time));
+  std::printf(
+      "host %d OK addr %s auth %s all-reduce %zu floats %.2f ms, all-gather %zu bytes %.2f ms\n",
+      rank, addr.c_str(), options.secret.empty() ? "off" : "on", count,
+      absl::ToDoubleMilliseconds(ar_time), count * size, absl::ToDoubleMilliseconds(ag_time));
   return 0;
 }
 

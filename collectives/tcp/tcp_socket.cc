@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -143,6 +144,28 @@ absl::StatusOr<ScopedFd> AcceptUntil(int listen_fd, absl::Time deadline) {
     absl::StatusOr<short> ready = PollUntil(listen_fd, POLLIN, deadline);
     if (!ready.ok()) return ready.status();
   }
+}
+
+std::string PeerAddress(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  char text[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+    return JoinHostPort(text, ntohs(in->sin_port));
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+    return JoinHostPort(text, ntohs(in6->sin6_port));
+  }
+  return "?";
+}
+
+bool IsLoopbackNumeric(absl::string_view address) {
+  return absl::StartsWith(address, "127.") || address == "::1" || address == "[::1]";
 }
 
 absl::StatusOr<ScopedFd> ConnectUntil(const std::string& host, int port, absl::Time deadline) {

@@ -72,6 +72,13 @@ absl::StatusOr<Listener> ListenTcp(const std::string& address, int port, int bac
 // later than `deadline`. The returned socket is non-blocking.
 absl::StatusOr<ScopedFd> AcceptUntil(int listen_fd, absl::Time deadline);
 
+// The remote "address:port" of connected socket `fd` ("?" if unknown):
+// names a dropped peer in logs.
+std::string PeerAddress(int fd);
+
+// True for 127.0.0.0/8 and ::1 (numeric addresses only).
+bool IsLoopbackNumeric(absl::string_view address);
+
 // Connects to host:port, retrying refused/unreachable attempts with a capped
 // backoff until `deadline`. The returned socket is non-blocking.
 absl::StatusOr<ScopedFd> ConnectUntil(const std::string& host, int port, absl::Time deadline);

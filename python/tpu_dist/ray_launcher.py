@@ -18,6 +18,11 @@ for one process per device:
                             checkpoints stay the job's)
     TPU_DIST_RESTART_COUNT  0, 1, ... (also TORCHELASTIC_RESTART_COUNT);
     TORCHELASTIC_MAX_RESTARTS  --max-failures
+    TPU_DIST_JOB_SECRET     a random secret per launch (secrets.token_hex(32), kept
+                            across restarts) that authenticates the ranks' TCP mesh
+                            and coordination calls; --env TPU_DIST_JOB_SECRET=...
+                            gives one instead. It reaches each rank actor as a call
+                            argument over Ray's own channels, never on a command line.
 
 RANK and WORLD_SIZE are not set: the binary derives them from the TPU
 variables (tpu_runtime/env_discovery.h), as on a real slice.
@@ -38,6 +43,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -116,19 +122,15 @@ class _Attempt:
         self.places = [places[i] for i in order]
         self.job_id = job_id
 
-    def start(self) -> None:
+    def start(self, job_secret: str) -> None:
         ray, a = self.ray, self.args
         port = a.master_port or ray.get(self.actors[0].free_port.remote(DEFAULT_MASTER_PORT),
                                         timeout=a.timeout_s)
         master = self.places[0]["hosts"][0]
-        base = {"MASTER_ADDR": master, "MASTER_PORT": str(port), "TPU_DIST_JOB_ID": self.job_id,
-                "TPU_DIST_RESTART_COUNT": str(self.attempt),
-                "TORCHELASTIC_RESTART_COUNT": str(self.attempt),
-                "TORCHELASTIC_MAX_RESTARTS": str(a.max_failures)}
-        base.update(a.env)
-        refs = [actor.start.remote(a.command, dict(base, LOCAL_RANK=str(p["local_rank"])),
-                                   os.getcwd())
-                for actor, p in zip(self.actors, self.places)]
+        envs = rank_environments(self.places, master, port, self.job_id, job_secret, self.attempt,
+                                 a.max_failures, a.env)
+        refs = [actor.start.remote(a.command, env, os.getcwd())
+                for actor, env in zip(self.actors, envs)]
         pids = ray.get(refs, timeout=a.timeout_s)
         where = ", ".join(f"{r}:{p['ip']}/{pid}" for r, (p, pid) in enumerate(zip(self.places, pids)))
         _log(f"attempt {self.attempt}: {self.world} ranks started, MASTER_ADDR={master} "
@@ -208,6 +210,26 @@ class _Attempt:
                 pass
 
 
+def new_job_secret() -> str:
+    """A fresh job secret: 32 random bytes as 64 hex digits (what
+    tpu_runtime/job_secret.h parses back to the same bytes)."""
+    return secrets.token_hex(32)
+
+
+def rank_environments(places: List[Dict[str, Any]], master: str, port: int, job_id: str,
+                      job_secret: str, attempt: int, max_failures: int,
+                      extra: Dict[str, str]) -> List[Dict[str, str]]:
+    """What each rank's binary gets on top of its node's environment, in rank
+    order (places[i] is rank i's). `extra` (--env) wins over the rest."""
+    base = {"MASTER_ADDR": master, "MASTER_PORT": str(port), "TPU_DIST_JOB_ID": job_id,
+            "TPU_DIST_JOB_SECRET": job_secret,
+            "TPU_DIST_RESTART_COUNT": str(attempt),
+            "TORCHELASTIC_RESTART_COUNT": str(attempt),
+            "TORCHELASTIC_MAX_RESTARTS": str(max_failures)}
+    base.update(extra)
+    return [dict(base, LOCAL_RANK=str(p["local_rank"])) for p in places]
+
+
 def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="tpu_dist-ray-run", description=__doc__.split("\n")[0])
     p.add_argument("--topology", default="4x4", help="the slice's topology (e.g. 4x4, 2x2x2)")
@@ -281,9 +303,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         _log(f"reserved {args.accelerator_type} {args.topology}: {hosts} hosts x {n // hosts} "
              f"devices ({time.monotonic() - t0:.1f} s)")
         job_id = f"rayrun_{uuid.uuid4().hex[:12]}"
+        job_secret = new_job_secret()  # one per job: the same for every attempt
         for k in range(args.max_failures + 1):
             attempt = _Attempt(actor_cls, slice_pg.placement_group, n, n // hosts, args, job_id, k)
-            attempt.start()
+            attempt.start(job_secret)
             deadline = time.monotonic() + (args.job_timeout_s or float("inf"))
             failure = attempt.supervise(deadline)
             attempt.close()

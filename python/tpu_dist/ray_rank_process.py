@@ -75,6 +75,10 @@ class RankProcess:
         if self._proc is not None:
             raise RuntimeError("RankProcess.start called twice")
         full_env = dict(os.environ)
+        if "TPU_DIST_JOB_SECRET" in env:
+            # The launcher's secret wins over a file the node may name: a rank
+            # seeing both variables refuses to start.
+            full_env.pop("TPU_DIST_JOB_SECRET_FILE", None)
         full_env.update(env)
         self._proc = subprocess.Popen(
             argv, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,43 @@ def test_only_followers_name_the_ranks_still_running(monkeypatch) -> None:
     assert failure.code == ray_launcher.PEER_FAILURE_EXIT
     assert "still running (hung?): ranks 1" in failure.what
     assert attempt.actors[1].stopped
+
+
+def test_every_rank_gets_the_jobs_secret_and_variables() -> None:
+    places = [{"local_rank": r % 4} for r in range(8)]
+    secret = ray_launcher.new_job_secret()
+    assert len(secret) == 64 and int(secret, 16) >= 0
+    assert ray_launcher.new_job_secret() != secret  # fresh per job
+    envs = ray_launcher.rank_environments(places, "10.0.0.2", 29500, "rayrun_x", secret,
+                                          attempt=1, max_failures=2, extra={"A": "1"})
+    assert len(envs) == 8
+    for rank, env in enumerate(envs):
+        assert env["TPU_DIST_JOB_SECRET"] == secret
+        assert env["LOCAL_RANK"] == str(rank % 4)
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["TPU_DIST_JOB_ID"]) == \
+            ("10.0.0.2", "29500", "rayrun_x")
+        assert env["TPU_DIST_RESTART_COUNT"] == env["TORCHELASTIC_RESTART_COUNT"] == "1"
+        assert env["A"] == "1"
+    # --env TPU_DIST_JOB_SECRET=... gives the job's secret instead.
+    given = ray_launcher.rank_environments(places[:1], "h", 1, "j", secret, 0, 0,
+                                           {"TPU_DIST_JOB_SECRET": "f" * 64})
+    assert given[0]["TPU_DIST_JOB_SECRET"] == "f" * 64
+
+
+def test_rank_process_drops_a_node_secret_file_when_given_a_secret(monkeypatch) -> None:
+    from tpu_dist.ray_rank_process import RankProcess
+
+    monkeypatch.setenv("TPU_DIST_JOB_SECRET_FILE", "/node/secret")
+    proc = RankProcess()
+    proc.start(["sh", "-c", 'echo "[$TPU_DIST_JOB_SECRET] [$TPU_DIST_JOB_SECRET_FILE]"'],
+               {"TPU_DIST_JOB_SECRET": "ab" * 32}, "/")
+    deadline = time.monotonic() + 20
+    lines, code = [], None
+    while code is None and time.monotonic() < deadline:
+        out, code = proc.poll()
+        lines += out
+        time.sleep(0.05)
+    out, _ = proc.poll()
+    lines += out
+    assert code == 0
+    assert lines == [f"[{'ab' * 32}] []"]

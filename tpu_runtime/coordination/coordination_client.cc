@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
 #include "tpu_runtime/coordination/coordination.grpc.pb.h"
+#include "tpu_runtime/coordination/coordination_auth.h"
 #include "tpu_runtime/coordination/grpc_status.h"
 
 namespace tpudist::tpu_runtime::coordination {
@@ -37,6 +38,7 @@ struct CoordinationClient::Rpc {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<Stub> stub;
   pb::TaskRef source;
+  std::string credential;  // "" without a job secret
 
   // Runs one unary RPC with a deadline `timeout` from now.
   template <typename Req, typename Resp>
@@ -47,6 +49,7 @@ struct CoordinationClient::Rpc {
     *req.mutable_source() = source;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    if (!credential.empty()) context.AddMetadata(kAuthMetadataKey, credential);
     return FromGrpcStatus(((*stub).*method)(&context, req, resp), where);
   }
 };
@@ -79,8 +82,19 @@ absl::StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   Rpc& rpc = *client->rpc_;
-  rpc.channel = grpc::CreateCustomChannel(
-      client->address_, grpc::InsecureChannelCredentials(), args);
+  auto credentials = MakeChannelCredentials(
+      client->options_.tls_ca_path, client->options_.tls_server_name, &args);
+  if (!credentials.ok()) {
+    return absl::Status(
+        credentials.status().code(),
+        absl::StrFormat("task %d of job '%s': %s", task_id, job_id,
+                        credentials.status().message()));
+  }
+  rpc.channel = grpc::CreateCustomChannel(client->address_, *credentials, args);
+  if (!client->options_.job_secret.empty()) {
+    rpc.credential =
+        TaskCredential(client->options_.job_secret, client->job_id_, task_id);
+  }
   rpc.stub = pb::CoordinationService::NewStub(rpc.channel);
   rpc.source.set_job_id(client->job_id_);
   rpc.source.set_task_id(task_id);
@@ -90,8 +104,12 @@ absl::StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(
   if (!rpc.channel->WaitForConnected(absl::ToChronoTime(deadline))) {
     return absl::DeadlineExceededError(absl::StrFormat(
         "task %d of job '%s': coordination service at %s unreachable after "
-        "%s",
-        task_id, job_id, address, absl::FormatDuration(absl::Now() - start)));
+        "%s%s",
+        task_id, job_id, address, absl::FormatDuration(absl::Now() - start),
+        client->options_.tls_ca_path.empty()
+            ? " (if it serves TLS, clients need its CA: TPU_DIST_TLS_CA)"
+            : " (over TLS: is the service serving TLS with a certificate "
+              "from that CA, for that name?)"));
   }
   return client;
 }
@@ -151,6 +169,9 @@ void CoordinationClient::WatchLoop() {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + kWatchPoll +
                                             kWatchSlack));
+    if (!rpc_->credential.empty()) {
+      context.AddMetadata(kAuthMetadataKey, rpc_->credential);
+    }
     {
       absl::MutexLock lock(&mu_);
       if (stop_heartbeat_) return;

@@ -78,6 +78,17 @@ struct ClientOptions {
   // ReportError(). Must not call back into this client's Shutdown() or
   // destructor, and should return quickly.
   std::function<void(const absl::Status&)> error_callback;
+  // Bytes of the job secret (tpu_runtime/job_secret.h): every call then
+  // carries this task's credential (coordination_auth.h). Must match the
+  // service's; empty: no credential.
+  std::string job_secret;
+  // TLS: PEM file of the CA certificate(s) the service's certificate must
+  // chain to (for a self-signed service certificate, that certificate).
+  // Empty: plaintext.
+  std::string tls_ca_path;
+  // The name the service's certificate is checked against, when it is not
+  // the host in the address (e.g. dialing an IP, certificate for a name).
+  std::string tls_server_name;
 };
 
 class CoordinationClient {

@@ -5,6 +5,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tpu_runtime/env_discovery.h"
+#include "tpu_runtime/job_secret.h"
 #include "tpu_runtime/exit_codes.h"
 
 namespace tpudist::tpu_runtime::coordination {
@@ -16,6 +18,35 @@ constexpr absl::Duration kSettle = absl::Milliseconds(300);
 constexpr absl::Duration kFailedJobDrain = absl::Seconds(1);
 
 }  // namespace
+
+absl::StatusOr<RuntimeOptions> WithSecurityFromEnv(RuntimeOptions options,
+                                                   const EnvMap& env) {
+  auto get = [&env](const char* name) -> std::string {
+    auto it = env.find(name);
+    return it == env.end() ? std::string() : it->second;
+  };
+  if (options.service.job_secret.empty() || options.client.job_secret.empty()) {
+    absl::StatusOr<std::string> secret = JobSecretFromEnv(env);
+    if (!secret.ok()) return secret.status();
+    if (options.service.job_secret.empty())
+      options.service.job_secret = *secret;
+    if (options.client.job_secret.empty()) options.client.job_secret = *secret;
+  }
+  const std::string cert = get("TPU_DIST_TLS_CERT");
+  if (options.service.tls_cert_path.empty())
+    options.service.tls_cert_path = cert;
+  if (options.service.tls_key_path.empty()) {
+    options.service.tls_key_path = get("TPU_DIST_TLS_KEY");
+  }
+  if (options.client.tls_ca_path.empty()) {
+    const std::string ca = get("TPU_DIST_TLS_CA");
+    options.client.tls_ca_path = ca.empty() ? cert : ca;
+  }
+  if (options.client.tls_server_name.empty()) {
+    options.client.tls_server_name = get("TPU_DIST_TLS_SERVER_NAME");
+  }
+  return options;
+}
 
 bool IsLoopbackAddress(absl::string_view host) {
   return host == "localhost" || host == "::1" || host == "[::1]" ||
@@ -40,7 +71,11 @@ std::string EffectiveJobId(const RankInfo& info) {
 }
 
 absl::StatusOr<std::unique_ptr<CoordinationRuntime>> StartOrConnect(
-    const RankInfo& info, const RuntimeOptions& options) {
+    const RankInfo& info, const RuntimeOptions& given) {
+  absl::StatusOr<RuntimeOptions> secured =
+      WithSecurityFromEnv(given, EnvMapFromProcess());
+  if (!secured.ok()) return secured.status();
+  const RuntimeOptions& options = *secured;
   if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "StartOrConnect: rank %d not in [0, %d)", info.rank, info.world_size));

@@ -1,7 +1,10 @@
 // StartOrConnect: the one call an example binary makes to join the job's
 // coordination. Rank 0 hosts the CoordinationService at
 // master_addr:master_port (binding 127.0.0.1 when master_addr is loopback,
-// else master_addr); every rank, rank 0 included, connects a client with
+// else master_addr: the host's own slice address, never every interface);
+// the job secret and TLS files come from the environment
+// (WithSecurityFromEnv) unless `options` sets them; every rank, rank 0
+// included, connects a client with
 // task_id = rank and job_id = RankInfo::job_id, registers it (heartbeats
 // start), optionally waits at a startup barrier of all ranks, and gets a
 // CoordinationStore over that client for c10d process groups.
@@ -28,6 +31,7 @@
 #include "tpu_runtime/coordination/coordination_client.h"
 #include "tpu_runtime/coordination/coordination_service.h"
 #include "tpu_runtime/coordination/coordination_store.h"
+#include "tpu_runtime/env_map.h"
 #include "tpu_runtime/rank_info.h"
 
 namespace tpudist::tpu_runtime::coordination {
@@ -42,6 +46,18 @@ struct RuntimeOptions {
   // Every rank waits here until all ranks registered; 0 skips the barrier.
   absl::Duration startup_barrier_timeout = absl::Minutes(5);
 };
+
+// `options` with its empty security fields filled from `env`:
+//   TPU_DIST_JOB_SECRET / _FILE  -> service.job_secret and client.job_secret
+//   TPU_DIST_TLS_CERT, _KEY      -> service.tls_cert_path / tls_key_path
+//                                   (rank 0's service serves TLS)
+//   TPU_DIST_TLS_CA              -> client.tls_ca_path; defaults to
+//                                   TPU_DIST_TLS_CERT (a self-signed
+//                                   certificate is its own CA)
+//   TPU_DIST_TLS_SERVER_NAME     -> client.tls_server_name
+// InvalidArgument (naming the variable) for an invalid secret. Pure.
+absl::StatusOr<RuntimeOptions> WithSecurityFromEnv(RuntimeOptions options,
+                                                   const EnvMap& env);
 
 // True for "localhost", "127.x.y.z", "::1".
 bool IsLoopbackAddress(absl::string_view host);

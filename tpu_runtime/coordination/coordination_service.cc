@@ -8,10 +8,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
 #include "tpu_runtime/coordination/coordination.grpc.pb.h"
+#include "tpu_runtime/coordination/coordination_auth.h"
 #include "tpu_runtime/coordination/grpc_status.h"
 
 namespace tpudist::tpu_runtime::coordination {
@@ -47,15 +49,19 @@ void FillError(const absl::Status& error, int source_task,
 class CoordinationService::Impl final
     : public pb::CoordinationService::Service {
  public:
-  Impl(CoordinationState* state, uint64_t incarnation, bool fail_on_disconnect)
+  Impl(CoordinationState* state, uint64_t incarnation, std::string job_secret,
+       std::string job_id, bool fail_on_disconnect)
       : state_(state),
         incarnation_(incarnation),
-        fail_on_disconnect_(fail_on_disconnect) {}
+        fail_on_disconnect_(fail_on_disconnect),
+        auth_(std::move(job_secret), std::move(job_id), state->num_tasks()) {}
 
-  grpc::Status RegisterTask(grpc::ServerContext*,
+  grpc::Status RegisterTask(grpc::ServerContext* context,
                             const pb::RegisterTaskRequest* req,
                             pb::RegisterTaskResponse* resp) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "RegisterTask", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     const auto& src = req->source();
     if (auto s = state_->RegisterTask(src.task_id(), src.incarnation(),
                                       absl::Now(), req->num_tasks());
@@ -68,9 +74,12 @@ class CoordinationService::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext*, const pb::HeartbeatRequest* req,
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const pb::HeartbeatRequest* req,
                          pb::HeartbeatResponse* resp) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "Heartbeat", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     const auto& src = req->source();
     const absl::Status own =
         state_->Heartbeat(src.task_id(), src.incarnation(), absl::Now());
@@ -83,16 +92,20 @@ class CoordinationService::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status Set(grpc::ServerContext*, const pb::SetRequest* req,
+  grpc::Status Set(grpc::ServerContext* context, const pb::SetRequest* req,
                    pb::SetResponse*) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "Set", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     return ToGrpcStatus(state_->Set(req->source().task_id(), req->key(),
                                     req->value(), req->allow_overwrite()));
   }
 
   grpc::Status Get(grpc::ServerContext* context, const pb::GetRequest* req,
                    pb::GetResponse* resp) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "Get", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     if (req->timeout_ms() <= 0) {
       return ToGrpcStatus(absl::InvalidArgumentError("Get: timeout_ms <= 0"));
     }
@@ -103,50 +116,65 @@ class CoordinationService::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status TryGet(grpc::ServerContext*, const pb::TryGetRequest* req,
+  grpc::Status TryGet(grpc::ServerContext* context,
+                      const pb::TryGetRequest* req,
                       pb::TryGetResponse* resp) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "TryGet", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     auto value = state_->TryGet(req->key());
     if (!value.ok()) return ToGrpcStatus(value.status());
     resp->set_value(*std::move(value));
     return grpc::Status::OK;
   }
 
-  grpc::Status Add(grpc::ServerContext*, const pb::AddRequest* req,
+  grpc::Status Add(grpc::ServerContext* context, const pb::AddRequest* req,
                    pb::AddResponse* resp) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "Add", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     auto value = state_->Add(req->key(), req->delta());
     if (!value.ok()) return ToGrpcStatus(value.status());
     resp->set_value(*value);
     return grpc::Status::OK;
   }
 
-  grpc::Status Delete(grpc::ServerContext*, const pb::DeleteRequest* req,
+  grpc::Status Delete(grpc::ServerContext* context,
+                      const pb::DeleteRequest* req,
                       pb::DeleteResponse* resp) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "Delete", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     resp->set_deleted(state_->Delete(req->key()));
     return grpc::Status::OK;
   }
 
-  grpc::Status CompareSet(grpc::ServerContext*,
+  grpc::Status CompareSet(grpc::ServerContext* context,
                           const pb::CompareSetRequest* req,
                           pb::CompareSetResponse* resp) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "CompareSet", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     resp->set_value(
         state_->CompareSet(req->key(), req->expected(), req->desired()));
     return grpc::Status::OK;
   }
 
-  grpc::Status NumKeys(grpc::ServerContext*, const pb::NumKeysRequest* req,
+  grpc::Status NumKeys(grpc::ServerContext* context,
+                       const pb::NumKeysRequest* req,
                        pb::NumKeysResponse* resp) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "NumKeys", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     resp->set_num_keys(state_->NumKeys(req->prefix()));
     return grpc::Status::OK;
   }
 
-  grpc::Status Check(grpc::ServerContext*, const pb::CheckRequest* req,
+  grpc::Status Check(grpc::ServerContext* context, const pb::CheckRequest* req,
                      pb::CheckResponse* resp) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "Check", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     std::vector<std::string> keys(req->keys().begin(), req->keys().end());
     resp->set_all_present(state_->Check(keys));
     return grpc::Status::OK;
@@ -155,7 +183,9 @@ class CoordinationService::Impl final
   grpc::Status Barrier(grpc::ServerContext* context,
                        const pb::BarrierRequest* req,
                        pb::BarrierResponse*) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "Barrier", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     std::vector<int> tasks(req->tasks().begin(), req->tasks().end());
     const absl::Time now = absl::Now();
     return ToGrpcStatus(
@@ -164,10 +194,12 @@ class CoordinationService::Impl final
                         FromGrpcDeadline(context->deadline()) - kReplyMargin));
   }
 
-  grpc::Status ReportError(grpc::ServerContext*,
+  grpc::Status ReportError(grpc::ServerContext* context,
                            const pb::ReportErrorRequest* req,
                            pb::ReportErrorResponse* resp) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "ReportError", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     if (req->code() == 0) {
       return ToGrpcStatus(absl::InvalidArgumentError("ReportError: code OK"));
     }
@@ -182,7 +214,9 @@ class CoordinationService::Impl final
   grpc::Status PollForError(grpc::ServerContext* context,
                             const pb::PollForErrorRequest* req,
                             pb::PollForErrorResponse* resp) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "PollForError", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     if (req->timeout_ms() <= 0) {
       return ToGrpcStatus(
           absl::InvalidArgumentError("PollForError: timeout_ms <= 0"));
@@ -214,21 +248,33 @@ class CoordinationService::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status ShutdownTask(grpc::ServerContext*,
+  grpc::Status ShutdownTask(grpc::ServerContext* context,
                             const pb::ShutdownTaskRequest* req,
                             pb::ShutdownTaskResponse*) override {
-    if (auto s = Validate(req->source()); !s.ok()) return ToGrpcStatus(s);
+    if (auto s = Validate(*context, "ShutdownTask", req->source()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     return ToGrpcStatus(state_->ShutdownTask(req->source().task_id()));
   }
 
  private:
-  absl::Status Validate(const pb::TaskRef& source) const {
+  // Every handler starts here: the caller's credential (when the job has a
+  // secret), then the job id and task id.
+  absl::Status Validate(const grpc::ServerContext& context,
+                        absl::string_view method,
+                        const pb::TaskRef& source) const {
+    if (absl::Status s =
+            auth_.Check(context, method, source.job_id(), source.task_id());
+        !s.ok()) {
+      return s;
+    }
     return state_->ValidateSender(source.job_id(), source.task_id());
   }
 
   CoordinationState* const state_;
   const uint64_t incarnation_;
   const bool fail_on_disconnect_;
+  const CallAuthenticator auth_;
 };
 
 CoordinationService::CoordinationService(const ServiceOptions& options)
@@ -258,7 +304,16 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(
   std::random_device rd;
   const uint64_t incarnation = static_cast<uint64_t>(rd()) << 32 | rd();
   service->impl_ = std::make_unique<Impl>(service->state_.get(), incarnation,
-                                         options.fail_task_on_disconnect);
+                                          options.job_secret, options.job_id,
+                                          options.fail_task_on_disconnect);
+  auto credentials =
+      MakeServerCredentials(options.tls_cert_path, options.tls_key_path);
+  if (!credentials.ok()) {
+    return absl::Status(
+        credentials.status().code(),
+        absl::StrFormat("CoordinationService for job '%s': %s", options.job_id,
+                        credentials.status().message()));
+  }
 
   const bool v6 = options.bind_address.find(':') != std::string::npos;
   const std::string listen =
@@ -268,14 +323,25 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(
   // Without this, gRPC sets SO_REUSEPORT and a second job could silently
   // share a fixed port with us.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
-                           &service->port_);
+  builder.AddListeningPort(listen, *credentials, &service->port_);
   builder.RegisterService(service->impl_.get());
   service->server_ = builder.BuildAndStart();
   if (service->server_ == nullptr || service->port_ == 0) {
     return absl::UnavailableError(
         absl::StrFormat("CoordinationService for job '%s': cannot listen on %s",
                         options.job_id, listen));
+  }
+  const bool loopback = options.bind_address == "::1" ||
+                        absl::StartsWith(options.bind_address, "127.") ||
+                        options.bind_address == "localhost";
+  if (options.job_secret.empty() && !loopback) {
+    std::fprintf(stderr,
+                 "[coordination] job '%s': serving on %s without a job secret: "
+                 "anyone who can "
+                 "reach this port can set keys or fail the job; set "
+                 "TPU_DIST_JOB_SECRET on "
+                 "every rank (tpurun and tpu_dist-ray-run do)\n",
+                 options.job_id.c_str(), listen.c_str());
   }
   service->staleness_thread_ = std::thread([raw = service.get()] {
     pthread_setname_np(pthread_self(), "tpud-coord-age");

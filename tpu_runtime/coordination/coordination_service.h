@@ -48,6 +48,16 @@ struct ServiceOptions {
   // cancelled early has lost its process or channel: fail the job at once
   // instead of after heartbeat_timeout.
   bool fail_task_on_disconnect = true;
+  // Bytes of the job secret (tpu_runtime/job_secret.h). Non-empty: every
+  // call must carry its task's credential (coordination_auth.h) or gets
+  // UNAUTHENTICATED naming the job, without touching the job's state.
+  // Empty: calls are not authenticated (a warning when bind_address is not
+  // loopback).
+  std::string job_secret;
+  // TLS (both or neither): PEM files of the service's certificate chain and
+  // private key. Clients then need ClientOptions::tls_ca_path.
+  std::string tls_cert_path;
+  std::string tls_key_path;
 };
 
 class CoordinationService {

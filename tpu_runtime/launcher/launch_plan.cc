@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "tpu_runtime/job_secret.h"
 #include "tpu_runtime/launcher/line_prefixer.h"
 #include "tpu_runtime/slice_env.h"
 
@@ -33,6 +34,8 @@ void AddElasticVariables(const LaunchConfig& config, int rank, int world, EnvMap
   (*env)["TORCHELASTIC_USE_AGENT_STORE"] = "False";  // rank 0 hosts the store
   (*env)["TPU_DIST_JOB_ID"] = config.job_id;
   if (config.set_omp_num_threads) (*env)["OMP_NUM_THREADS"] = "1";
+  if (!config.job_secret_hex.empty()) (*env)[kJobSecretEnv] = config.job_secret_hex;
+  if (!config.job_secret_file.empty()) (*env)[kJobSecretFileEnv] = config.job_secret_file;
 }
 
 }  // namespace
@@ -42,6 +45,9 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
     return absl::InvalidArgumentError("no command given: expected `tpurun [flags] -- binary args`");
   }
   if (config.job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  if (!config.job_secret_hex.empty() && !config.job_secret_file.empty()) {
+    return absl::InvalidArgumentError("both job_secret_hex and job_secret_file are set");
+  }
   if (config.mode == LaunchConfig::Mode::kPlain) {
     if (config.nproc < 1 || config.nproc > kMaxLocalRanks) {
       return absl::InvalidArgumentError(absl::StrCat("nproc=", config.nproc, "; expected 1 <= nproc <= ",

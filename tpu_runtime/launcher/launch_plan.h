@@ -44,6 +44,11 @@ struct LaunchConfig {
   std::vector<std::string> command;  // the rank binary and its arguments
   std::string job_id;                // TPU_DIST_JOB_ID / TORCHELASTIC_RUN_ID
   bool set_omp_num_threads = false;  // OMP_NUM_THREADS=1 (torchrun's default)
+  // How every rank gets the job secret (tpu_runtime/job_secret.h), at most
+  // one set: TPU_DIST_JOB_SECRET=<hex> or TPU_DIST_JOB_SECRET_FILE=<path>.
+  // Neither: no secret (unauthenticated listeners).
+  std::string job_secret_hex;
+  std::string job_secret_file;
 };
 
 // Checks a config before anything starts; errors name the field and value.

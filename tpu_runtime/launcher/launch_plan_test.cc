@@ -192,5 +192,25 @@ TEST(FreePortTest, PortIsBindable) {
   EXPECT_FALSE(PickFreePort("not-an-address").ok());
 }
 
+// The job secret reaches every rank as exactly one of the two variables.
+TEST(LaunchPlanTest, JobSecretGoesToEveryRank) {
+  LaunchConfig c = SliceConfig("v6e", "4x4", /*emulated=*/true);
+  c.job_secret_hex = std::string(64, 'a');
+  absl::StatusOr<std::vector<ProcessSpec>> specs = PlanRanks(c, 0, 29500);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  for (const ProcessSpec& spec : *specs) {
+    EXPECT_EQ(spec.env.at("TPU_DIST_JOB_SECRET"), c.job_secret_hex) << spec.rank;
+    EXPECT_EQ(spec.env.count("TPU_DIST_JOB_SECRET_FILE"), 0u);
+  }
+  c.job_secret_hex.clear();
+  c.job_secret_file = "/run/secrets/job";
+  specs = PlanRanks(c, 0, 29500);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_EQ((*specs)[5].env.at("TPU_DIST_JOB_SECRET_FILE"), "/run/secrets/job");
+  EXPECT_EQ((*specs)[5].env.count("TPU_DIST_JOB_SECRET"), 0u);
+  c.job_secret_hex = "ab";
+  EXPECT_FALSE(ValidateLaunchConfig(c).ok());
+}
+
 }  // namespace
 }  // namespace tpudist::tpu_runtime::launcher

@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "tpu_runtime/job_secret.h"
 #include "tpu_runtime/launcher/flag_names.h"
 #include "tpu_runtime/launcher/free_port.h"
 #include "tpu_runtime/launcher/launch_plan.h"
@@ -50,6 +51,13 @@ ABSL_FLAG(std::string, master_addr, "", "MASTER_ADDR (default: 127.0.0.1 / the f
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(5), "SIGTERM -> SIGKILL grace period");
 ABSL_FLAG(absl::Duration, timeout, absl::InfiniteDuration(), "stop the job after this long");
 ABSL_FLAG(std::string, job_id, "", "job id (TPU_DIST_JOB_ID); default: generated");
+ABSL_FLAG(std::string, job_secret_file, "",
+          "file holding the job secret that authenticates the ranks' connections (default: "
+          "TPU_DIST_JOB_SECRET or TPU_DIST_JOB_SECRET_FILE, else generated; a multi-host job "
+          "needs the same one on every host)");
+ABSL_FLAG(bool, allow_unauthenticated, false,
+          "multi-host without --hosts-emulated: run without a job secret (anyone who can reach "
+          "the ranks' ports can join the job)");
 
 namespace tpudist::tpu_runtime::launcher {
 namespace {
@@ -59,6 +67,55 @@ constexpr int kUsageError = 2;
 int Fail(int code, const std::string& message) {
   fprintf(stderr, "tpurun: %s\n", message.c_str());
   return code;
+}
+
+// The secret every rank gets (tpu_runtime/job_secret.h): --job-secret-file,
+// else TPU_DIST_JOB_SECRET / _FILE, else one generated here when this tpurun
+// starts every rank of the job. Hosts of a real multi-host job must share
+// one, which a per-host generated secret cannot be: there it must be given
+// (or --allow-unauthenticated). A file stays a file (ranks read it, the
+// secret stays out of their environment); tpurun's own variables are
+// removed so that ranks see exactly one of the two.
+absl::Status ResolveJobSecret(LaunchConfig* config) {
+  const std::string flag_file = absl::GetFlag(FLAGS_job_secret_file);
+  const char* env_file = getenv(kJobSecretFileEnv);
+  const bool from_env_value = getenv(kJobSecretEnv) != nullptr;
+  absl::StatusOr<std::string> secret = !flag_file.empty()
+                                           ? ReadJobSecretFile(flag_file, "--job-secret-file")
+                                           : JobSecretFromProcessEnv();
+  if (!secret.ok()) return secret.status();
+  const std::string file = !flag_file.empty() ? flag_file : env_file != nullptr ? env_file : "";
+  const bool multi_host = config->mode == LaunchConfig::Mode::kSlice && !config->hosts_emulated &&
+                          config->slice.num_hosts > 1;
+  std::string what;
+  if (!secret->empty() && !file.empty() && (!flag_file.empty() || !from_env_value)) {
+    char* absolute = realpath(file.c_str(), nullptr);
+    config->job_secret_file = absolute != nullptr ? absolute : file;
+    free(absolute);
+    what = absl::StrCat("from ", config->job_secret_file);
+  } else if (!secret->empty()) {
+    config->job_secret_hex = JobSecretHex(*secret);
+    what = "from TPU_DIST_JOB_SECRET";
+  } else if (multi_host) {
+    if (!absl::GetFlag(FLAGS_allow_unauthenticated)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "this is host ", config->host_index, " of a ", config->slice.num_hosts,
+          "-host job: every host's tpurun must give its ranks the same job secret, so it cannot "
+          "be generated here. Set TPU_DIST_JOB_SECRET (e.g. `openssl rand -hex 32`) or "
+          "TPU_DIST_JOB_SECRET_FILE on every host, or pass --job-secret-file; "
+          "--allow-unauthenticated runs without one"));
+    }
+    what = "none (--allow-unauthenticated: the ranks' ports accept anyone)";
+  } else {
+    absl::StatusOr<std::string> generated = GenerateJobSecret();
+    if (!generated.ok()) return generated.status();
+    config->job_secret_hex = JobSecretHex(*generated);
+    what = "generated for this job";
+  }
+  unsetenv(kJobSecretEnv);
+  unsetenv(kJobSecretFileEnv);
+  fprintf(stderr, "tpurun: job secret: %s\n", what.c_str());
+  return absl::OkStatus();
 }
 
 int Main(int argc, char** argv) {
@@ -105,6 +162,10 @@ int Main(int argc, char** argv) {
     config.nproc = absl::GetFlag(FLAGS_nproc);
   }
   if (absl::Status s = ValidateLaunchConfig(config); !s.ok()) {
+    return Fail(kUsageError, std::string(s.message()));
+  }
+
+  if (absl::Status s = ResolveJobSecret(&config); !s.ok()) {
     return Fail(kUsageError, std::string(s.message()));
   }
 

@@ -154,9 +154,12 @@ TEST(TpurunTest, EmulatedTpu7x2x2x2Gives16RanksOnTwoHostsOfEight) {
   }
 }
 
+const std::string kGivenSecret = "TPU_DIST_JOB_SECRET=" + std::string(64, 'A');
+
 TEST(TpurunTest, WithoutEmulationStartsOnlyThisHostsRanks) {
   RunResult by_flag = Tpurun({"--accelerator-type", "v6e", "--topology", "4x4", "--host-index", "1",
-                              "--", "sh", "-c", "echo $RANK $TPU_WORKER_ID"});
+                              "--", "sh", "-c", "echo $RANK $TPU_WORKER_ID"},
+                             absl::Seconds(60), {kGivenSecret});
   EXPECT_EQ(by_flag.exit_code, 0) << by_flag.err;
   EXPECT_THAT(by_flag.err, HasSubstr("(host 1 of 4)"));
   EXPECT_EQ(Lines(by_flag.out).size(), 4u) << by_flag.out;
@@ -165,10 +168,64 @@ TEST(TpurunTest, WithoutEmulationStartsOnlyThisHostsRanks) {
   }
   RunResult by_env = Tpurun({"--accelerator-type", "v6e", "--topology", "4x4", "--", "sh", "-c",
                              "echo $RANK $TPU_WORKER_ID $MASTER_PORT"},
-                            absl::Seconds(60), {"TPU_WORKER_ID=3"});
+                            absl::Seconds(60), {"TPU_WORKER_ID=3", kGivenSecret});
   EXPECT_EQ(by_env.exit_code, 0) << by_env.err;
   EXPECT_THAT(by_env.out, HasSubstr("[rank 15] 15 3 29500\n"));  // multi-host: fixed port
   EXPECT_EQ(Lines(by_env.out).size(), 4u) << by_env.out;
+}
+
+// Every rank of a job gets the same secret: generated per job when none is
+// given, the given one (hex, normalised) otherwise, a given file as a file.
+TEST(TpurunTest, JobSecretIsHandedToEveryRank) {
+  const std::vector<std::string> echo = {
+      "--nproc", "2", "--", "sh", "-c",
+      "echo \"[$TPU_DIST_JOB_SECRET] [$TPU_DIST_JOB_SECRET_FILE]\""};
+  RunResult a = Tpurun(echo);
+  RunResult b = Tpurun(echo);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_THAT(a.err, HasSubstr("tpurun: job secret: generated for this job"));
+  std::vector<std::string> lines = Lines(a.out);
+  ASSERT_EQ(lines.size(), 2u) << a.out;
+  const std::string secret = lines[0].substr(lines[0].find('[', 2) + 1, 64);
+  EXPECT_EQ(secret.find_first_not_of("0123456789abcdef"), std::string::npos) << secret;
+  EXPECT_THAT(a.out, HasSubstr(absl::StrCat("[rank 0] [", secret, "] []")));
+  EXPECT_THAT(a.out, HasSubstr(absl::StrCat("[rank 1] [", secret, "] []")));
+  EXPECT_THAT(b.out, Not(HasSubstr(secret)));  // a fresh one per job
+
+  RunResult given = Tpurun(echo, absl::Seconds(60), {kGivenSecret});
+  ASSERT_EQ(given.exit_code, 0) << given.err;
+  EXPECT_THAT(given.out, HasSubstr(absl::StrCat("[rank 1] [", std::string(64, 'a'), "] []")));
+
+  char path[] = "/tmp/tpurun_secret_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "0123456789abcdef0123456789abcdef\n", 33), 33);
+  close(fd);
+  RunResult file =
+      Tpurun(echo, absl::Seconds(60), {std::string("TPU_DIST_JOB_SECRET_FILE=") + path});
+  RunResult bad = Tpurun(echo, absl::Seconds(60), {"TPU_DIST_JOB_SECRET=hunter2"});
+  unlink(path);
+  ASSERT_EQ(file.exit_code, 0) << file.err;
+  EXPECT_THAT(file.out, HasSubstr(absl::StrCat("[rank 0] [] [", path, "]")));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("TPU_DIST_JOB_SECRET is 7 bytes"));
+  EXPECT_THAT(bad.err, Not(HasSubstr("hunter2")));
+}
+
+// One tpurun per real host cannot generate the secret its hosts must share.
+TEST(TpurunTest, MultiHostNeedsAGivenJobSecret) {
+  const std::vector<std::string> args = {"--accelerator-type", "v6e", "--topology", "4x4",
+                                         "--host-index", "1", "--", "true"};
+  RunResult refused = Tpurun(args);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_THAT(refused.err, HasSubstr("host 1 of a 4-host job: every host's tpurun must give its "
+                                     "ranks the same job secret"));
+  std::vector<std::string> insecure = args;
+  insecure.insert(insecure.begin(), "--allow-unauthenticated");
+  RunResult allowed = Tpurun(insecure);
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.err;
+  EXPECT_THAT(allowed.err, HasSubstr("job secret: none (--allow-unauthenticated"));
 }
 
 TEST(TpurunTest, FailingRankIsNamedAndExitStatusPropagates) {
