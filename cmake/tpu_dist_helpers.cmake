@@ -10,7 +10,11 @@
 #          and gets the labels given.
 #   tpu_dist_proto_library(NAME n PROTOS ... [GRPC])
 
+# Libraries (exported, TpuDist::<n>) and the other targets `cmake --install`
+# copies (INSTALL binaries, modules): cmake/tpu_dist_install.cmake builds the
+# package config and the `installable` target from these two lists.
 set_property(GLOBAL PROPERTY TPU_DIST_EXPORTED_TARGETS "")
+set_property(GLOBAL PROPERTY TPU_DIST_INSTALLED_TARGETS "")
 
 function(tpu_dist_cc_library)
   cmake_parse_arguments(A "" "NAME" "SRCS;HDRS;DEPS;PRIVATE_DEPS" ${ARGN})
@@ -36,6 +40,7 @@ function(tpu_dist_cc_binary)
   target_compile_options(${A_NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
   if(A_INSTALL)
     install(TARGETS ${A_NAME} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+    set_property(GLOBAL APPEND PROPERTY TPU_DIST_INSTALLED_TARGETS ${A_NAME})
   endif()
 endfunction()
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's demo command: installs what is missing, builds tpurun and
-# gemma_finetune if needed, and fine-tunes the bundled tiny Gemma 4
+# The README's demo command: installs what is missing, builds tpurun,
+# gemma_finetune and the rest of what `cmake --install build` copies
+# (`installable`) if needed, and fine-tunes the bundled tiny Gemma 4
 # (data/tiny_gemma) on the bundled instruction set (data/instructions) across
 # an emulated TPU v6e 4x4 slice: 16 ranks on 4 emulated hosts x 4 devices,
 # FSDP over all 16, 3 epochs. Rank 0 prints one line per epoch and the final
@@ -17,7 +18,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
 "$root/tools/install_deps.sh"
-BUILD_DIR="$build" "$root/tools/build.sh" tpurun gemma_finetune
+BUILD_DIR="$build" "$root/tools/build.sh" tpurun gemma_finetune installable
 storage="${STORAGE_PATH:-$(mktemp -d "${TMPDIR:-/tmp}/gemma_finetune_demo.XXXXXX")}"
 # The torch 2.15 wheel multiplies bf16 matrices fast only on CPUs with bf16
 # instructions (AVX512-BF16 / AMX); elsewhere its bf16 GEMM is ~100x slower
