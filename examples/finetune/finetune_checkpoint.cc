@@ -1,5 +1,7 @@
 #include "examples/finetune/finetune_checkpoint.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -33,10 +35,16 @@ absl::Status Barrier(const CheckpointTarget& t) {
 }
 
 absl::Status WriteText(const std::string& path, const std::string& text) {
+  errno = 0;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
   out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  if (!out) {
+    // ofstream keeps errno from the failing open/write/close (e.g. ENOSPC).
+    const int err = errno;
+    return absl::InternalError(absl::StrCat("cannot write ", path, err != 0 ? ": " : "",
+                                            err != 0 ? std::strerror(err) : ""));
+  }
   return absl::OkStatus();
 }
 
