@@ -21,24 +21,13 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+using testing::ErrorOf;
 using testing::RunThreads;
+using testing::SecondsSince;
 using testing::ShmEntries;
 using testing::SmallOptions;
 using testing::UniqueJob;
 using Clock = std::chrono::steady_clock;
-
-std::string ErrorOf(const c10::intrusive_ptr<c10d::Work>& work) {
-  try {
-    work->wait(std::chrono::seconds(120));
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // Rank `hung` never joins the allreduce; after 300 ms another thread aborts
 // every group of the process, as the coordination client's error callback

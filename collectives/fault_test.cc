@@ -20,25 +20,13 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using testing::RunForked;
+using testing::ErrorOf;
 using testing::RunThreads;
+using testing::SecondsSince;
 using testing::ShmEntries;
 using testing::SmallOptions;
 using testing::UniqueJob;
 using Clock = std::chrono::steady_clock;
-
-// Runs `work`->wait() and returns the error message ("" if it succeeded).
-std::string ErrorOf(const c10::intrusive_ptr<c10d::Work>& work) {
-  try {
-    work->wait(std::chrono::seconds(60));
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 TEST(FaultTest, MismatchedShapesFailOnEveryRankNamingThem) {
   auto store = c10::make_intrusive<c10d::HashStore>();

@@ -25,25 +25,14 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using testing::ErrorOf;
 using testing::RunForked;
 using testing::RunThreads;
+using testing::SecondsSince;
 using testing::ShmEntries;
 using testing::SmallOptions;
 using testing::UniqueJob;
 using Clock = std::chrono::steady_clock;
-
-std::string ErrorOf(const c10::intrusive_ptr<c10d::Work>& work) {
-  try {
-    work->wait(std::chrono::seconds(60));
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 ProcessGroupTpuDist::Options HostOptions(const std::string& job, const std::string& hosts,
                                          int rank) {

@@ -24,6 +24,23 @@
 
 namespace tpudist::collectives::testing {
 
+// Runs work->wait(timeout) and returns the error message ("" if it
+// succeeded).
+inline std::string ErrorOf(const c10::intrusive_ptr<c10d::Work>& work,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  try {
+    work->wait(timeout);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Seconds elapsed since `t`.
+inline double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 // Small slots so that modest tensors exercise the chunked paths.
 inline ProcessGroupTpuDist::Options SmallOptions(const std::string& job) {
   ProcessGroupTpuDist::Options o;
