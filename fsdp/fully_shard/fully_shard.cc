@@ -51,12 +51,12 @@ class FsdpState : public std::enable_shared_from_this<FsdpState> {
   const std::shared_ptr<RootContext>& ctx() const { return ctx_; }
   FullyShardOptions& options() { return options_; }
 
-  void InstallHooks(models::HookableModule& m) {
+  void InstallHooks(nn::HookableModule& m) {
     std::weak_ptr<FsdpState> weak = weak_from_this();
-    m.RegisterPreForwardHook([weak](models::HookableModule&, std::vector<at::Tensor>& in) {
+    m.RegisterPreForwardHook([weak](nn::HookableModule&, std::vector<at::Tensor>& in) {
       if (auto s = weak.lock()) s->PreForward(in);
     });
-    m.RegisterPostForwardHook([weak](models::HookableModule&, const std::vector<at::Tensor>&,
+    m.RegisterPostForwardHook([weak](nn::HookableModule&, const std::vector<at::Tensor>&,
                                      std::vector<at::Tensor>& out) {
       if (auto s = weak.lock()) s->PostForward(out);
     });
@@ -65,7 +65,7 @@ class FsdpState : public std::enable_shared_from_this<FsdpState> {
   std::vector<std::shared_ptr<FsdpState>> Subtree() {
     std::vector<std::shared_ptr<FsdpState>> out = {shared_from_this()};
     for (const auto& m : module_->modules(/*include_self=*/false)) {
-      if (auto* h = models::AsHookable(*m)) {
+      if (auto* h = nn::AsHookable(*m)) {
         if (auto s = h->GetAttachment(kAttachmentKey)) out.push_back(std::static_pointer_cast<FsdpState>(s));
       }
     }
@@ -238,7 +238,7 @@ absl::StatusOr<std::vector<std::pair<std::string, DTensor>>> FsdpModule::Sharded
 }
 
 std::optional<FsdpModule> GetFsdpModule(torch::nn::Module& module) {
-  auto* h = models::AsHookable(module);
+  auto* h = nn::AsHookable(module);
   if (h == nullptr) return std::nullopt;
   auto s = h->GetAttachment(kAttachmentKey);
   if (s == nullptr) return std::nullopt;
@@ -254,12 +254,12 @@ std::optional<std::string> FsdpOwner(const at::Tensor& param) {
 absl::StatusOr<FsdpModule> FullyShard(const std::shared_ptr<torch::nn::Module>& module,
                                       const DeviceMesh& mesh, const FullyShardOptions& options) {
   if (module == nullptr) return absl::InvalidArgumentError("FullyShard: null module");
-  models::HookableModule* hookable = models::AsHookable(*module);
+  nn::HookableModule* hookable = nn::AsHookable(*module);
   const std::string label = options.label.empty() ? module->name() : options.label;
   if (hookable == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "FullyShard(", label, "): the module must derive from tpudist::models::HookableModule and "
-        "run its forward through RunForward (see models/common/module_hooks.h)"));
+        "FullyShard(", label, "): the module must derive from tpudist::nn::HookableModule and "
+        "run its forward through RunForward (see nn/module_hooks.h)"));
   }
   if (hookable->GetAttachment(kAttachmentKey) != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("FullyShard(", label, "): already applied"));

@@ -6,8 +6,8 @@
 //   loss = f(model->forward(x)); loss.backward(); opt.step();
 //
 // THE RULE: a module passed to FullyShard must derive from
-// tpudist::models::HookableModule and run its whole forward through
-// RunForward (models/common/module_hooks.h), and the tensors it returns must
+// tpudist::nn::HookableModule and run its whole forward through
+// RunForward (nn/module_hooks.h), and the tensors it returns must
 // be what the loss depends on. Modules without FullyShard need nothing.
 //
 // Each call forms one group from module->parameters() minus those already
@@ -51,7 +51,7 @@
 #include "fsdp/device_mesh.h"
 #include "fsdp/dtensor.h"
 #include "fsdp/fully_shard/fsdp_param_group.h"
-#include "models/common/module_hooks.h"
+#include "nn/module_hooks.h"
 
 namespace tpudist::fsdp {
 

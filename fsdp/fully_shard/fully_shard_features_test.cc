@@ -125,7 +125,7 @@ TEST(FullyShardMixedPrecisionTest, Bf16ComputeFp32ReduceMatchesOracle) {
     o.mp_policy.reduce_dtype = at::kFloat;
     FsdpModule root = ShardStack(model, mesh, o);
     at::ScalarType seen = at::kFloat;
-    model->b1->RegisterPreForwardHook([&](models::HookableModule&, std::vector<at::Tensor>& in) {
+    model->b1->RegisterPreForwardHook([&](nn::HookableModule&, std::vector<at::Tensor>& in) {
       // Runs after FullyShard's own pre-hook (registered first).
       seen = model->b1->fc1->weight.scalar_type();
       EXPECT_EQ(in[0].scalar_type(), at::kBFloat16);
@@ -299,7 +299,7 @@ TEST(FullyShardPrefetchTest, NextAllGatherIssuedBeforeCurrentCompute) {
   });
 }
 
-class Holder : public models::HookableModule {
+class Holder : public nn::HookableModule {
  public:
   explicit Holder(const at::Tensor& w) { w_ = register_parameter("w", w); }
   at::Tensor forward(const at::Tensor& x) {

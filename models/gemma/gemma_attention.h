@@ -27,7 +27,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
-#include "models/common/module_hooks.h"
+#include "nn/module_hooks.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/rms_norm.h"
 
@@ -45,7 +45,7 @@ struct SharedKv {
 // key/value: [B, KV, S, D] -> [B, KV * groups, S, D].
 at::Tensor RepeatKv(const at::Tensor& x, int64_t groups);
 
-class GemmaAttentionImpl : public tpudist::models::HookableModule {
+class GemmaAttentionImpl : public tpudist::nn::HookableModule {
  public:
   GemmaAttentionImpl(const GemmaConfig& config, int64_t layer);
 

@@ -19,14 +19,14 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
-#include "models/common/module_hooks.h"
+#include "nn/module_hooks.h"
 #include "models/gemma/gemma_attention.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/rms_norm.h"
 
 namespace tpudist::models::gemma {
 
-class GemmaMlpImpl : public tpudist::models::HookableModule {
+class GemmaMlpImpl : public tpudist::nn::HookableModule {
  public:
   GemmaMlpImpl(int64_t hidden, int64_t intermediate);
   // x: [..., hidden] -> [..., hidden]
@@ -38,7 +38,7 @@ class GemmaMlpImpl : public tpudist::models::HookableModule {
 };
 TORCH_MODULE(GemmaMlp);
 
-class GemmaDecoderLayerImpl : public tpudist::models::HookableModule {
+class GemmaDecoderLayerImpl : public tpudist::nn::HookableModule {
  public:
   GemmaDecoderLayerImpl(const GemmaConfig& config, int64_t layer);
 

@@ -22,7 +22,7 @@
 //   loss = mean CE(logits[:, :-1], labels[:, 1:]) over labels != -100
 //
 // GemmaTextModel, GemmaForCausalLM, the decoder layers, their attention and
-// MLP are HookableModules (models/common/module_hooks.h): hooks registered
+// MLP are HookableModules (nn/module_hooks.h): hooks registered
 // from outside (FullyShard, mixed precision) see and may rewrite each
 // forward's tensor arguments and outputs. The tied lm_head and the loss run
 // inside GemmaForCausalLM's forward body, so the embedding is only used
@@ -41,7 +41,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
-#include "models/common/module_hooks.h"
+#include "nn/module_hooks.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/gemma_decoder_layer.h"
 #include "models/gemma/rms_norm.h"
@@ -50,7 +50,7 @@ namespace tpudist::models::gemma {
 
 inline constexpr int64_t kIgnoreIndex = -100;
 
-class GemmaTextModelImpl : public tpudist::models::HookableModule {
+class GemmaTextModelImpl : public tpudist::nn::HookableModule {
  public:
   explicit GemmaTextModelImpl(const GemmaConfig& config);
 
@@ -84,7 +84,7 @@ struct CausalLMOutput {
   at::Tensor loss;    // [] fp32; undefined when no labels were given
 };
 
-class GemmaForCausalLMImpl : public tpudist::models::HookableModule {
+class GemmaForCausalLMImpl : public tpudist::nn::HookableModule {
  public:
   explicit GemmaForCausalLMImpl(const GemmaConfig& config);
 

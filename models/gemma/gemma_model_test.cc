@@ -292,17 +292,17 @@ TEST(GemmaModel, ModulesRunForwardHooks) {
   GemmaForCausalLM hooked = MakeTiny(31, 1.0), zeroed = MakeTiny(31, 1.0);
   at::Tensor ids = at::randint(3, 500, {2, 7}, at::kLong);
   int root_calls = 0, layer_calls = 0, attn_calls = 0;
-  hooked->RegisterPreForwardHook([&](models::HookableModule&, std::vector<at::Tensor>& in) {
+  hooked->RegisterPreForwardHook([&](nn::HookableModule&, std::vector<at::Tensor>& in) {
     ++root_calls;
     EXPECT_EQ(in.size(), 3u);
   });
-  hooked->model->RegisterPreForwardHook([&](models::HookableModule&, std::vector<at::Tensor>&) { ++root_calls; });
+  hooked->model->RegisterPreForwardHook([&](nn::HookableModule&, std::vector<at::Tensor>&) { ++root_calls; });
   for (size_t i = 0; i < hooked->model->layers->size(); ++i) {
     auto& layer = hooked->model->layers->at<GemmaDecoderLayerImpl>(i);
-    layer.RegisterPreForwardHook([&](models::HookableModule&, std::vector<at::Tensor>&) { ++layer_calls; });
-    layer.self_attn->RegisterPreForwardHook([&](models::HookableModule&, std::vector<at::Tensor>&) { ++attn_calls; });
+    layer.RegisterPreForwardHook([&](nn::HookableModule&, std::vector<at::Tensor>&) { ++layer_calls; });
+    layer.self_attn->RegisterPreForwardHook([&](nn::HookableModule&, std::vector<at::Tensor>&) { ++attn_calls; });
     layer.mlp->RegisterPostForwardHook(
-        [](models::HookableModule&, const std::vector<at::Tensor>&, std::vector<at::Tensor>& out) {
+        [](nn::HookableModule&, const std::vector<at::Tensor>&, std::vector<at::Tensor>& out) {
           out[0] = at::zeros_like(out[0]);
         });
     at::NoGradGuard ng;

@@ -17,7 +17,7 @@
 #include "absl/time/time.h"
 #include "fsdp/device_mesh.h"
 #include "fsdp/testing/rank_threads.h"
-#include "models/common/module_hooks.h"
+#include "nn/module_hooks.h"
 
 namespace tpudist::fsdp::testing {
 
@@ -29,7 +29,7 @@ using Rank = RankContext;
 DeviceMesh MakeMesh(const Rank& r);
 
 // A two-layer perceptron block: fc2(tanh(fc1(x))). x: [B, in] -> [B, out].
-class MlpImpl : public models::HookableModule {
+class MlpImpl : public nn::HookableModule {
  public:
   MlpImpl(int64_t in, int64_t hidden, int64_t out);
   at::Tensor forward(const at::Tensor& x);
@@ -39,7 +39,7 @@ TORCH_MODULE(Mlp);
 
 // Three Mlp blocks and a head: the "small MLP" of the parity tests.
 // x: [B, 5] -> [B, 3]
-class MlpStackImpl : public models::HookableModule {
+class MlpStackImpl : public nn::HookableModule {
  public:
   MlpStackImpl();
   at::Tensor forward(const at::Tensor& x);
@@ -49,7 +49,7 @@ class MlpStackImpl : public models::HookableModule {
 TORCH_MODULE(MlpStack);
 
 // Single-head causal self-attention. x: [B, S, D] -> [B, S, D].
-class AttentionImpl : public models::HookableModule {
+class AttentionImpl : public nn::HookableModule {
  public:
   explicit AttentionImpl(int64_t d);
   at::Tensor forward(const at::Tensor& x);
@@ -59,7 +59,7 @@ TORCH_MODULE(Attention);
 
 // Pre-norm transformer block with a per-token embedding table that is
 // frozen in some tests. tokens: [B, S] (long) -> [B, S, D].
-class BlockImpl : public models::HookableModule {
+class BlockImpl : public nn::HookableModule {
  public:
   BlockImpl(int64_t vocab, int64_t d);
   at::Tensor forward(const at::Tensor& tokens);

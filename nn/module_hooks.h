@@ -1,11 +1,11 @@
 // HookableModule: a torch::nn::Module whose forward runs registered pre- and
-// post-forward hooks (libtorch 1.13 has no module hooks; PyTorch's
+// post-forward hooks (libtorch C++ modules have no hooks; PyTorch's
 // register_forward_pre_hook / register_forward_hook, done in C++).
 //
 // The rule for a module that wants hooks (e.g. to be FullyShard-ed): derive
 // from HookableModule and run the whole forward body through RunForward:
 //
-//   class MlpImpl : public tpudist::models::HookableModule {
+//   class MlpImpl : public tpudist::nn::HookableModule {
 //    public:
 //     at::Tensor forward(const at::Tensor& x) {           // x: [B, in]
 //       return RunForward(x, [&](const at::Tensor& x) {   // use the lambda's x
@@ -30,8 +30,8 @@
 //
 // Thread-safety: none. Register/remove hooks and attachments while no
 // forward is running; forward itself follows torch::nn::Module rules.
-#ifndef TPU_DIST_MODELS_COMMON_MODULE_HOOKS_H_
-#define TPU_DIST_MODELS_COMMON_MODULE_HOOKS_H_
+#ifndef TPU_DIST_NN_MODULE_HOOKS_H_
+#define TPU_DIST_NN_MODULE_HOOKS_H_
 
 #include <cstdint>
 #include <functional>
@@ -44,7 +44,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
-namespace tpudist::models {
+namespace tpudist::nn {
 
 class HookableModule : public torch::nn::Module {
  public:
@@ -96,6 +96,6 @@ class HookableModule : public torch::nn::Module {
 // from HookableModule.
 HookableModule* AsHookable(torch::nn::Module& module);
 
-}  // namespace tpudist::models
+}  // namespace tpudist::nn
 
-#endif  // TPU_DIST_MODELS_COMMON_MODULE_HOOKS_H_
+#endif  // TPU_DIST_NN_MODULE_HOOKS_H_

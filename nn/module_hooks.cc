@@ -1,10 +1,10 @@
-#include "models/common/module_hooks.h"
+#include "nn/module_hooks.h"
 
 #include <algorithm>
 
 #include <c10/util/Exception.h>
 
-namespace tpudist::models {
+namespace tpudist::nn {
 
 HookableModule::HookId HookableModule::RegisterPreForwardHook(PreForwardHook hook) {
   TORCH_CHECK(hook, "RegisterPreForwardHook: empty hook");
@@ -75,4 +75,4 @@ HookableModule* AsHookable(torch::nn::Module& module) {
   return dynamic_cast<HookableModule*>(&module);
 }
 
-}  // namespace tpudist::models
+}  // namespace tpudist::nn

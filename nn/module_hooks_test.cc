@@ -1,4 +1,4 @@
-#include "models/common/module_hooks.h"
+#include "nn/module_hooks.h"
 
 #include <string>
 #include <vector>
@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 
-namespace tpudist::models {
+namespace tpudist::nn {
 namespace {
 
 class TwoLayer : public HookableModule {
@@ -104,4 +104,4 @@ TEST(ModuleHooksTest, ExceptionInBodySkipsPostHooks) {
 }
 
 }  // namespace
-}  // namespace tpudist::models
+}  // namespace tpudist::nn
