@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "collectives/shm/algorithms.h"
+
 namespace tpudist::collectives {
 
 ShmBackend::ShmBackend(std::unique_ptr<shm::Communicator> comm,
@@ -16,43 +18,43 @@ absl::Status ShmBackend::Track(absl::Status s) {
   return s;
 }
 
-absl::Status ShmBackend::AllReduce(const shm::OpSpec& spec, shm::ReduceKind op,
+absl::Status ShmBackend::AllReduce(const OpSpec& spec, ReduceKind op,
                                    void* data) {
   return Track(shm::AllReduce(*comm_, spec, op, data, small_allreduce_bytes_));
 }
 
-absl::Status ShmBackend::Reduce(const shm::OpSpec& spec, shm::ReduceKind op, int root,
+absl::Status ShmBackend::Reduce(const OpSpec& spec, ReduceKind op, int root,
                                 void* data) {
   return Track(shm::Reduce(*comm_, spec, op, root, data));
 }
 
-absl::Status ShmBackend::ReduceScatter(const shm::OpSpec& spec, shm::ReduceKind op,
+absl::Status ShmBackend::ReduceScatter(const OpSpec& spec, ReduceKind op,
                                        absl::Span<const void* const> inputs, void* out) {
   return Track(shm::ReduceScatter(*comm_, spec, op, inputs, out));
 }
 
-absl::Status ShmBackend::AllGather(const shm::OpSpec& spec, const void* in, int64_t bytes,
+absl::Status ShmBackend::AllGather(const OpSpec& spec, const void* in, int64_t bytes,
                                    absl::Span<void* const> outs) {
   return Track(shm::AllGather(*comm_, spec, in, bytes, outs));
 }
 
-absl::Status ShmBackend::Broadcast(const shm::OpSpec& spec, int root, void* data,
+absl::Status ShmBackend::Broadcast(const OpSpec& spec, int root, void* data,
                                    int64_t bytes) {
   return Track(shm::Broadcast(*comm_, spec, root, data, bytes));
 }
 
-absl::Status ShmBackend::Gather(const shm::OpSpec& spec, int root, const void* in,
+absl::Status ShmBackend::Gather(const OpSpec& spec, int root, const void* in,
                                 int64_t bytes, absl::Span<void* const> outs) {
   return Track(shm::Gather(*comm_, spec, root, in, bytes, outs));
 }
 
-absl::Status ShmBackend::Scatter(const shm::OpSpec& spec, int root,
+absl::Status ShmBackend::Scatter(const OpSpec& spec, int root,
                                  absl::Span<const void* const> ins, void* out,
                                  int64_t bytes) {
   return Track(shm::Scatter(*comm_, spec, root, ins, out, bytes));
 }
 
-absl::Status ShmBackend::AllToAll(const shm::OpSpec& spec,
+absl::Status ShmBackend::AllToAll(const OpSpec& spec,
                                   absl::Span<const void* const> ins,
                                   absl::Span<const int64_t> in_bytes,
                                   absl::Span<void* const> outs,
@@ -60,7 +62,7 @@ absl::Status ShmBackend::AllToAll(const shm::OpSpec& spec,
   return Track(shm::AllToAll(*comm_, spec, ins, in_bytes, outs, out_bytes));
 }
 
-absl::Status ShmBackend::Barrier(const shm::OpSpec& spec) {
+absl::Status ShmBackend::Barrier(const OpSpec& spec) {
   return Track(shm::Barrier(*comm_, spec));
 }
 

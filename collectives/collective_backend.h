@@ -8,7 +8,8 @@
 // Every method is collective over the group (all ranks call it in the same
 // order with consistent arguments), uses group ranks, returns by
 // spec.ctx.deadline(), and on any error poisons the backend: later calls fail
-// fast with the first error. Argument conventions are those of
+// fast with the first error. The op types (OpSpec, ReduceKind, DataType) are
+// collectives/core's; argument conventions are those of
 // collectives/shm/algorithms.h (pointers to caller-owned host memory).
 //
 // Thread-safety: one op at a time (the group's worker thread, or an inline
@@ -22,7 +23,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "collectives/shm/algorithms.h"
+#include "collectives/core/op_header.h"
+#include "collectives/core/reduce_kernels.h"
 #include "collectives/shm/communicator.h"
 
 namespace tpudist::collectives {
@@ -33,34 +35,34 @@ class CollectiveBackend {
 
   virtual int size() const = 0;
   // data: [count] in place.
-  virtual absl::Status AllReduce(const shm::OpSpec& spec, shm::ReduceKind op,
+  virtual absl::Status AllReduce(const OpSpec& spec, ReduceKind op,
                                  void* data) = 0;
   // data: [count]; in place on root, unchanged elsewhere.
-  virtual absl::Status Reduce(const shm::OpSpec& spec, shm::ReduceKind op,
+  virtual absl::Status Reduce(const OpSpec& spec, ReduceKind op,
                               int root, void* data) = 0;
   // inputs: size() x [count]; out: [count].
-  virtual absl::Status ReduceScatter(const shm::OpSpec& spec, shm::ReduceKind op,
+  virtual absl::Status ReduceScatter(const OpSpec& spec, ReduceKind op,
                                      absl::Span<const void* const> inputs,
                                      void* out) = 0;
   // in: `bytes`; outs: size() x `bytes`; `in` may alias outs[rank].
-  virtual absl::Status AllGather(const shm::OpSpec& spec, const void* in,
+  virtual absl::Status AllGather(const OpSpec& spec, const void* in,
                                  int64_t bytes, absl::Span<void* const> outs) = 0;
-  virtual absl::Status Broadcast(const shm::OpSpec& spec, int root, void* data,
+  virtual absl::Status Broadcast(const OpSpec& spec, int root, void* data,
                                  int64_t bytes) = 0;
   // outs: size() x `bytes` on root, ignored elsewhere.
-  virtual absl::Status Gather(const shm::OpSpec& spec, int root, const void* in,
+  virtual absl::Status Gather(const OpSpec& spec, int root, const void* in,
                               int64_t bytes, absl::Span<void* const> outs) = 0;
   // ins: size() x `bytes` on root, ignored elsewhere.
-  virtual absl::Status Scatter(const shm::OpSpec& spec, int root,
+  virtual absl::Status Scatter(const OpSpec& spec, int root,
                                absl::Span<const void* const> ins, void* out,
                                int64_t bytes) = 0;
   // ins[r]: in_bytes[r] bytes to rank r; outs[r]: out_bytes[r] from rank r.
-  virtual absl::Status AllToAll(const shm::OpSpec& spec,
+  virtual absl::Status AllToAll(const OpSpec& spec,
                                 absl::Span<const void* const> ins,
                                 absl::Span<const int64_t> in_bytes,
                                 absl::Span<void* const> outs,
                                 absl::Span<const int64_t> out_bytes) = 0;
-  virtual absl::Status Barrier(const shm::OpSpec& spec) = 0;
+  virtual absl::Status Barrier(const OpSpec& spec) = 0;
 
   // Poisons with `status` (the first poison wins) and returns the poison.
   virtual absl::Status Poison(absl::Status status) = 0;
@@ -79,23 +81,23 @@ class ShmBackend final : public CollectiveBackend {
   ShmBackend(std::unique_ptr<shm::Communicator> comm, int64_t small_allreduce_bytes);
 
   int size() const override { return comm_->size(); }
-  absl::Status AllReduce(const shm::OpSpec& spec, shm::ReduceKind op, void* data) override;
-  absl::Status Reduce(const shm::OpSpec& spec, shm::ReduceKind op, int root,
+  absl::Status AllReduce(const OpSpec& spec, ReduceKind op, void* data) override;
+  absl::Status Reduce(const OpSpec& spec, ReduceKind op, int root,
                       void* data) override;
-  absl::Status ReduceScatter(const shm::OpSpec& spec, shm::ReduceKind op,
+  absl::Status ReduceScatter(const OpSpec& spec, ReduceKind op,
                              absl::Span<const void* const> inputs, void* out) override;
-  absl::Status AllGather(const shm::OpSpec& spec, const void* in, int64_t bytes,
+  absl::Status AllGather(const OpSpec& spec, const void* in, int64_t bytes,
                          absl::Span<void* const> outs) override;
-  absl::Status Broadcast(const shm::OpSpec& spec, int root, void* data,
+  absl::Status Broadcast(const OpSpec& spec, int root, void* data,
                          int64_t bytes) override;
-  absl::Status Gather(const shm::OpSpec& spec, int root, const void* in, int64_t bytes,
+  absl::Status Gather(const OpSpec& spec, int root, const void* in, int64_t bytes,
                       absl::Span<void* const> outs) override;
-  absl::Status Scatter(const shm::OpSpec& spec, int root, absl::Span<const void* const> ins,
+  absl::Status Scatter(const OpSpec& spec, int root, absl::Span<const void* const> ins,
                        void* out, int64_t bytes) override;
-  absl::Status AllToAll(const shm::OpSpec& spec, absl::Span<const void* const> ins,
+  absl::Status AllToAll(const OpSpec& spec, absl::Span<const void* const> ins,
                         absl::Span<const int64_t> in_bytes, absl::Span<void* const> outs,
                         absl::Span<const int64_t> out_bytes) override;
-  absl::Status Barrier(const shm::OpSpec& spec) override;
+  absl::Status Barrier(const OpSpec& spec) override;
   absl::Status Poison(absl::Status status) override;
   absl::Status poison() const override;
   void Abort(const absl::Status& status) override;

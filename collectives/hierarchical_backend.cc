@@ -32,60 +32,20 @@
 //   exchange; gather/scatter are all-to-alls with one non-empty column/row).
 #include "collectives/hierarchical_backend.h"
 
-#include <c10/util/Half.h>
-
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/core/op_header.h"
+#include "collectives/core/reduce_kernels.h"
 #include "collectives/shm/algorithms.h"
 #include "collectives/tcp/ring_algorithms.h"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 
 namespace tpudist::collectives {
 namespace {
-
-using shm::DataType;
-using shm::OpHeader;
-using shm::OpKind;
-using shm::OpSpec;
-using shm::ReduceKind;
-
-// data[i] /= divisor for `count` floating elements of `type`.
-void DivideInPlace(DataType type, void* data, int64_t count, int64_t divisor) {
-  const double d = static_cast<double>(divisor);
-  switch (type) {
-    case DataType::kFloat32: {
-      auto* p = static_cast<float*>(data);
-      for (int64_t i = 0; i < count; ++i) p[i] = static_cast<float>(p[i] / d);
-      break;
-    }
-    case DataType::kFloat64: {
-      auto* p = static_cast<double*>(data);
-      for (int64_t i = 0; i < count; ++i) p[i] /= d;
-      break;
-    }
-    case DataType::kBFloat16: {
-      auto* p = static_cast<uint16_t*>(data);
-      for (int64_t i = 0; i < count; ++i) {
-        p[i] = shm::FloatToBFloat16Bits(
-            static_cast<float>(shm::BFloat16BitsToFloat(p[i]) / d));
-      }
-      break;
-    }
-    case DataType::kFloat16: {
-      auto* p = static_cast<c10::Half*>(data);
-      for (int64_t i = 0; i < count; ++i) {
-        p[i] = c10::Half(static_cast<float>(static_cast<float>(p[i]) / d));
-      }
-      break;
-    }
-    default:
-      break;  // AVG is rejected for integers before any op runs
-  }
-}
 
 std::string HostRanks(const HostLayout& layout, int h) {
   return absl::StrJoin(layout.hosts[h], ",");
@@ -207,12 +167,12 @@ absl::Status HierarchicalBackend::CheckLeaders(const OpSpec& spec, const OpHeade
     return FailLeaders(s);
   }
   bool agree = true;
-  for (int h = 0; h < hosts && agree; ++h) agree = shm::HeadersAgree(mine, all[h]);
+  for (int h = 0; h < hosts && agree; ++h) agree = HeadersAgree(mine, all[h]);
   if (agree) return absl::OkStatus();
   std::vector<std::string> lines;
   for (int h = 0; h < hosts; ++h) {
     lines.push_back(absl::StrCat("host ", h, " (ranks ", HostRanks(layout_, h),
-                                 "): ", shm::DescribeHeader(all[h])));
+                                 "): ", DescribeHeader(all[h])));
   }
   return Poison(absl::InvalidArgumentError(absl::StrCat(
       spec.ctx.name, " on rank ", rank_, " of group '", group_name_,
@@ -248,11 +208,11 @@ absl::Status HierarchicalBackend::CheckFlat(const OpSpec& spec, const OpHeader& 
     return v;
   };
   bool agree = true;
-  for (int r = 0; r < size_ && agree; ++r) agree = shm::HeadersAgree(mine, header_of(r));
+  for (int r = 0; r < size_ && agree; ++r) agree = HeadersAgree(mine, header_of(r));
   if (!agree) {
     std::vector<std::string> lines;
     for (int r = 0; r < size_; ++r) {
-      lines.push_back(absl::StrCat("rank ", r, ": ", shm::DescribeHeader(header_of(r))));
+      lines.push_back(absl::StrCat("rank ", r, ": ", DescribeHeader(header_of(r))));
     }
     return Poison(absl::InvalidArgumentError(absl::StrCat(
         spec.ctx.name, " on rank ", rank_, " of group '", group_name_,
@@ -288,7 +248,7 @@ absl::Status HierarchicalBackend::AllReduceCore(const OpSpec& spec, OpKind heade
                                                 ReduceKind op, int root, int bcast_host,
                                                 void* data) {
   if (absl::Status p = poison(); !p.ok()) return p;
-  const size_t es = shm::ElementSize(spec.dtype);
+  const size_t es = ElementSize(spec.dtype);
   const int64_t bytes = spec.count * static_cast<int64_t>(es);
   const ReduceKind wire_op = op == ReduceKind::kAvg ? ReduceKind::kSum : op;
   if (local_size() > 1) {
@@ -297,18 +257,11 @@ absl::Status HierarchicalBackend::AllReduceCore(const OpSpec& spec, OpKind heade
     }
   }
   if (leader()) {
-    const OpHeader mine = shm::MakeHeader(spec, header_kind, op, root, true);
+    const OpHeader mine = MakeHeader(spec, header_kind, op, root, true);
     if (absl::Status s = CheckLeaders(spec, mine); !s.ok()) return s;
-    const DataType dtype = spec.dtype;
-    tcp::ReduceFn fn = [this, dtype, wire_op, es](void* inout, const void* in, size_t n) {
-      if (scratch_.size() < n * es) scratch_.resize(n * es);
-      const void* ins[2] = {inout, in};
-      shm::ReduceInto(dtype, wire_op, scratch_.data(), ins, static_cast<int64_t>(n));
-      std::memcpy(inout, scratch_.data(), n * es);
-    };
     absl::Status s = tcp::RingAllReduce(
-        *leaders_, absl::Span<uint8_t>(static_cast<uint8_t*>(data), bytes), es, fn,
-        spec.ctx.deadline());
+        *leaders_, absl::Span<uint8_t>(static_cast<uint8_t*>(data), bytes), es,
+        MakeReduceFn(spec.dtype, wire_op), spec.ctx.deadline());
     if (!s.ok()) return FailLeaders(s);
     if (op == ReduceKind::kAvg) DivideInPlace(spec.dtype, data, spec.count, size_);
   }
@@ -326,7 +279,7 @@ absl::Status HierarchicalBackend::AllReduce(const OpSpec& spec, ReduceKind op, v
 
 absl::Status HierarchicalBackend::Reduce(const OpSpec& spec, ReduceKind op, int root,
                                          void* data) {
-  const int64_t bytes = spec.count * static_cast<int64_t>(shm::ElementSize(spec.dtype));
+  const int64_t bytes = spec.count * static_cast<int64_t>(ElementSize(spec.dtype));
   std::vector<uint8_t> tmp(static_cast<const uint8_t*>(data),
                            static_cast<const uint8_t*>(data) + bytes);
   absl::Status s = AllReduceCore(spec, OpKind::kReduce, op, root,
@@ -339,7 +292,7 @@ absl::Status HierarchicalBackend::ReduceScatter(const OpSpec& spec, ReduceKind o
                                                 absl::Span<const void* const> inputs,
                                                 void* out) {
   if (absl::Status p = poison(); !p.ok()) return p;
-  const size_t es = shm::ElementSize(spec.dtype);
+  const size_t es = ElementSize(spec.dtype);
   const int64_t bytes = spec.count * static_cast<int64_t>(es);
   const ReduceKind wire_op = op == ReduceKind::kAvg ? ReduceKind::kSum : op;
   // Host-padded layout: host h's block starts at h * max_n * bytes and holds
@@ -362,18 +315,11 @@ absl::Status HierarchicalBackend::ReduceScatter(const OpSpec& spec, ReduceKind o
   }
   uint8_t* mine = buf.data() + host_ * block;
   if (leader()) {
-    const OpHeader header = shm::MakeHeader(spec, OpKind::kReduceScatter, op, -1, true);
+    const OpHeader header = MakeHeader(spec, OpKind::kReduceScatter, op, -1, true);
     if (absl::Status s = CheckLeaders(spec, header); !s.ok()) return s;
-    const DataType dtype = spec.dtype;
-    tcp::ReduceFn fn = [this, dtype, wire_op, es](void* inout, const void* in, size_t n) {
-      if (scratch_.size() < n * es) scratch_.resize(n * es);
-      const void* ins[2] = {inout, in};
-      shm::ReduceInto(dtype, wire_op, scratch_.data(), ins, static_cast<int64_t>(n));
-      std::memcpy(inout, scratch_.data(), n * es);
-    };
     absl::Status s = tcp::RingReduceScatter(
-        *leaders_, absl::Span<uint8_t>(buf.data(), block * layout_.num_hosts()), es, fn,
-        spec.ctx.deadline());
+        *leaders_, absl::Span<uint8_t>(buf.data(), block * layout_.num_hosts()), es,
+        MakeReduceFn(spec.dtype, wire_op), spec.ctx.deadline());
     if (!s.ok()) return FailLeaders(s);
     if (op == ReduceKind::kAvg) {
       DivideInPlace(spec.dtype, mine, spec.count * local_size(), size_);
@@ -408,7 +354,7 @@ absl::Status HierarchicalBackend::AllGather(const OpSpec& spec, const void* in,
     std::memcpy(buf.data() + base * bytes, in, bytes);
   }
   if (leader()) {
-    const OpHeader mine = shm::MakeHeader(spec, OpKind::kAllgather, ReduceKind{}, -1, true);
+    const OpHeader mine = MakeHeader(spec, OpKind::kAllgather, ReduceKind{}, -1, true);
     if (absl::Status s = CheckLeaders(spec, mine); !s.ok()) return s;
     std::vector<size_t> blocks(layout_.num_hosts());
     for (int h = 0; h < layout_.num_hosts(); ++h) blocks[h] = layout_.hosts[h].size() * bytes;
@@ -436,7 +382,7 @@ absl::Status HierarchicalBackend::Broadcast(const OpSpec& spec, int root, void* 
     if (!s.ok()) return FailLocal(s);
   }
   if (leader()) {
-    const OpHeader mine = shm::MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, root, true);
+    const OpHeader mine = MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, root, true);
     if (absl::Status s = CheckLeaders(spec, mine); !s.ok()) return s;
     absl::Status s = tcp::RingBroadcast(
         *leaders_, root_host, absl::Span<uint8_t>(static_cast<uint8_t*>(data), bytes),
@@ -457,7 +403,7 @@ absl::Status HierarchicalBackend::Barrier(const OpSpec& spec) {
     if (absl::Status s = shm::Barrier(*local_, spec); !s.ok()) return FailLocal(s);
   }
   if (leader()) {
-    const OpHeader mine = shm::MakeHeader(spec, OpKind::kBarrier, ReduceKind{}, -1, true);
+    const OpHeader mine = MakeHeader(spec, OpKind::kBarrier, ReduceKind{}, -1, true);
     if (absl::Status s = CheckLeaders(spec, mine); !s.ok()) return s;
   }
   if (local_size() > 1) {
@@ -472,7 +418,7 @@ absl::Status HierarchicalBackend::Gather(const OpSpec& spec, int root, const voi
   std::vector<int64_t> send(size_, 0), recv(size_, 0);
   send[root] = bytes;
   if (rank_ == root) std::fill(recv.begin(), recv.end(), bytes);
-  const OpHeader mine = shm::MakeHeader(spec, OpKind::kGather, ReduceKind{}, root, true);
+  const OpHeader mine = MakeHeader(spec, OpKind::kGather, ReduceKind{}, root, true);
   if (absl::Status s = CheckFlat(spec, mine, send, recv); !s.ok()) return s;
   std::vector<uint8_t> input(static_cast<const uint8_t*>(in),
                              static_cast<const uint8_t*>(in) + bytes);
@@ -492,7 +438,7 @@ absl::Status HierarchicalBackend::Scatter(const OpSpec& spec, int root,
   std::vector<int64_t> send(size_, 0), recv(size_, 0);
   recv[root] = bytes;
   if (rank_ == root) std::fill(send.begin(), send.end(), bytes);
-  const OpHeader mine = shm::MakeHeader(spec, OpKind::kScatter, ReduceKind{}, root, true);
+  const OpHeader mine = MakeHeader(spec, OpKind::kScatter, ReduceKind{}, root, true);
   if (absl::Status s = CheckFlat(spec, mine, send, recv); !s.ok()) return s;
   std::vector<uint8_t> input(rank_ == root ? bytes * size_ : 0);
   for (int r = 0; rank_ == root && r < size_ && bytes > 0; ++r) {
@@ -511,7 +457,7 @@ absl::Status HierarchicalBackend::AllToAll(const OpSpec& spec,
                                            absl::Span<void* const> outs,
                                            absl::Span<const int64_t> out_bytes) {
   if (absl::Status p = poison(); !p.ok()) return p;
-  const OpHeader mine = shm::MakeHeader(spec, OpKind::kAlltoall, ReduceKind{}, -1, false);
+  const OpHeader mine = MakeHeader(spec, OpKind::kAlltoall, ReduceKind{}, -1, false);
   if (absl::Status s = CheckFlat(spec, mine, in_bytes, out_bytes); !s.ok()) return s;
   std::vector<size_t> send(in_bytes.begin(), in_bytes.end());
   std::vector<size_t> recv(out_bytes.begin(), out_bytes.end());

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "collectives/collective_backend.h"
+#include "collectives/core/op_header.h"
 #include "collectives/host_layout.h"
 #include "collectives/shm/communicator.h"
 #include "collectives/tcp/tcp_mesh.h"
@@ -64,23 +65,23 @@ class HierarchicalBackend final : public CollectiveBackend {
       const HostLayout& layout, const HierarchicalOptions& options);
 
   int size() const override { return size_; }
-  absl::Status AllReduce(const shm::OpSpec& spec, shm::ReduceKind op, void* data) override;
-  absl::Status Reduce(const shm::OpSpec& spec, shm::ReduceKind op, int root,
+  absl::Status AllReduce(const OpSpec& spec, ReduceKind op, void* data) override;
+  absl::Status Reduce(const OpSpec& spec, ReduceKind op, int root,
                       void* data) override;
-  absl::Status ReduceScatter(const shm::OpSpec& spec, shm::ReduceKind op,
+  absl::Status ReduceScatter(const OpSpec& spec, ReduceKind op,
                              absl::Span<const void* const> inputs, void* out) override;
-  absl::Status AllGather(const shm::OpSpec& spec, const void* in, int64_t bytes,
+  absl::Status AllGather(const OpSpec& spec, const void* in, int64_t bytes,
                          absl::Span<void* const> outs) override;
-  absl::Status Broadcast(const shm::OpSpec& spec, int root, void* data,
+  absl::Status Broadcast(const OpSpec& spec, int root, void* data,
                          int64_t bytes) override;
-  absl::Status Gather(const shm::OpSpec& spec, int root, const void* in, int64_t bytes,
+  absl::Status Gather(const OpSpec& spec, int root, const void* in, int64_t bytes,
                       absl::Span<void* const> outs) override;
-  absl::Status Scatter(const shm::OpSpec& spec, int root, absl::Span<const void* const> ins,
+  absl::Status Scatter(const OpSpec& spec, int root, absl::Span<const void* const> ins,
                        void* out, int64_t bytes) override;
-  absl::Status AllToAll(const shm::OpSpec& spec, absl::Span<const void* const> ins,
+  absl::Status AllToAll(const OpSpec& spec, absl::Span<const void* const> ins,
                         absl::Span<const int64_t> in_bytes, absl::Span<void* const> outs,
                         absl::Span<const int64_t> out_bytes) override;
-  absl::Status Barrier(const shm::OpSpec& spec) override;
+  absl::Status Barrier(const OpSpec& spec) override;
   absl::Status Poison(absl::Status status) override;
   absl::Status poison() const override;
   void Abort(const absl::Status& status) override;
@@ -97,17 +98,17 @@ class HierarchicalBackend final : public CollectiveBackend {
 
   // Reduce into the leader, leaders' ring all-reduce, then broadcast inside
   // the hosts in `bcast_hosts` (-1: every host). data: [count] in place.
-  absl::Status AllReduceCore(const shm::OpSpec& spec, shm::OpKind header_kind,
-                             shm::ReduceKind op, int root, int bcast_host, void* data);
+  absl::Status AllReduceCore(const OpSpec& spec, OpKind header_kind,
+                             ReduceKind op, int root, int bcast_host, void* data);
   // Leaders: all-gathers the op headers over the leaders mesh and checks
   // that every host called the same op.
-  absl::Status CheckLeaders(const shm::OpSpec& spec, const shm::OpHeader& mine);
+  absl::Status CheckLeaders(const OpSpec& spec, const OpHeader& mine);
   // Every rank: all-gathers {header, send bytes [W], recv bytes [W]} over the
   // flat mesh and checks headers and the split matrix.
-  absl::Status CheckFlat(const shm::OpSpec& spec, const shm::OpHeader& mine,
+  absl::Status CheckFlat(const OpSpec& spec, const OpHeader& mine,
                          absl::Span<const int64_t> send, absl::Span<const int64_t> recv);
   // Exchange over the flat mesh after CheckFlat.
-  absl::Status FlatAllToAll(const shm::OpSpec& spec, const std::vector<uint8_t>& input,
+  absl::Status FlatAllToAll(const OpSpec& spec, const std::vector<uint8_t>& input,
                             const std::vector<size_t>& send, std::vector<uint8_t>* output,
                             const std::vector<size_t>& recv);
 
@@ -125,7 +126,6 @@ class HierarchicalBackend final : public CollectiveBackend {
   std::unique_ptr<shm::Communicator> local_;
   std::unique_ptr<tcp::TcpMesh> leaders_;  // leaders only
   std::unique_ptr<tcp::TcpMesh> flat_;
-  std::vector<uint8_t> scratch_;           // ReduceFn output, worker thread only
   mutable absl::Mutex mu_;
   absl::Status poison_ ABSL_GUARDED_BY(mu_);
 };

@@ -19,7 +19,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::CompleteAfterIssued(
     std::vector<at::Tensor> outputs) {
   std::lock_guard<std::mutex> lock(issue_mu_);
   return Enqueue(name, type, timeout, /*bytes=*/0, std::move(outputs),
-                 [](CollectiveBackend& comm, const shm::OpContext&) {
+                 [](CollectiveBackend& comm, const OpContext&) {
                    return comm.poison();
                  });
 }

@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/core/chunking.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "collectives/shm/algorithms.h"
-#include "collectives/shm/chunking.h"
 #include "collectives/tensor_bridge.h"
 
 namespace tpudist::collectives {
@@ -66,7 +66,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allgather(
   TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
               "tpu_dist: allgather takes one input and one output list");
   at::Tensor in = inputs[0];
-  const shm::DataType dtype = ValueOrThrow(ToDataType(in.scalar_type(), "allgather"));
+  const DataType dtype = ValueOrThrow(ToDataType(in.scalar_type(), "allgather"));
   CheckList("allgather", outputs[0], size_, in);
   std::vector<at::Tensor> outs = outputs[0];
   std::lock_guard<std::mutex> lock(issue_mu_);
@@ -74,10 +74,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allgather(
   return Enqueue("allgather", c10d::OpType::ALLGATHER, OpTimeout(opts.timeout),
                  in.nbytes(), outs,
                  [in, outs, dtype, seq](CollectiveBackend& comm,
-                                        const shm::OpContext& ctx) mutable {
+                                        const OpContext& ctx) mutable {
                    at::Tensor src = ContiguousBuffer(in);  // [in.sizes()]
                    Buffers dst(outs);                      // size x [in.sizes()]
-                   shm::OpSpec spec{ctx, seq, dtype, ShapeOf(in), in.numel()};
+                   OpSpec spec{ctx, seq, dtype, ShapeOf(in), in.numel()};
                    absl::Status s = comm.AllGather(spec, src.data_ptr(),
                                                    src.nbytes(), dst.ptrs);
                    if (s.ok()) dst.CopyBack(outs);
@@ -87,7 +87,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allgather(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  const shm::DataType dtype =
+  const DataType dtype =
       ValueOrThrow(ToDataType(input.scalar_type(), "_allgather_base"));
   TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
                   output.numel() == input.numel() * size_,
@@ -99,10 +99,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_allgather_base(
   return Enqueue("_allgather_base", c10d::OpType::_ALLGATHER_BASE,
                  OpTimeout(opts.timeout), in.nbytes(), {out},
                  [in, out, dtype, seq, this](CollectiveBackend& comm,
-                                             const shm::OpContext& ctx) mutable {
+                                             const OpContext& ctx) mutable {
                    at::Tensor src = ContiguousBuffer(in);   // [n]
                    at::Tensor dst = ContiguousBuffer(out);  // [size * n]
-                   shm::OpSpec spec{ctx, seq, dtype, ShapeOf(in), in.numel()};
+                   OpSpec spec{ctx, seq, dtype, ShapeOf(in), in.numel()};
                    absl::Status s = comm.AllGather(spec, src.data_ptr(), src.nbytes(),
                        Pieces(dst.data_ptr(), size_, src.nbytes()));
                    if (s.ok()) CopyBackIfNeeded(out, dst);
@@ -118,7 +118,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::gather(
               "tpu_dist: gather root ", opts.rootRank, " out of range");
   const int root = static_cast<int>(opts.rootRank);
   at::Tensor in = inputs[0];
-  const shm::DataType dtype = ValueOrThrow(ToDataType(in.scalar_type(), "gather"));
+  const DataType dtype = ValueOrThrow(ToDataType(in.scalar_type(), "gather"));
   std::vector<at::Tensor> outs;
   if (rank_ == root) {
     TORCH_CHECK(outputs.size() == 1, "tpu_dist: gather root needs one output list");
@@ -130,10 +130,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::gather(
   return Enqueue("gather", c10d::OpType::GATHER, OpTimeout(opts.timeout),
                  in.nbytes(), outs,
                  [in, outs, dtype, root, seq](CollectiveBackend& comm,
-                                              const shm::OpContext& ctx) mutable {
+                                              const OpContext& ctx) mutable {
                    at::Tensor src = ContiguousBuffer(in);
                    Buffers dst(outs);  // root: size x [in.sizes()]; else empty
-                   shm::OpSpec spec{ctx, seq, dtype, ShapeOf(in), in.numel()};
+                   OpSpec spec{ctx, seq, dtype, ShapeOf(in), in.numel()};
                    absl::Status s = comm.Gather(spec, root, src.data_ptr(),
                                                 src.nbytes(), dst.ptrs);
                    if (s.ok()) dst.CopyBack(outs);
@@ -149,7 +149,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::scatter(
               "tpu_dist: scatter root ", opts.rootRank, " out of range");
   const int root = static_cast<int>(opts.rootRank);
   at::Tensor out = outputs[0];
-  const shm::DataType dtype = ValueOrThrow(ToDataType(out.scalar_type(), "scatter"));
+  const DataType dtype = ValueOrThrow(ToDataType(out.scalar_type(), "scatter"));
   std::vector<at::Tensor> ins;
   if (rank_ == root) {
     TORCH_CHECK(inputs.size() == 1, "tpu_dist: scatter root needs one input list");
@@ -161,10 +161,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::scatter(
   return Enqueue("scatter", c10d::OpType::SCATTER, OpTimeout(opts.timeout),
                  out.nbytes(), {out},
                  [ins, out, dtype, root, seq](CollectiveBackend& comm,
-                                              const shm::OpContext& ctx) mutable {
+                                              const OpContext& ctx) mutable {
                    Buffers src(ins);                        // root: size x [out.sizes()]
                    at::Tensor dst = ContiguousBuffer(out);  // [out.sizes()]
-                   shm::OpSpec spec{ctx, seq, dtype, ShapeOf(out), out.numel()};
+                   OpSpec spec{ctx, seq, dtype, ShapeOf(out), out.numel()};
                    absl::Status s = comm.Scatter(spec, root, src.const_ptrs(),
                                                  dst.data_ptr(), dst.nbytes());
                    if (s.ok()) CopyBackIfNeeded(out, dst);
@@ -178,10 +178,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce_scatter(
   TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1,
               "tpu_dist: reduce_scatter takes one output and one input list");
   at::Tensor out = outputs[0];
-  const shm::DataType dtype =
+  const DataType dtype =
       ValueOrThrow(ToDataType(out.scalar_type(), "reduce_scatter"));
-  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
-  ThrowIfError(shm::CheckReducible(dtype, kind));
+  const ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
+  ThrowIfError(CheckReducible(dtype, kind));
   CheckList("reduce_scatter", inputs[0], size_, out);
   std::vector<at::Tensor> ins = inputs[0];
   std::lock_guard<std::mutex> lock(issue_mu_);
@@ -189,10 +189,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce_scatter(
   return Enqueue("reduce_scatter", c10d::OpType::REDUCE_SCATTER,
                  OpTimeout(opts.timeout), out.nbytes() * size_, {out},
                  [ins, out, dtype, kind, seq](CollectiveBackend& comm,
-                                              const shm::OpContext& ctx) mutable {
+                                              const OpContext& ctx) mutable {
                    Buffers src(ins);                        // size x [out.sizes()]
                    at::Tensor dst = ContiguousBuffer(out);  // [out.sizes()]
-                   shm::OpSpec spec{ctx, seq, dtype, ShapeOf(out), out.numel()};
+                   OpSpec spec{ctx, seq, dtype, ShapeOf(out), out.numel()};
                    absl::Status s = comm.ReduceScatter(spec, kind,
                                                        src.const_ptrs(), dst.data_ptr());
                    if (s.ok()) CopyBackIfNeeded(out, dst);
@@ -202,10 +202,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  const shm::DataType dtype =
+  const DataType dtype =
       ValueOrThrow(ToDataType(output.scalar_type(), "_reduce_scatter_base"));
-  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
-  ThrowIfError(shm::CheckReducible(dtype, kind));
+  const ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
+  ThrowIfError(CheckReducible(dtype, kind));
   TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
                   input.numel() == output.numel() * size_,
               "tpu_dist: _reduce_scatter_base: input must hold world_size x "
@@ -216,11 +216,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_reduce_scatter_base(
   return Enqueue("_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE,
                  OpTimeout(opts.timeout), in.nbytes(), {out},
                  [in, out, dtype, kind, seq, this](CollectiveBackend& comm,
-                                                   const shm::OpContext& ctx) mutable {
+                                                   const OpContext& ctx) mutable {
                    at::Tensor src = ContiguousBuffer(in);   // [size * n]
                    at::Tensor dst = ContiguousBuffer(out);  // [n]
                    std::vector<void*> pieces = Pieces(src.data_ptr(), size_, dst.nbytes());
-                   shm::OpSpec spec{ctx, seq, dtype, ShapeOf(out), out.numel()};
+                   OpSpec spec{ctx, seq, dtype, ShapeOf(out), out.numel()};
                    absl::Status s = comm.ReduceScatter(spec, kind,
                        std::vector<const void*>(pieces.begin(), pieces.end()),
                        dst.data_ptr());
@@ -232,7 +232,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
-  const shm::DataType dtype =
+  const DataType dtype =
       ValueOrThrow(ToDataType(input.scalar_type(), "alltoall_base"));
   TORCH_CHECK(output.scalar_type() == input.scalar_type() && input.dim() >= 1 &&
                   output.dim() >= 1,
@@ -244,9 +244,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall_base(
   TORCH_CHECK(in_row == out_row, "tpu_dist: alltoall_base: input rows have ",
               in_row, " elements, output rows ", out_row);
   const std::vector<int64_t> in_rows = ValueOrThrow(
-      shm::ResolveSplits(input_split_sizes, input.size(0), size_, "input"));
+      ResolveSplits(input_split_sizes, input.size(0), size_, "input"));
   const std::vector<int64_t> out_rows = ValueOrThrow(
-      shm::ResolveSplits(output_split_sizes, output.size(0), size_, "output"));
+      ResolveSplits(output_split_sizes, output.size(0), size_, "output"));
   const int64_t row_bytes = in_row * static_cast<int64_t>(input.element_size());
   at::Tensor out = output, in = input;
   std::lock_guard<std::mutex> lock(issue_mu_);
@@ -255,22 +255,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall_base(
       "alltoall_base", c10d::OpType::ALLTOALL_BASE, OpTimeout(opts.timeout),
       in.nbytes(), {out},
       [in, out, dtype, seq, in_rows, out_rows, row_bytes](
-          CollectiveBackend& comm, const shm::OpContext& ctx) mutable {
+          CollectiveBackend& comm, const OpContext& ctx) mutable {
         at::Tensor src = ContiguousBuffer(in);   // [rows_in, ...]
         at::Tensor dst = ContiguousBuffer(out);  // [rows_out, ...]
         const int world = comm.size();
         std::vector<int64_t> in_bytes(world), out_bytes(world);
         std::vector<const void*> ins(world);
         std::vector<void*> outs(world);
-        const std::vector<int64_t> in_off = shm::ExclusiveOffsets(in_rows);
-        const std::vector<int64_t> out_off = shm::ExclusiveOffsets(out_rows);
+        const std::vector<int64_t> in_off = ExclusiveOffsets(in_rows);
+        const std::vector<int64_t> out_off = ExclusiveOffsets(out_rows);
         for (int r = 0; r < world; ++r) {
           in_bytes[r] = in_rows[r] * row_bytes;
           out_bytes[r] = out_rows[r] * row_bytes;
           ins[r] = static_cast<const char*>(src.data_ptr()) + in_off[r] * row_bytes;
           outs[r] = static_cast<char*>(dst.data_ptr()) + out_off[r] * row_bytes;
         }
-        shm::OpSpec spec{ctx, seq, dtype, ShapeOf(in), in.numel()};
+        OpSpec spec{ctx, seq, dtype, ShapeOf(in), in.numel()};
         absl::Status s = comm.AllToAll(spec, ins, in_bytes, outs, out_bytes);
         if (s.ok()) CopyBackIfNeeded(out, dst);
         return s;
@@ -283,7 +283,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall(
   TORCH_CHECK(static_cast<int>(outputs.size()) == size_ &&
                   static_cast<int>(inputs.size()) == size_,
               "tpu_dist: alltoall takes world_size inputs and outputs");
-  const shm::DataType dtype =
+  const DataType dtype =
       ValueOrThrow(ToDataType(inputs[0].scalar_type(), "alltoall"));
   for (int r = 0; r < size_; ++r) {
     TORCH_CHECK(inputs[r].scalar_type() == inputs[0].scalar_type() &&
@@ -295,7 +295,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall(
   const uint32_t seq = NextSeq();
   return Enqueue("alltoall", c10d::OpType::ALLTOALL, OpTimeout(opts.timeout), 0, outs,
                  [ins, outs, dtype, seq](CollectiveBackend& comm,
-                                         const shm::OpContext& ctx) mutable {
+                                         const OpContext& ctx) mutable {
                    Buffers src(ins), dst(outs);  // size x [per-peer shapes]
                    const int world = comm.size();
                    std::vector<int64_t> in_bytes(world), out_bytes(world);
@@ -303,7 +303,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall(
                      in_bytes[r] = src.tensors[r].nbytes();
                      out_bytes[r] = dst.tensors[r].nbytes();
                    }
-                   shm::OpSpec spec{ctx, seq, dtype, {}, 0};
+                   OpSpec spec{ctx, seq, dtype, {}, 0};
                    absl::Status s = comm.AllToAll(spec, src.const_ptrs(),
                                                   in_bytes, dst.ptrs, out_bytes);
                    if (s.ok()) dst.CopyBack(outs);

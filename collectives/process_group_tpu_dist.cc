@@ -137,7 +137,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     int64_t bytes, std::vector<at::Tensor> outputs, OpBody body) {
   auto work = c10::make_intrusive<TpuDistWork>(rank_, type, std::move(outputs), timeout);
   std::function<void()> run = [this, work, name, timeout, bytes, body = std::move(body)] {
-    shm::OpContext ctx;
+    OpContext ctx;
     ctx.name = name;
     ctx.bytes = bytes;
     ctx.start = absl::Now();
@@ -170,17 +170,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allreduce(
   TORCH_CHECK(tensors[0].layout() == c10::kStrided, "tpu_dist: allreduce: only dense tensors are "
               "supported, got layout ", tensors[0].layout(), " (use .to_dense())");
   at::Tensor t = tensors[0];
-  const shm::DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "allreduce"));
-  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
-  ThrowIfError(shm::CheckReducible(dtype, kind));
+  const DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "allreduce"));
+  const ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
+  ThrowIfError(CheckReducible(dtype, kind));
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("allreduce", c10d::OpType::ALLREDUCE, OpTimeout(opts.timeout),
                  t.nbytes(), tensors,
                  [t, dtype, kind, seq](CollectiveBackend& comm,
-                                             const shm::OpContext& ctx) mutable {
+                                             const OpContext& ctx) mutable {
                    at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
-                   shm::OpSpec spec{ctx, seq, dtype, ShapeOf(t), t.numel()};
+                   OpSpec spec{ctx, seq, dtype, ShapeOf(t), t.numel()};
                    absl::Status s = comm.AllReduce(spec, kind, buf.data_ptr());
                    if (s.ok()) CopyBackIfNeeded(t, buf);
                    return s;
@@ -195,16 +195,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::broadcast(
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_,
               "tpu_dist: broadcast root ", opts.rootRank, " out of range");
   at::Tensor t = tensors[0];
-  const shm::DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "broadcast"));
+  const DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "broadcast"));
   const int root = static_cast<int>(opts.rootRank);
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("broadcast", c10d::OpType::BROADCAST, OpTimeout(opts.timeout),
                  t.nbytes(), tensors,
                  [t, dtype, root, seq](CollectiveBackend& comm,
-                                       const shm::OpContext& ctx) mutable {
+                                       const OpContext& ctx) mutable {
                    at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
-                   shm::OpSpec spec{ctx, seq, dtype, ShapeOf(t), t.numel()};
+                   OpSpec spec{ctx, seq, dtype, ShapeOf(t), t.numel()};
                    absl::Status s = comm.Broadcast(spec, root, buf.data_ptr(),
                                                    t.nbytes());
                    if (s.ok()) CopyBackIfNeeded(t, buf);
@@ -220,18 +220,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce(
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_,
               "tpu_dist: reduce root ", opts.rootRank, " out of range");
   at::Tensor t = tensors[0];
-  const shm::DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "reduce"));
-  const shm::ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
-  ThrowIfError(shm::CheckReducible(dtype, kind));
+  const DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "reduce"));
+  const ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
+  ThrowIfError(CheckReducible(dtype, kind));
   const int root = static_cast<int>(opts.rootRank);
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("reduce", c10d::OpType::REDUCE, OpTimeout(opts.timeout),
                  t.nbytes(), tensors,
                  [t, dtype, kind, root, seq](CollectiveBackend& comm,
-                                             const shm::OpContext& ctx) mutable {
+                                             const OpContext& ctx) mutable {
                    at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
-                   shm::OpSpec spec{ctx, seq, dtype, ShapeOf(t), t.numel()};
+                   OpSpec spec{ctx, seq, dtype, ShapeOf(t), t.numel()};
                    absl::Status s = comm.Reduce(spec, kind, root, buf.data_ptr());
                    if (s.ok()) CopyBackIfNeeded(t, buf);
                    return s;
@@ -243,8 +243,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::barrier(
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("barrier", c10d::OpType::BARRIER, OpTimeout(opts.timeout), 0, {},
-                 [seq](CollectiveBackend& comm, const shm::OpContext& ctx) {
-                   shm::OpSpec spec{ctx, seq, shm::DataType::kUInt8, {}, 0};
+                 [seq](CollectiveBackend& comm, const OpContext& ctx) {
+                   OpSpec spec{ctx, seq, DataType::kUInt8, {}, 0};
                    return comm.Barrier(spec);
                  });
 }
@@ -312,7 +312,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
   c10::intrusive_ptr<c10d::Store> p2p = p2p_store_;
   return Enqueue(
       "recv", c10d::OpType::RECV, options_.timeout, t.nbytes(), tensors,
-      [t, key, src_rank, me, p2p](CollectiveBackend&, const shm::OpContext& ctx) mutable {
+      [t, key, src_rank, me, p2p](CollectiveBackend&, const OpContext& ctx) mutable {
         try {
           p2p->wait({key}, absl::ToChronoMilliseconds(ctx.timeout));
         } catch (const std::exception& e) {

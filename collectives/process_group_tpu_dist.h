@@ -227,7 +227,7 @@ class ProcessGroupTpuDist : public c10d::Backend {
 
  private:
   // The body of an op, run on the worker thread against the communicator.
-  using OpBody = std::function<absl::Status(CollectiveBackend&, const shm::OpContext&)>;
+  using OpBody = std::function<absl::Status(CollectiveBackend&, const OpContext&)>;
 
   // Queues `body` and returns its Work; `outputs` are what the future
   // resolves to.

@@ -6,18 +6,18 @@
 
 namespace tpudist::collectives {
 
-absl::StatusOr<shm::DataType> ToDataType(at::ScalarType type, const char* op) {
+absl::StatusOr<DataType> ToDataType(at::ScalarType type, const char* op) {
   switch (type) {
-    case at::kFloat: return shm::DataType::kFloat32;
-    case at::kDouble: return shm::DataType::kFloat64;
-    case at::kBFloat16: return shm::DataType::kBFloat16;
-    case at::kHalf: return shm::DataType::kFloat16;
-    case at::kInt: return shm::DataType::kInt32;
-    case at::kLong: return shm::DataType::kInt64;
-    case at::kByte: return shm::DataType::kUInt8;
-    case at::kChar: return shm::DataType::kInt8;
-    case at::kShort: return shm::DataType::kInt16;
-    case at::kBool: return shm::DataType::kBool;
+    case at::kFloat: return DataType::kFloat32;
+    case at::kDouble: return DataType::kFloat64;
+    case at::kBFloat16: return DataType::kBFloat16;
+    case at::kHalf: return DataType::kFloat16;
+    case at::kInt: return DataType::kInt32;
+    case at::kLong: return DataType::kInt64;
+    case at::kByte: return DataType::kUInt8;
+    case at::kChar: return DataType::kInt8;
+    case at::kShort: return DataType::kInt16;
+    case at::kBool: return DataType::kBool;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           op, ": unsupported dtype ", c10::toString(type),
@@ -26,27 +26,27 @@ absl::StatusOr<shm::DataType> ToDataType(at::ScalarType type, const char* op) {
   }
 }
 
-absl::StatusOr<shm::ReduceKind> ToReduceKind(const c10d::ReduceOp& op,
-                                             shm::DataType dtype) {
-  absl::StatusOr<shm::ReduceKind> kind = ToReduceKind(op);
+absl::StatusOr<ReduceKind> ToReduceKind(const c10d::ReduceOp& op,
+                                             DataType dtype) {
+  absl::StatusOr<ReduceKind> kind = ToReduceKind(op);
   // As torch's Gloo: a bool SUM is a logical or, a PRODUCT a logical and.
-  if (kind.ok() && dtype == shm::DataType::kBool) {
-    if (*kind == shm::ReduceKind::kSum) return shm::ReduceKind::kBor;
-    if (*kind == shm::ReduceKind::kProduct) return shm::ReduceKind::kBand;
+  if (kind.ok() && dtype == DataType::kBool) {
+    if (*kind == ReduceKind::kSum) return ReduceKind::kBor;
+    if (*kind == ReduceKind::kProduct) return ReduceKind::kBand;
   }
   return kind;
 }
 
-absl::StatusOr<shm::ReduceKind> ToReduceKind(const c10d::ReduceOp& op) {
+absl::StatusOr<ReduceKind> ToReduceKind(const c10d::ReduceOp& op) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return shm::ReduceKind::kSum;
-    case c10d::ReduceOp::AVG: return shm::ReduceKind::kAvg;
-    case c10d::ReduceOp::PRODUCT: return shm::ReduceKind::kProduct;
-    case c10d::ReduceOp::MIN: return shm::ReduceKind::kMin;
-    case c10d::ReduceOp::MAX: return shm::ReduceKind::kMax;
-    case c10d::ReduceOp::BAND: return shm::ReduceKind::kBand;
-    case c10d::ReduceOp::BOR: return shm::ReduceKind::kBor;
-    case c10d::ReduceOp::BXOR: return shm::ReduceKind::kBxor;
+    case c10d::ReduceOp::SUM: return ReduceKind::kSum;
+    case c10d::ReduceOp::AVG: return ReduceKind::kAvg;
+    case c10d::ReduceOp::PRODUCT: return ReduceKind::kProduct;
+    case c10d::ReduceOp::MIN: return ReduceKind::kMin;
+    case c10d::ReduceOp::MAX: return ReduceKind::kMax;
+    case c10d::ReduceOp::BAND: return ReduceKind::kBand;
+    case c10d::ReduceOp::BOR: return ReduceKind::kBor;
+    case c10d::ReduceOp::BXOR: return ReduceKind::kBxor;
     default:
       return absl::UnimplementedError(
           "tpu_dist does not support PREMUL_SUM reductions");

@@ -11,20 +11,20 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "collectives/shm/reduce_kernels.h"
+#include "collectives/core/reduce_kernels.h"
 #include "torch/csrc/distributed/c10d/Types.hpp"
 
 namespace tpudist::collectives {
 
 // dtype of a supported tensor; InvalidArgument naming `op` otherwise.
-absl::StatusOr<shm::DataType> ToDataType(at::ScalarType type, const char* op);
+absl::StatusOr<DataType> ToDataType(at::ScalarType type, const char* op);
 
 // c10d reduce op -> kernel op; PREMUL_SUM is Unimplemented.
-absl::StatusOr<shm::ReduceKind> ToReduceKind(const c10d::ReduceOp& op);
+absl::StatusOr<ReduceKind> ToReduceKind(const c10d::ReduceOp& op);
 // The kind for reducing `dtype`: bool SUM -> BOR, bool PRODUCT -> BAND (as
 // torch's Gloo computes them), otherwise ToReduceKind(op).
-absl::StatusOr<shm::ReduceKind> ToReduceKind(const c10d::ReduceOp& op,
-                                             shm::DataType dtype);
+absl::StatusOr<ReduceKind> ToReduceKind(const c10d::ReduceOp& op,
+                                             DataType dtype);
 
 // Throws c10::Error carrying `status` if it is not OK. The only status ->
 // exception bridge of the process group.

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/shm/chunking.h"
+#include "collectives/core/chunking.h"
 
 namespace tpudist::collectives::shm {
 namespace {
@@ -13,26 +13,6 @@ char* At(void* p, int64_t off) { return static_cast<char*>(p) + off; }
 const char* At(const void* p, int64_t off) {
   return static_cast<const char*>(p) + off;
 }
-
-}  // namespace
-
-OpHeader MakeHeader(const OpSpec& spec, OpKind kind, ReduceKind op, int root,
-                    bool check_count) {
-  OpHeader h;
-  h.op = static_cast<uint32_t>(kind);
-  h.op_seq = spec.seq;
-  h.dtype = static_cast<uint8_t>(spec.dtype);
-  h.reduce = static_cast<uint8_t>(op);
-  h.check_count = check_count ? 1 : 0;
-  h.root = root;
-  h.count = spec.count;
-  h.ndim = static_cast<uint8_t>(
-      std::min<size_t>(spec.shape.size(), OpHeader::kMaxDims));
-  for (int i = 0; i < h.ndim; ++i) h.dims[i] = spec.shape[i];
-  return h;
-}
-
-namespace {
 
 // Drives `phases` (>= 1) lock-step phases. write(i, my_slot) fills this
 // rank's slot for phase i; read(i) consumes peers' slots of phase i. The

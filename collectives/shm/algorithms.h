@@ -1,11 +1,11 @@
 // Intra-host collective algorithms over a shm::Communicator, on raw bytes.
 //
 // Every algorithm is a sequence of lock-step phases (see communicator.h). Its
-// first phase carries each rank's OpHeader, which every rank checks against
-// all the others before touching peer data, so mismatched calls fail on every
-// rank with the same message. Every op runs at least one phase, even for
-// zero elements. Algorithm-specific prose sits at the top of each function in
-// algorithms.cc.
+// first phase carries each rank's OpHeader (collectives/core/op_header.h),
+// which every rank checks against all the others before touching peer data,
+// so mismatched calls fail on every rank with the same message. Every op runs
+// at least one phase, even for zero elements. Algorithm-specific prose sits at
+// the top of each function in algorithms.cc.
 //
 // Buffers: all pointers are caller-owned host memory that stays valid for the
 // call. Inputs may alias outputs exactly where noted (in-place ops).
@@ -19,25 +19,11 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "collectives/core/op_header.h"
+#include "collectives/core/reduce_kernels.h"
 #include "collectives/shm/communicator.h"
-#include "collectives/shm/reduce_kernels.h"
 
 namespace tpudist::collectives::shm {
-
-// What every rank publishes about an op. `shape` is this rank's per-rank
-// piece shape (for checks and messages), `count` its element count.
-struct OpSpec {
-  OpContext ctx;
-  uint32_t seq = 0;
-  DataType dtype = DataType::kUInt8;
-  std::vector<int64_t> shape;
-  int64_t count = 0;
-};
-
-// The header an algorithm publishes for `spec` (also exchanged between host
-// leaders by the multi-host path). root -1 and op kSum-or-0 where unused.
-OpHeader MakeHeader(const OpSpec& spec, OpKind kind, ReduceKind op, int root,
-                    bool check_count);
 
 // In-place all-reduce of `count` elements at `data` ([count]). Messages of at
 // most `small_bytes` take the one-shot path (chunked if larger than a slot);

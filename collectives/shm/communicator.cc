@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "collectives/shm/reduce_kernels.h"
 #include "torch/csrc/distributed/c10d/Store.hpp"
 
 namespace tpudist::collectives::shm {
@@ -44,48 +43,6 @@ bool ProcessDead(int pid) {
 }
 
 }  // namespace
-
-std::string DescribeHeader(const OpHeader& h) {
-  std::string dims;
-  for (int i = 0; i < h.ndim && i < OpHeader::kMaxDims; ++i) {
-    absl::StrAppend(&dims, i ? "," : "", h.dims[i]);
-  }
-  return absl::StrCat(OpKindName(static_cast<OpKind>(h.op)), " #", h.op_seq,
-                      " dtype=", DataTypeName(static_cast<DataType>(h.dtype)),
-                      " shape=[", dims, "] count=", h.count,
-                      h.reduce ? absl::StrCat(" op=", ReduceKindName(
-                                     static_cast<ReduceKind>(h.reduce)))
-                               : std::string(),
-                      h.root >= 0 ? absl::StrCat(" root=", h.root) : "");
-}
-
-bool HeadersAgree(const OpHeader& a, const OpHeader& b) {
-  if (a.op != b.op || a.op_seq != b.op_seq || a.dtype != b.dtype ||
-      a.reduce != b.reduce || a.root != b.root) {
-    return false;
-  }
-  if (!a.check_count || !b.check_count) return true;
-  if (a.count != b.count || a.ndim != b.ndim) return false;
-  for (int i = 0; i < a.ndim && i < OpHeader::kMaxDims; ++i) {
-    if (a.dims[i] != b.dims[i]) return false;
-  }
-  return true;
-}
-
-const char* OpKindName(OpKind kind) {
-  switch (kind) {
-    case OpKind::kAllreduce: return "allreduce";
-    case OpKind::kAllgather: return "allgather";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kReduce: return "reduce";
-    case OpKind::kGather: return "gather";
-    case OpKind::kScatter: return "scatter";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kAlltoall: return "alltoall";
-    case OpKind::kBarrier: return "barrier";
-  }
-  return "unknown-op";
-}
 
 struct Communicator::Control {
   uint64_t magic;

@@ -46,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "collectives/core/op_header.h"
 #include "collectives/shm/segment.h"
 #include "collectives/shm/wait.h"
 
@@ -65,49 +66,6 @@ struct CommOptions {
   // Rank numbers used in error messages: rank_labels[r] names local rank r
   // (the multi-host path passes group ranks); empty = local numbering.
   std::vector<int> rank_labels;
-};
-
-// Per-op header each rank publishes in the first phase of an op. Fields a
-// given op does not use stay 0. Trivially copyable; lives in shared memory.
-struct OpHeader {
-  static constexpr int kMaxDims = 8;
-  uint32_t op = 0;        // OpKind
-  uint32_t op_seq = 0;    // per-group op counter
-  uint8_t dtype = 0;      // DataType
-  uint8_t reduce = 0;     // ReduceKind
-  uint8_t check_count = 1;  // 0: counts may legitimately differ (alltoall)
-  uint8_t ndim = 0;
-  int32_t root = -1;
-  int64_t count = 0;      // elements (or bytes for untyped ops)
-  int64_t dims[kMaxDims] = {};
-};
-
-enum class OpKind : uint32_t {
-  kAllreduce = 1,
-  kAllgather,
-  kBroadcast,
-  kReduce,
-  kGather,
-  kScatter,
-  kReduceScatter,
-  kAlltoall,
-  kBarrier,
-};
-const char* OpKindName(OpKind kind);
-
-// "allreduce #3 dtype=float32 shape=[10] count=10 op=SUM", for messages.
-std::string DescribeHeader(const OpHeader& h);
-// True if two ranks' headers describe the same call (counts are compared
-// only when both set check_count).
-bool HeadersAgree(const OpHeader& a, const OpHeader& b);
-
-// What an op is, for error messages and deadlines.
-struct OpContext {
-  std::string name;  // e.g. "allreduce"
-  int64_t bytes = 0;
-  absl::Time start;
-  absl::Duration timeout;
-  absl::Time deadline() const { return start + timeout; }
 };
 
 class Communicator {

@@ -19,10 +19,10 @@ absl::Status Annotate(absl::Status s, absl::string_view op, int step) {
   return absl::Status(s.code(), absl::StrCat(op, " step ", step, ": ", s.message()));
 }
 
-std::vector<Block> Scaled(std::vector<Block> blocks, size_t factor) {
-  for (Block& b : blocks) {
-    b.offset *= factor;
-    b.length *= factor;
+std::vector<Range> Scaled(std::vector<Range> blocks, int64_t factor) {
+  for (Range& b : blocks) {
+    b.begin *= factor;
+    b.size *= factor;
   }
   return blocks;
 }
@@ -47,30 +47,30 @@ std::vector<Block> Scaled(std::vector<Block> blocks, size_t factor) {
 // last segment of a step is reduced before the next step starts, because the
 // next step sends the whole block just reduced.
 absl::Status ReduceScatterPhase(Transport& t, absl::Span<uint8_t> data,
-                                const std::vector<Block>& blocks, size_t es, const ReduceFn& reduce,
+                                const std::vector<Range>& blocks, size_t es, const ReduceFn& reduce,
                                 absl::Time deadline, size_t max_segment, absl::string_view op) {
   const int w = t.size();
   const int r = t.rank();
   const int next = RingNext(r, w);
   const int prev = RingPrev(r, w);
-  size_t max_len = 0;
-  for (const Block& b : blocks) max_len = std::max(max_len, b.length);
+  int64_t max_len = 0;
+  for (const Range& b : blocks) max_len = std::max(max_len, b.size);
   const size_t num_segments = NumSegments(max_len, es, max_segment);
   const size_t scratch_bytes = ((max_len + num_segments - 1) / num_segments) * es;
   std::vector<uint8_t> scratch[2] = {std::vector<uint8_t>(scratch_bytes),
                                      std::vector<uint8_t>(num_segments > 1 ? scratch_bytes : 0)};
   for (int step = 0; step < w - 1; ++step) {
-    const Block& send_block = blocks[RsSendBlock(r, w, step)];
-    const Block& recv_block = blocks[RsRecvBlock(r, w, step)];
+    const Range& send_block = blocks[RsSendBlock(r, w, step)];
+    const Range& recv_block = blocks[RsRecvBlock(r, w, step)];
     auto reduce_segment = [&](size_t k) {
-      const Block v = SegmentOf(recv_block, k, num_segments);
-      if (v.length > 0) reduce(data.data() + v.offset * es, scratch[k % 2].data(), v.length);
+      const Range v = SegmentOf(recv_block, k, num_segments);
+      if (v.size > 0) reduce(data.data() + v.begin * es, scratch[k % 2].data(), v.size);
     };
     for (size_t k = 0; k < num_segments; ++k) {
-      const Block s = SegmentOf(send_block, k, num_segments);
-      const Block v = SegmentOf(recv_block, k, num_segments);
-      const absl::Span<const uint8_t> out = data.subspan(s.offset * es, s.length * es);
-      const absl::Span<uint8_t> in = absl::MakeSpan(scratch[k % 2].data(), v.length * es);
+      const Range s = SegmentOf(send_block, k, num_segments);
+      const Range v = SegmentOf(recv_block, k, num_segments);
+      const absl::Span<const uint8_t> out = data.subspan(s.begin * es, s.size * es);
+      const absl::Span<uint8_t> in = absl::MakeSpan(scratch[k % 2].data(), v.size * es);
       absl::Status status =
           k == 0 ? t.SendRecv(next, out, prev, in, deadline)
                  : t.SendRecvOverlapped(
@@ -91,15 +91,15 @@ absl::Status ReduceScatterPhase(Transport& t, absl::Span<uint8_t> data,
 // has travelled W-1 hops and every rank has all of them. Each SendRecv is full
 // duplex, so a rank's outgoing and incoming blocks move at the same time.
 absl::Status AllGatherPhase(Transport& t, absl::Span<uint8_t> data,
-                            const std::vector<Block>& blocks, absl::Time deadline,
+                            const std::vector<Range>& blocks, absl::Time deadline,
                             absl::string_view op) {
   const int w = t.size();
   const int r = t.rank();
   for (int step = 0; step < w - 1; ++step) {
-    const Block& s = blocks[AgSendBlock(r, w, step)];
-    const Block& v = blocks[AgRecvBlock(r, w, step)];
-    absl::Status status = t.SendRecv(RingNext(r, w), data.subspan(s.offset, s.length),
-                                     RingPrev(r, w), data.subspan(v.offset, v.length), deadline);
+    const Range& s = blocks[AgSendBlock(r, w, step)];
+    const Range& v = blocks[AgRecvBlock(r, w, step)];
+    absl::Status status = t.SendRecv(RingNext(r, w), data.subspan(s.begin, s.size),
+                                     RingPrev(r, w), data.subspan(v.begin, v.size), deadline);
     if (!status.ok()) return Annotate(status, op, step);
   }
   return absl::OkStatus();
@@ -123,13 +123,13 @@ absl::Status RingAllReduce(Transport& transport, absl::Span<uint8_t> data, size_
   }
   const int w = transport.size();
   if (w == 1 || data.empty()) return absl::OkStatus();
-  const std::vector<Block> blocks = PartitionEven(data.size() / element_size, w);
+  const std::vector<Range> blocks = PartitionEven(data.size() / element_size, w);
   if (absl::Status s = ReduceScatterPhase(transport, data, blocks, element_size, reduce, deadline,
                                           options.max_segment_bytes, kOp);
       !s.ok()) {
     return s;
   }
-  return AllGatherPhase(transport, data, Scaled(blocks, element_size), deadline, kOp);
+  return AllGatherPhase(transport, data, Scaled(blocks, static_cast<int64_t>(element_size)), deadline, kOp);
 }
 
 // Reduce-scatter with equal blocks is the first half of the ring all-reduce,
@@ -145,9 +145,9 @@ absl::Status RingReduceScatter(Transport& transport, absl::Span<uint8_t> data, s
                                 element_size, " bytes"));
   }
   if (w == 1 || data.empty()) return absl::OkStatus();
-  const size_t block_count = data.size() / element_size / w;
-  std::vector<Block> blocks(w);
-  for (int i = 0; i < w; ++i) blocks[i] = Block{i * block_count, block_count};
+  const auto block_count = static_cast<int64_t>(data.size() / element_size / w);
+  std::vector<Range> blocks(w);
+  for (int i = 0; i < w; ++i) blocks[i] = Range{i * block_count, block_count};
   return ReduceScatterPhase(transport, data, blocks, element_size, reduce, deadline,
                             options.max_segment_bytes, kOp);
 }
@@ -194,10 +194,10 @@ absl::Status RingBroadcast(Transport& transport, int root, absl::Span<uint8_t> d
   const int next = RingNext(r, w);
   const int prev = RingPrev(r, w);
   const size_t n = NumSegments(data.size(), 1, options.max_segment_bytes);
-  const Block all{0, data.size()};
+  const Range all{0, static_cast<int64_t>(data.size())};
   auto seg = [&](size_t k) {
-    Block b = SegmentOf(all, k, n);
-    return data.subspan(b.offset, b.length);
+    Range b = SegmentOf(all, k, n);
+    return data.subspan(b.begin, b.size);
   };
   if (pos == 0) {
     for (size_t k = 0; k < n; ++k) {
@@ -239,18 +239,18 @@ absl::Status AllToAll(Transport& transport, absl::Span<const uint8_t> input,
       send_bytes[r] != recv_bytes[r]) {
     return Invalid(transport, kOp, "send/recv sizes do not match the buffers or W");
   }
-  const std::vector<Block> out_blocks = BlocksFromLengths(send_bytes);
-  const std::vector<Block> in_blocks = BlocksFromLengths(recv_bytes);
+  const std::vector<Range> out_blocks = BlocksFromLengths(send_bytes);
+  const std::vector<Range> in_blocks = BlocksFromLengths(recv_bytes);
   if (send_bytes[r] > 0) {
-    std::memcpy(output.data() + in_blocks[r].offset, input.data() + out_blocks[r].offset,
+    std::memcpy(output.data() + in_blocks[r].begin, input.data() + out_blocks[r].begin,
                 send_bytes[r]);
   }
   for (int step = 1; step < w; ++step) {
     const int to = AllToAllSendPeer(r, w, step);
     const int from = AllToAllRecvPeer(r, w, step);
     absl::Status s = transport.SendRecv(
-        to, input.subspan(out_blocks[to].offset, out_blocks[to].length), from,
-        output.subspan(in_blocks[from].offset, in_blocks[from].length), deadline);
+        to, input.subspan(out_blocks[to].begin, out_blocks[to].size), from,
+        output.subspan(in_blocks[from].begin, in_blocks[from].size), deadline);
     if (!s.ok()) return Annotate(s, kOp, step);
   }
   return absl::OkStatus();

@@ -2,9 +2,11 @@
 // InMemoryTransport in tests), in the manner of Gloo's ring algorithms.
 //
 // All functions work on raw bytes. The reducing ones take an element size and
-// a ReduceFn that folds `count` elements of `in` into `inout`; they never look
-// at dtypes, so the caller (the process group) supplies sum/max/... for its
-// dtype. The schedules (which block, which segment, which peer) come from the
+// a ReduceFn (collectives/core/reduce_kernels.h) that folds `count` elements
+// of a received segment into the local buffer; they never look at dtypes, so
+// the caller supplies one for its dtype and op (MakeReduceFn). Floating point
+// sums are reduced in ring order, so bitwise results may differ from a serial
+// sum in the last ulp. The schedules (which block, which segment, which peer) come from the
 // pure functions in ring_schedule.h.
 //
 // Contract shared by every function:
@@ -24,21 +26,15 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "collectives/core/reduce_kernels.h"
 #include "collectives/tcp/ring_schedule.h"
 #include "collectives/tcp/transport.h"
 
 namespace tpudist::collectives::tcp {
-
-// Folds `count` elements at `in` into `inout` elementwise (e.g. inout += in).
-// Must be associative and commutative for the result to be rank-independent
-// (floating point sums are reduced in ring order, so bitwise results may
-// differ from a serial sum in the last ulp).
-using ReduceFn = std::function<void(void* inout, const void* in, size_t count)>;
 
 struct RingOptions {
   // Largest single transfer of the segmented all-reduce/reduce-scatter and of

@@ -122,15 +122,15 @@ TEST_P(RingAlgorithmsTest, AllGatherEqualBlocks) {
 TEST_P(RingAlgorithmsTest, AllGatherUnequalBlocks) {
   std::vector<size_t> lengths(world_);  // bytes of each rank's block; some are 0
   for (int i = 0; i < world_; ++i) lengths[i] = i % 3 == 1 ? 0 : count_ / (i + 1) + i;
-  const std::vector<Block> blocks = BlocksFromLengths(lengths);
+  const std::vector<Range> blocks = BlocksFromLengths(lengths);
   RunRanks(world_, [&](int r) {
     std::vector<uint8_t> data(TotalLength(lengths), 0xEE);  // [sum(lengths)]
-    for (size_t i = 0; i < lengths[r]; ++i) data[blocks[r].offset + i] = ByteInput(r, i);
+    for (size_t i = 0; i < lengths[r]; ++i) data[blocks[r].begin + i] = ByteInput(r, i);
     absl::Status s = RingAllGatherV(*transports_[r], absl::MakeSpan(data), lengths, Deadline());
     ASSERT_TRUE(s.ok()) << s;
     for (int owner = 0; owner < world_; ++owner)
       for (size_t i = 0; i < lengths[owner]; ++i)
-        ASSERT_EQ(data[blocks[owner].offset + i], ByteInput(owner, i)) << "rank " << r;
+        ASSERT_EQ(data[blocks[owner].begin + i], ByteInput(owner, i)) << "rank " << r;
   });
 }
 
@@ -160,15 +160,15 @@ TEST_P(RingAlgorithmsTest, AllToAllUneven) {
     }
     std::vector<uint8_t> in(TotalLength(send));         // [sum(send)]
     std::vector<uint8_t> out(TotalLength(recv), 0xEE);  // [sum(recv)]
-    std::vector<Block> in_blocks = BlocksFromLengths(send);
-    std::vector<Block> out_blocks = BlocksFromLengths(recv);
+    std::vector<Range> in_blocks = BlocksFromLengths(send);
+    std::vector<Range> out_blocks = BlocksFromLengths(recv);
     for (int j = 0; j < world_; ++j)
-      for (size_t i = 0; i < send[j]; ++i) in[in_blocks[j].offset + i] = ByteInput(r * 31 + j, i);
+      for (size_t i = 0; i < send[j]; ++i) in[in_blocks[j].begin + i] = ByteInput(r * 31 + j, i);
     absl::Status s = AllToAll(*transports_[r], in, send, absl::MakeSpan(out), recv, Deadline());
     ASSERT_TRUE(s.ok()) << s;
     for (int src = 0; src < world_; ++src)
       for (size_t i = 0; i < recv[src]; ++i)
-        ASSERT_EQ(out[out_blocks[src].offset + i], ByteInput(src * 31 + r, i))
+        ASSERT_EQ(out[out_blocks[src].begin + i], ByteInput(src * 31 + r, i))
             << "rank " << r << " from " << src;
   });
 }

@@ -10,25 +10,18 @@ int RingRank(int rank, int size, long delta) {
   return static_cast<int>(r);
 }
 
-std::vector<Block> PartitionEven(size_t count, int parts) {
-  std::vector<Block> blocks(static_cast<size_t>(parts));
-  const size_t base = count / static_cast<size_t>(parts);
-  const size_t extra = count % static_cast<size_t>(parts);
-  size_t offset = 0;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    blocks[i].offset = offset;
-    blocks[i].length = base + (i < extra ? 1 : 0);
-    offset += blocks[i].length;
-  }
+std::vector<Range> PartitionEven(int64_t count, int parts) {
+  std::vector<Range> blocks(static_cast<size_t>(parts));
+  for (int i = 0; i < parts; ++i) blocks[i] = EvenSlice(count, parts, i);
   return blocks;
 }
 
-std::vector<Block> BlocksFromLengths(absl::Span<const size_t> lengths) {
-  std::vector<Block> blocks(lengths.size());
-  size_t offset = 0;
+std::vector<Range> BlocksFromLengths(absl::Span<const size_t> lengths) {
+  std::vector<Range> blocks(lengths.size());
+  int64_t offset = 0;
   for (size_t i = 0; i < lengths.size(); ++i) {
-    blocks[i] = Block{offset, lengths[i]};
-    offset += lengths[i];
+    blocks[i] = Range{offset, static_cast<int64_t>(lengths[i])};
+    offset += blocks[i].size;
   }
   return blocks;
 }
@@ -41,14 +34,15 @@ size_t TotalLength(absl::Span<const size_t> lengths) {
 
 size_t NumSegments(size_t length, size_t unit_bytes, size_t max_segment_bytes) {
   const size_t units_per_segment = std::max<size_t>(1, max_segment_bytes / unit_bytes);
-  return std::max<size_t>(1, (length + units_per_segment - 1) / units_per_segment);
+  return std::max<int64_t>(1, NumChunks(static_cast<int64_t>(length),
+                                        static_cast<int64_t>(units_per_segment)));
 }
 
-Block SegmentOf(const Block& block, size_t index, size_t num_segments) {
-  const size_t base = block.length / num_segments;
-  const size_t extra = block.length % num_segments;
-  const size_t offset = index * base + std::min(index, extra);
-  return Block{block.offset + offset, base + (index < extra ? 1 : 0)};
+Range SegmentOf(const Range& block, size_t index, size_t num_segments) {
+  Range s = EvenSlice(block.size, static_cast<int64_t>(num_segments),
+                      static_cast<int64_t>(index));
+  s.begin += block.begin;
+  return s;
 }
 
 int RsSendBlock(int rank, int size, int step) { return RingRank(rank, size, -(step + 1)); }

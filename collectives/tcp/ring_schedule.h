@@ -4,9 +4,9 @@
 // ring_schedule_test.cc without sockets.
 //
 // Conventions: ranks are 0..size-1; the ring sends "forward", from rank r to
-// RingNext(r) and receives from RingPrev(r). A Block is a half-open range
-// [offset, offset + length) in whatever unit the caller uses (elements for the
-// reducing algorithms, bytes for the copying ones).
+// RingNext(r) and receives from RingPrev(r). A block is a Range
+// (collectives/core/chunking.h) in whatever unit the caller uses (elements
+// for the reducing algorithms, bytes for the copying ones).
 //
 // Thread-safety: all functions are pure and thread-safe.
 
@@ -14,22 +14,13 @@
 #define TPU_DIST_COLLECTIVES_TCP_RING_SCHEDULE_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "absl/types/span.h"
+#include "collectives/core/chunking.h"
 
 namespace tpudist::collectives::tcp {
-
-// A half-open range [offset, offset + length).
-struct Block {
-  size_t offset = 0;
-  size_t length = 0;
-
-  size_t end() const { return offset + length; }
-  friend bool operator==(const Block& a, const Block& b) {
-    return a.offset == b.offset && a.length == b.length;
-  }
-};
 
 // Default upper bound on one transfer of the segmented ring all-reduce, as in
 // Gloo's ring: big enough to amortize a syscall round trip, small enough that
@@ -44,12 +35,12 @@ inline int RingPrev(int rank, int size) { return RingRank(rank, size, -1); }
 
 // Splits `count` units into `parts` contiguous blocks whose lengths differ by
 // at most one; the first count % parts blocks get the extra unit. Blocks are
-// returned in order and tile [0, count) exactly.
-// REQUIRES: parts > 0.
-std::vector<Block> PartitionEven(size_t count, int parts);
+// returned in order and tile [0, count) exactly (EvenSlice for every index).
+// REQUIRES: parts > 0, count >= 0.
+std::vector<Range> PartitionEven(int64_t count, int parts);
 
 // Contiguous blocks with the given lengths, laid out back to back from 0.
-std::vector<Block> BlocksFromLengths(absl::Span<const size_t> lengths);
+std::vector<Range> BlocksFromLengths(absl::Span<const size_t> lengths);
 
 // Sum of `lengths`.
 size_t TotalLength(absl::Span<const size_t> lengths);
@@ -60,10 +51,10 @@ size_t TotalLength(absl::Span<const size_t> lengths);
 // REQUIRES: unit_bytes > 0, max_segment_bytes > 0.
 size_t NumSegments(size_t length, size_t unit_bytes, size_t max_segment_bytes);
 
-// Segment `index` of `num_segments` even segments of `block` (PartitionEven
+// Segment `index` of `num_segments` even segments of `block` (EvenSlice
 // applied inside the block, offsets absolute).
 // REQUIRES: num_segments > 0, index < num_segments.
-Block SegmentOf(const Block& block, size_t index, size_t num_segments);
+Range SegmentOf(const Range& block, size_t index, size_t num_segments);
 
 // Ring reduce-scatter over `size` blocks, step `step` in [0, size - 2]: this
 // rank sends block RsSendBlock and receives block RsRecvBlock, which it

@@ -18,32 +18,32 @@ TEST(RingRankTest, WrapsBothWays) {
 }
 
 TEST(PartitionEvenTest, TilesAndBalances) {
-  for (size_t count : {0u, 1u, 7u, 8u, 13u, 1000003u}) {
+  for (int64_t count : {0, 1, 7, 8, 13, 1000003}) {
     for (int parts : {1, 2, 3, 4, 8, 16}) {
-      std::vector<Block> b = PartitionEven(count, parts);
+      std::vector<Range> b = PartitionEven(count, parts);
       ASSERT_EQ(b.size(), static_cast<size_t>(parts));
-      size_t off = 0, lo = count, hi = 0;
-      for (const Block& x : b) {
-        EXPECT_EQ(x.offset, off);
-        off += x.length;
-        lo = std::min(lo, x.length);
-        hi = std::max(hi, x.length);
+      int64_t off = 0, lo = count, hi = 0;
+      for (const Range& x : b) {
+        EXPECT_EQ(x.begin, off);
+        off += x.size;
+        lo = std::min(lo, x.size);
+        hi = std::max(hi, x.size);
       }
       EXPECT_EQ(off, count);
-      EXPECT_LE(hi - lo, 1u) << count << "/" << parts;
+      EXPECT_LE(hi - lo, 1) << count << "/" << parts;
     }
   }
-  EXPECT_EQ(PartitionEven(7, 3)[0], (Block{0, 3}));
-  EXPECT_EQ(PartitionEven(7, 3)[2], (Block{5, 2}));
+  EXPECT_EQ(PartitionEven(7, 3)[0], (Range{0, 3}));
+  EXPECT_EQ(PartitionEven(7, 3)[2], (Range{5, 2}));
 }
 
 TEST(BlocksFromLengthsTest, PrefixSums) {
   std::vector<size_t> lengths = {3, 0, 5, 1};
-  std::vector<Block> b = BlocksFromLengths(lengths);
-  EXPECT_EQ(b[0], (Block{0, 3}));
-  EXPECT_EQ(b[1], (Block{3, 0}));
-  EXPECT_EQ(b[2], (Block{3, 5}));
-  EXPECT_EQ(b[3], (Block{8, 1}));
+  std::vector<Range> b = BlocksFromLengths(lengths);
+  EXPECT_EQ(b[0], (Range{0, 3}));
+  EXPECT_EQ(b[1], (Range{3, 0}));
+  EXPECT_EQ(b[2], (Range{3, 5}));
+  EXPECT_EQ(b[3], (Range{8, 1}));
   EXPECT_EQ(TotalLength(lengths), 9u);
 }
 
@@ -56,13 +56,13 @@ TEST(NumSegmentsTest, BoundsSegmentBytes) {
   for (size_t len : {1u, 5u, 1000u, 262145u, 4000037u}) {
     for (size_t max_bytes : {16u, 4096u, 1u << 20}) {
       size_t n = NumSegments(len, 4, max_bytes);
-      Block block{17, len};
-      size_t off = 17;
+      Range block{17, static_cast<int64_t>(len)};
+      int64_t off = 17;
       for (size_t k = 0; k < n; ++k) {
-        Block s = SegmentOf(block, k, n);
-        EXPECT_EQ(s.offset, off);
-        EXPECT_LE(s.length * 4, std::max<size_t>(max_bytes, 4));
-        off += s.length;
+        Range s = SegmentOf(block, k, n);
+        EXPECT_EQ(s.begin, off);
+        EXPECT_LE(s.size * 4, std::max<int64_t>(max_bytes, 4));
+        off += s.size;
       }
       EXPECT_EQ(off, block.end());
     }

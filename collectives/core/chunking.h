@@ -1,11 +1,12 @@
-// Pure offset arithmetic shared by the shared-memory algorithms and the process
-// group: chunk boundaries, per-rank slices, torch.chunk-style splits and
-// uneven all-to-all offsets. No I/O, no state: every function here is a pure
+// Pure offset arithmetic shared by the shared-memory algorithms, the TCP ring
+// schedule and the process group: the one half-open Range type, chunk
+// boundaries, balanced slices, torch.chunk-style splits and uneven all-to-all
+// offsets. No I/O, no state: every function here is a pure
 // function of its arguments and is unit tested in chunking_test.cc.
 //
 // Thread-safety: all functions are pure and may be called concurrently.
-#ifndef TPU_DIST_COLLECTIVES_SHM_CHUNKING_H_
-#define TPU_DIST_COLLECTIVES_SHM_CHUNKING_H_
+#ifndef TPU_DIST_COLLECTIVES_CORE_CHUNKING_H_
+#define TPU_DIST_COLLECTIVES_CORE_CHUNKING_H_
 
 #include <cstdint>
 #include <vector>
@@ -13,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
-namespace tpudist::collectives::shm {
+namespace tpudist::collectives {
 
 // A half-open range [begin, begin + size) of elements (or bytes; the caller
 // decides the unit).
@@ -38,7 +39,7 @@ Range ChunkRange(int64_t total, int64_t chunk, int64_t index);
 // total % parts slices get one extra unit, so sizes differ by at most one and
 // the slices tile [0, total) in order. Used for "rank r reduces 1/W of each
 // chunk". REQUIRES: parts > 0, 0 <= index < parts, total >= 0.
-Range EvenSlice(int64_t total, int parts, int index);
+Range EvenSlice(int64_t total, int64_t parts, int64_t index);
 
 // torch.chunk(x, chunks) sizes along one dimension of length `total`: every
 // piece has ceil(total / chunks) units except a shorter last one, and fewer
@@ -64,6 +65,6 @@ absl::StatusOr<std::vector<int64_t>> ResolveSplits(
 int64_t AlltoallPhases(absl::Span<const int64_t> bytes, int world,
                        int64_t per_pair_capacity);
 
-}  // namespace tpudist::collectives::shm
+}  // namespace tpudist::collectives
 
-#endif  // TPU_DIST_COLLECTIVES_SHM_CHUNKING_H_
+#endif  // TPU_DIST_COLLECTIVES_CORE_CHUNKING_H_

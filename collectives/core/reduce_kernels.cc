@@ -2,7 +2,7 @@
 // accumulator in the widened type (fp32 for bf16/fp16, the type itself
 // otherwise), fold each input into it with a simple contiguous loop that GCC
 // auto-vectorizes at -O3, then narrow once into the output.
-#include "collectives/shm/reduce_kernels.h"
+#include "collectives/core/reduce_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "c10/util/Half.h"
 
-namespace tpudist::collectives::shm {
+namespace tpudist::collectives {
 namespace {
 
 constexpr int64_t kBlock = 1024;
@@ -285,4 +285,51 @@ void ReduceInto(DataType type, ReduceKind kind, void* out,
   }
 }
 
-}  // namespace tpudist::collectives::shm
+void ReduceInPlace(DataType type, ReduceKind kind, void* dst, const void* src,
+                   int64_t count) {
+  // Every kernel reads a block of all inputs into its accumulator before it
+  // writes that block of the output, so out == inputs[0] is safe.
+  const void* ins[2] = {dst, src};
+  ReduceInto(type, kind == ReduceKind::kAvg ? ReduceKind::kSum : kind, dst, ins,
+             count);
+}
+
+ReduceFn MakeReduceFn(DataType type, ReduceKind kind) {
+  return [type, kind](void* dst, const void* src, size_t count) {
+    ReduceInPlace(type, kind, dst, src, static_cast<int64_t>(count));
+  };
+}
+
+void DivideInPlace(DataType type, void* data, int64_t count, int64_t divisor) {
+  const double d = static_cast<double>(divisor);
+  switch (type) {
+    case DataType::kFloat32: {
+      auto* p = static_cast<float*>(data);
+      for (int64_t i = 0; i < count; ++i) p[i] = static_cast<float>(p[i] / d);
+      break;
+    }
+    case DataType::kFloat64: {
+      auto* p = static_cast<double*>(data);
+      for (int64_t i = 0; i < count; ++i) p[i] /= d;
+      break;
+    }
+    case DataType::kBFloat16: {
+      auto* p = static_cast<uint16_t*>(data);
+      for (int64_t i = 0; i < count; ++i) {
+        p[i] = FloatToBFloat16Bits(static_cast<float>(BFloat16BitsToFloat(p[i]) / d));
+      }
+      break;
+    }
+    case DataType::kFloat16: {
+      auto* p = static_cast<c10::Half*>(data);
+      for (int64_t i = 0; i < count; ++i) {
+        p[i] = c10::Half(static_cast<float>(static_cast<float>(p[i]) / d));
+      }
+      break;
+    }
+    default:
+      break;  // AVG is rejected for integers before any op runs
+  }
+}
+
+}  // namespace tpudist::collectives

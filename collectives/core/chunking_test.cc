@@ -1,11 +1,11 @@
-#include "collectives/shm/chunking.h"
+#include "collectives/core/chunking.h"
 
 #include <numeric>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tpudist::collectives::shm {
+namespace tpudist::collectives {
 namespace {
 
 TEST(ChunkingTest, NumChunks) {
@@ -99,4 +99,4 @@ TEST(ChunkingTest, AlltoallPhases) {
 }
 
 }  // namespace
-}  // namespace tpudist::collectives::shm
+}  // namespace tpudist::collectives

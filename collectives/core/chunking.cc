@@ -1,11 +1,11 @@
-#include "collectives/shm/chunking.h"
+#include "collectives/core/chunking.h"
 
 #include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace tpudist::collectives::shm {
+namespace tpudist::collectives {
 
 int64_t NumChunks(int64_t total, int64_t chunk) {
   return total <= 0 ? 0 : (total + chunk - 1) / chunk;
@@ -16,10 +16,10 @@ Range ChunkRange(int64_t total, int64_t chunk, int64_t index) {
   return Range{begin, std::min(chunk, total - begin)};
 }
 
-Range EvenSlice(int64_t total, int parts, int index) {
+Range EvenSlice(int64_t total, int64_t parts, int64_t index) {
   const int64_t base = total / parts;
   const int64_t extra = total % parts;
-  const int64_t begin = index * base + std::min<int64_t>(index, extra);
+  const int64_t begin = index * base + std::min(index, extra);
   return Range{begin, base + (index < extra ? 1 : 0)};
 }
 
@@ -87,4 +87,4 @@ int64_t AlltoallPhases(absl::Span<const int64_t> bytes, int world,
   return phases;
 }
 
-}  // namespace tpudist::collectives::shm
+}  // namespace tpudist::collectives

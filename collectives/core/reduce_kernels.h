@@ -1,5 +1,7 @@
 // Element types, reduction operators and the vectorizable reduction loops
-// used by every shared-memory algorithm.
+// used by every algorithm that reduces: the shared-memory ones (ReduceInto
+// over W peer slots) and the TCP ring (a ReduceFn folding a received segment
+// into the local buffer, "reduce src into dst", see MakeReduceFn).
 //
 // The kernels reduce W input buffers element-wise into one output buffer in a
 // fixed input order (input 0 first), so every rank that reduces the same
@@ -11,17 +13,18 @@
 // additionally cloned for AVX2 and picked at load time by the CPU.
 //
 // Thread-safety: pure functions over caller-owned memory.
-#ifndef TPU_DIST_COLLECTIVES_SHM_REDUCE_KERNELS_H_
-#define TPU_DIST_COLLECTIVES_SHM_REDUCE_KERNELS_H_
+#ifndef TPU_DIST_COLLECTIVES_CORE_REDUCE_KERNELS_H_
+#define TPU_DIST_COLLECTIVES_CORE_REDUCE_KERNELS_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
-namespace tpudist::collectives::shm {
+namespace tpudist::collectives {
 
 enum class DataType : uint8_t {
   kFloat32 = 1,
@@ -57,15 +60,40 @@ absl::string_view ReduceKindName(ReduceKind kind);
 absl::Status CheckReducible(DataType type, ReduceKind kind);
 
 // out[i] = inputs[0][i] (op) inputs[1][i] (op) ... for i in [0, count).
+// `out` may be one of the inputs (the same address: an in-place reduction,
+// no copy); it must not partially overlap any input.
 // REQUIRES: CheckReducible(type, kind).ok(); !inputs.empty(); every buffer
-// holds `count` elements of `type`; `out` does not overlap any input.
+// holds `count` elements of `type`.
 void ReduceInto(DataType type, ReduceKind kind, void* out,
                 absl::Span<const void* const> inputs, int64_t count);
+
+// The one "reduce src into dst" convention of this library:
+// dst[i] = dst[i] (op) src[i] for i in [0, count), in place, bit-identical to
+// ReduceInto(type, kind, out, {dst, src}, count). AVG folds as SUM here (the
+// division by the number of contributions is the caller's: DivideInPlace).
+// REQUIRES: as ReduceInto; dst and src do not overlap.
+void ReduceInPlace(DataType type, ReduceKind kind, void* dst, const void* src,
+                   int64_t count);
+
+// Folds `count` elements at `src` into `dst` (dst = dst op src). The TCP ring
+// algorithms take one; it must be associative and commutative for the result
+// to be rank-independent.
+using ReduceFn = std::function<void(void* dst, const void* src, size_t count)>;
+
+// A ReduceFn running ReduceInPlace(type, kind, ...). Stateless: no scratch,
+// no copy. REQUIRES: CheckReducible(type, kind).ok().
+ReduceFn MakeReduceFn(DataType type, ReduceKind kind);
+
+// data[i] = data[i] / divisor for `count` elements of a floating `type`,
+// computed in double and rounded once to `type` (AVG after a SUM); a no-op
+// for integer types (AVG is rejected for them by CheckReducible).
+// REQUIRES: divisor > 0.
+void DivideInPlace(DataType type, void* data, int64_t count, int64_t divisor);
 
 // bfloat16 <-> fp32 helpers (round to nearest even; NaN stays NaN).
 float BFloat16BitsToFloat(uint16_t bits);
 uint16_t FloatToBFloat16Bits(float value);
 
-}  // namespace tpudist::collectives::shm
+}  // namespace tpudist::collectives
 
-#endif  // TPU_DIST_COLLECTIVES_SHM_REDUCE_KERNELS_H_
+#endif  // TPU_DIST_COLLECTIVES_CORE_REDUCE_KERNELS_H_
