@@ -60,7 +60,7 @@ absl::Status SetGlobalLayout(const at::Tensor& param, std::vector<int64_t> full_
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   PruneExpiredLocked(r);
-  r.records[param.unsafeGetTensorImpl()] = Record{WeakImpl(param.getIntrusivePtr()), std::move(layout)};
+  r.records.insert_or_assign(param.unsafeGetTensorImpl(), Record{WeakImpl(param.getIntrusivePtr()), std::move(layout)});
   return absl::OkStatus();
 }
 
