@@ -1,23 +1,22 @@
 #include "fsdp/fully_shard/sharded_checkpoint.h"
 
 #include <cerrno>
-#include <cstring>
 
 #include <algorithm>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/exception_message.h"
-#include "fsdp/fully_shard/shard_blocks.h"
 #include "fsdp/fully_shard/flat_param_math.h"
+#include "fsdp/fully_shard/mesh_agreement.h"
 #include "fsdp/fully_shard/safetensors_io.h"
+#include "fsdp/fully_shard/shard_blocks.h"
 #include "fsdp/global_layout.h"
 
 namespace tpudist::fsdp {
@@ -25,73 +24,6 @@ namespace {
 
 std::string ShardPath(const std::string& dir, int64_t rank, int64_t world) {
   return absl::StrCat(dir, "/shard-", rank, "-of-", world, ".safetensors");
-}
-
-// All-reduce MIN of ok-ness along every mesh dim in turn: every rank of the
-// mesh learns whether all succeeded.
-absl::Status AgreeOk(const DeviceMesh& mesh, const absl::Status& mine, const char* what) {
-  std::vector<at::Tensor> v = {at::full({1}, mine.ok() ? 1 : 0, at::kInt)};  // [1]
-  c10d::AllreduceOptions o;
-  o.reduceOp = c10d::ReduceOp::MIN;
-  try {
-    for (int d = 0; d < mesh.ndim(); ++d) {
-      if (!mesh.Group(d)->allreduce(v, o)->wait(mesh.collective_timeout_ms())) {
-        return absl::DeadlineExceededError(absl::StrCat(what, ": barrier timed out"));
-      }
-    }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(what, ": barrier failed: ", ::tpudist::collectives::ExceptionMessage(e)));
-  }
-  if (!mine.ok()) return mine;
-  if (v[0].item<int>() == 0) return absl::AbortedError(absl::StrCat(what, ": failed on another rank"));
-  return absl::OkStatus();
-}
-
-// This rank's index in `mesh`, row-major (last dim fastest), as files are named.
-int64_t FlatRank(const DeviceMesh& mesh) {
-  int64_t r = 0;
-  for (int d = 0; d < mesh.ndim(); ++d) r = r * mesh.size(d) + mesh.LocalRank(d);
-  return r;
-}
-
-// Every rank's `mine`, in FlatRank order: gathers along the last mesh dim,
-// then the previous one, ... (a mesh has one group per dim, none over all).
-absl::StatusOr<std::vector<nlohmann::json>> AllGatherJson(const DeviceMesh& mesh, const nlohmann::json& mine) {
-  std::vector<nlohmann::json> list = {mine};
-  try {
-    for (int d = mesh.ndim() - 1; d >= 0; --d) {
-      const int64_t n = mesh.size(d);
-      const std::string packed = nlohmann::json(list).dump();
-      std::vector<at::Tensor> len = {at::full({1}, static_cast<int64_t>(packed.size()), at::kLong)};  // [1]
-      std::vector<std::vector<at::Tensor>> lens(1);
-      for (int64_t i = 0; i < n; ++i) lens[0].push_back(at::zeros({1}, at::kLong));  // [1] each
-      if (!mesh.Group(d)->allgather(lens, len)->wait(mesh.collective_timeout_ms())) {
-        return absl::DeadlineExceededError("SaveShardedCheckpoint: gathering block descriptions timed out");
-      }
-      int64_t longest = 1;
-      for (const at::Tensor& l : lens[0]) longest = std::max(longest, l.item<int64_t>());
-      std::vector<at::Tensor> bytes = {at::zeros({longest}, at::kByte)};  // [longest]
-      std::memcpy(bytes[0].data_ptr(), packed.data(), packed.size());
-      std::vector<std::vector<at::Tensor>> all(1);
-      for (int64_t i = 0; i < n; ++i) all[0].push_back(at::zeros({longest}, at::kByte));  // [longest] each
-      if (!mesh.Group(d)->allgather(all, bytes)->wait(mesh.collective_timeout_ms())) {
-        return absl::DeadlineExceededError("SaveShardedCheckpoint: gathering block descriptions timed out");
-      }
-      list.clear();
-      for (int64_t i = 0; i < n; ++i) {
-        const char* p = static_cast<const char*>(all[0][i].data_ptr());
-        nlohmann::json part = nlohmann::json::parse(p, p + lens[0][i].item<int64_t>(), nullptr, false);
-        if (part.is_discarded() || !part.is_array()) {
-          return absl::DataLossError("SaveShardedCheckpoint: a gathered block description does not parse");
-        }
-        for (auto& j : part) list.push_back(std::move(j));
-      }
-    }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("SaveShardedCheckpoint: gathering block descriptions failed: ",
-                                            ::tpudist::collectives::ExceptionMessage(e)));
-  }
-  return list;
 }
 
 // One tensor this rank knows: its full shape and, when this rank's file
@@ -216,7 +148,7 @@ absl::StatusOr<ShardedCheckpointMetadata> MergeBlocks(const std::vector<nlohmann
 
 absl::Status WriteShards(const std::shared_ptr<torch::nn::Module>& model, const DeviceMesh& mesh,
                          const std::string& dir, const StateDictOptions& options) {
-  const int64_t rank = FlatRank(mesh), world = mesh.size();
+  const int64_t rank = MeshFlatRank(mesh), world = mesh.size();
   absl::StatusOr<std::vector<LocalTensor>> local = CollectLocal(model, rank, options);
   // Every rank takes part in the gather, even one that already failed.
   nlohmann::json mine = nlohmann::json::array();
@@ -230,7 +162,7 @@ absl::Status WriteShards(const std::shared_ptr<torch::nn::Module>& model, const 
       mine.push_back(std::move(d));
     }
   }
-  absl::StatusOr<std::vector<nlohmann::json>> all = AllGatherJson(mesh, mine);
+  absl::StatusOr<std::vector<nlohmann::json>> all = AllGatherJson(mesh, mine, "SaveShardedCheckpoint: gathering block descriptions");
   if (!local.ok()) return local.status();
   if (!all.ok()) return all.status();
   absl::StatusOr<ShardedCheckpointMetadata> meta = MergeBlocks(*all, rank, *local);
@@ -269,7 +201,7 @@ Block Relative(Block b, const std::vector<int64_t>& origin) {
 absl::Status SaveShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& model,
                                    const DeviceMesh& mesh, const std::string& dir,
                                    const StateDictOptions& options) {
-  return AgreeOk(mesh, WriteShards(model, mesh, dir, options), "SaveShardedCheckpoint");
+  return AgreeOnStatus(mesh, WriteShards(model, mesh, dir, options), "SaveShardedCheckpoint");
 }
 
 absl::Status LoadShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& model,
@@ -353,7 +285,7 @@ absl::Status SaveFullSafetensors(const std::shared_ptr<torch::nn::Module>& model
     std::vector<std::pair<std::string, at::Tensor>> list(sd->begin(), sd->end());
     s = WriteSafetensorsFile(path, list, {{"format", "pt"}});
   }
-  return AgreeOk(mesh, s, "SaveFullSafetensors");
+  return AgreeOnStatus(mesh, s, "SaveFullSafetensors");
 }
 
 }  // namespace tpudist::fsdp
