@@ -2,17 +2,22 @@
 
 #include <cerrno>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/exception_message.h"
 #include "fsdp/fully_shard/flat_param_math.h"
+#include "fsdp/fully_shard/mesh_agreement.h"
 #include "fsdp/fully_shard/safetensors_io.h"
+#include "fsdp/fully_shard/shard_blocks.h"
+#include "fsdp/global_layout.h"
 
 namespace tpudist::fsdp {
 namespace {
@@ -21,58 +26,157 @@ std::string ShardPath(const std::string& dir, int64_t rank, int64_t world) {
   return absl::StrCat(dir, "/shard-", rank, "-of-", world, ".safetensors");
 }
 
-// All-reduce MIN of ok-ness: every rank learns whether all succeeded.
-absl::Status AgreeOk(const DeviceMesh& mesh, const absl::Status& mine, const char* what) {
-  std::vector<at::Tensor> v = {at::full({1}, mine.ok() ? 1 : 0, at::kInt)};
-  c10d::AllreduceOptions o;
-  o.reduceOp = c10d::ReduceOp::MIN;
-  try {
-    if (!mesh.Group(0)->allreduce(v, o)->wait(mesh.collective_timeout_ms())) {
-      return absl::DeadlineExceededError(absl::StrCat(what, ": barrier timed out"));
+// One tensor this rank knows: its full shape and, when this rank's file
+// should hold a piece, that piece and the block it is.
+struct LocalTensor {
+  std::string name;
+  std::vector<int64_t> shape;  // full
+  at::ScalarType dtype;
+  at::Tensor data;             // undefined: this rank writes nothing of it
+  Block block;
+};
+
+// The block of the full tensor that `p` (parameter i of `g`) holds on this
+// rank: the global-layout record's block of the local tensor (fsdp/
+// global_layout.h; whole when none), narrowed to this rank's torch.chunk
+// rows of the local dim 0.
+absl::StatusOr<Block> FsdpShardBlock(const FsdpParamGroup& g, size_t i, const at::Tensor& p,
+                                     const std::string& name, std::vector<int64_t>* full_shape) {
+  const FlatParamEntry& e = g.layout().entries[i];
+  const std::optional<GlobalLayout> layout = GetGlobalLayout(p);
+  Block b = WholeBlock(e.shape);
+  *full_shape = e.shape;
+  if (layout.has_value()) {
+    if (layout->local_shape != e.shape) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sharded checkpoint: ", name, " was FullyShard-ed with shape ", c10::str(at::IntArrayRef(e.shape)),
+          " but its global layout record says ", layout->ToString()));
     }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(what, ": barrier failed: ", ::tpudist::collectives::ExceptionMessage(e)));
+    b.offsets = layout->offsets;
+    *full_shape = layout->full_shape;
   }
-  if (!mine.ok()) return mine;
-  if (v[0].item<int>() == 0) return absl::AbortedError(absl::StrCat(what, ": failed on another rank"));
-  return absl::OkStatus();
+  const ChunkExtent rows = ShardRows(e, g.layout().world_size, g.rank());
+  b.offsets[0] += rows.offset;
+  b.sizes[0] = rows.size;
+  return b;
 }
 
-absl::Status WriteShards(const std::shared_ptr<torch::nn::Module>& model, const DeviceMesh& mesh,
-                         const std::string& dir, const StateDictOptions& options) {
+// A parameter FullyShard does not own: its record's block, or whole.
+Block UnshardedBlock(const at::Tensor& p, std::vector<int64_t>* full_shape) {
+  const std::optional<GlobalLayout> layout = GetGlobalLayout(p);
+  if (!layout.has_value()) {
+    *full_shape = p.sizes().vec();
+    return WholeBlock(*full_shape);
+  }
+  *full_shape = layout->full_shape;
+  return Block{layout->offsets, layout->local_shape};
+}
+
+absl::StatusOr<std::vector<LocalTensor>> CollectLocal(const std::shared_ptr<torch::nn::Module>& model,
+                                                      int64_t rank, const StateDictOptions& options) {
   const FsdpGroupIndex index = IndexFsdpGroups(model);
-  const int64_t rank = mesh.LocalRank(0), world = mesh.size();
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  nlohmann::json meta = {{"world_size", world}, {"tensors", nlohmann::json::object()}};
-  auto describe = [&](const std::string& name, const std::vector<int64_t>& shape, at::ScalarType t,
-                      bool sharded) {
-    meta["tensors"][name] = {{"shape", shape}, {"dtype", c10::toString(t)}, {"sharded", sharded}};
-  };
+  std::vector<LocalTensor> out;
   for (const auto& item : model->named_parameters(true)) {
     const at::Tensor& p = item.value();
     if (options.ignore_frozen_params && !p.requires_grad()) continue;
+    LocalTensor t{item.key(), {}, p.scalar_type(), {}, {}};
     auto it = index.owner.find(p.unsafeGetTensorImpl());
     if (it != index.owner.end()) {
       const FsdpParamGroup* g = it->second.first;
       if (g->state() != FsdpParamGroup::State::kSharded) {
         return absl::FailedPreconditionError(absl::StrCat("SaveShardedCheckpoint: ", g->label(), " is unsharded"));
       }
-      tensors.emplace_back(item.key(), g->shard(it->second.second));
-      describe(item.key(), g->layout().entries[it->second.second].shape, p.scalar_type(), true);
+      absl::StatusOr<Block> b = FsdpShardBlock(*g, it->second.second, p, item.key(), &t.shape);
+      if (!b.ok()) return b.status();
+      t.block = *std::move(b);
+      t.data = g->shard(it->second.second);
     } else {
-      if (rank == 0) tensors.emplace_back(item.key(), p.detach());
-      describe(item.key(), p.sizes().vec(), p.scalar_type(), false);
+      const bool recorded = GetGlobalLayout(p).has_value();
+      t.block = UnshardedBlock(p, &t.shape);
+      if (recorded || rank == 0) t.data = p.detach();
     }
+    out.push_back(std::move(t));
   }
   for (const auto& item : model->named_buffers(true)) {
-    if (rank == 0) tensors.emplace_back(item.key(), item.value());
-    describe(item.key(), item.value().sizes().vec(), item.value().scalar_type(), false);
+    const at::Tensor& b = item.value();
+    out.push_back(LocalTensor{item.key(), b.sizes().vec(), b.scalar_type(), rank == 0 ? b : at::Tensor(),
+                              WholeBlock(b.sizes().vec())});
+  }
+  return out;
+}
+
+// Merges every rank's description (in rank order) into the metadata; a
+// block identical to an earlier rank's is kept once (TP replicas), and
+// `local` entries of this rank that lost that way get their data dropped.
+absl::StatusOr<ShardedCheckpointMetadata> MergeBlocks(const std::vector<nlohmann::json>& all, int64_t rank,
+                                               std::vector<LocalTensor>& local) {
+  ShardedCheckpointMetadata meta;
+  meta.world_size = static_cast<int64_t>(all.size());
+  for (int64_t r = 0; r < meta.world_size; ++r) {
+    for (const auto& d : all[r]) {
+      const std::string name = d["name"].get<std::string>();
+      const std::vector<int64_t> shape = d["shape"].get<std::vector<int64_t>>();
+      auto [it, fresh] = meta.tensors.try_emplace(name, TensorBlocks{shape, d["dtype"].get<std::string>(), {}});
+      if (it->second.shape != shape) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "SaveShardedCheckpoint: ", name, " has full shape ", c10::str(at::IntArrayRef(it->second.shape)),
+            " on an earlier rank but ", c10::str(at::IntArrayRef(shape)), " on rank ", r));
+      }
+      if (!d.contains("offsets")) continue;
+      Block b{d["offsets"].get<std::vector<int64_t>>(), d["sizes"].get<std::vector<int64_t>>()};
+      std::vector<SavedBlock>& blocks = it->second.blocks;
+      const bool dup = std::any_of(blocks.begin(), blocks.end(), [&](const SavedBlock& s) { return s.block == b; });
+      if (!dup && b.numel() > 0) {
+        blocks.push_back(SavedBlock{r, std::move(b)});
+      } else if (r == rank) {
+        for (LocalTensor& t : local) {
+          if (t.name == name) t.data = at::Tensor();
+        }
+      }
+    }
+  }
+  for (const auto& [name, t] : meta.tensors) {
+    absl::Status s = ValidateTensorBlocks(name, t, meta.world_size);
+    if (!s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "SaveShardedCheckpoint: ", s.message(),
+          " (is the mesh the one over every rank holding a piece, e.g. dp x tp?)"));
+    }
+  }
+  return meta;
+}
+
+absl::Status WriteShards(const std::shared_ptr<torch::nn::Module>& model, const DeviceMesh& mesh,
+                         const std::string& dir, const StateDictOptions& options) {
+  const int64_t rank = MeshFlatRank(mesh), world = mesh.size();
+  absl::StatusOr<std::vector<LocalTensor>> local = CollectLocal(model, rank, options);
+  // Every rank takes part in the gather, even one that already failed.
+  nlohmann::json mine = nlohmann::json::array();
+  if (local.ok()) {
+    for (const LocalTensor& t : *local) {
+      nlohmann::json d = {{"name", t.name}, {"shape", t.shape}, {"dtype", c10::toString(t.dtype)}};
+      if (t.data.defined()) {
+        d["offsets"] = t.block.offsets;
+        d["sizes"] = t.block.sizes;
+      }
+      mine.push_back(std::move(d));
+    }
+  }
+  absl::StatusOr<std::vector<nlohmann::json>> all = AllGatherJson(mesh, mine, "SaveShardedCheckpoint: gathering block descriptions");
+  if (!local.ok()) return local.status();
+  if (!all.ok()) return all.status();
+  absl::StatusOr<ShardedCheckpointMetadata> meta = MergeBlocks(*all, rank, *local);
+  if (!meta.ok()) return meta.status();
+  meta->world_size = world;
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const LocalTensor& t : *local) {
+    if (t.data.defined()) tensors.emplace_back(t.name, t.data);
   }
   absl::Status s = WriteSafetensorsFile(ShardPath(dir, rank, world), tensors);
   if (!s.ok() || rank != 0) return s;
   const std::string path = dir + "/metadata.json";
   std::ofstream out(path + ".tmp", std::ios::trunc);
-  out << meta.dump(1);
+  out << ShardedCheckpointMetadataToJson(*meta).dump(1);
   out.close();
   if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("SaveShardedCheckpoint: cannot write ", path));
@@ -80,42 +184,53 @@ absl::Status WriteShards(const std::shared_ptr<torch::nn::Module>& model, const 
   return absl::OkStatus();
 }
 
+// `t` narrowed to `b` (offsets relative to t's origin). t: [any], same ndim as b.
+at::Tensor Narrow(at::Tensor t, const Block& b) {
+  for (size_t d = 0; d < b.offsets.size(); ++d) t = t.narrow(static_cast<int64_t>(d), b.offsets[d], b.sizes[d]);
+  return t;
+}
+
+// `b` moved so that `origin` is at zero.
+Block Relative(Block b, const std::vector<int64_t>& origin) {
+  for (size_t d = 0; d < origin.size(); ++d) b.offsets[d] -= origin[d];
+  return b;
+}
+
 }  // namespace
 
 absl::Status SaveShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& model,
                                    const DeviceMesh& mesh, const std::string& dir,
                                    const StateDictOptions& options) {
-  return AgreeOk(mesh, WriteShards(model, mesh, dir, options), "SaveShardedCheckpoint");
+  return AgreeOnStatus(mesh, WriteShards(model, mesh, dir, options), "SaveShardedCheckpoint");
 }
 
 absl::Status LoadShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& model,
                                    const DeviceMesh& mesh, const std::string& dir) {
-  std::ifstream in(dir + "/metadata.json");
-  if (!in) return absl::NotFoundError(absl::StrCat("LoadShardedCheckpoint: no ", dir, "/metadata.json"));
-  nlohmann::json meta = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded() || !meta.contains("world_size") || !meta.contains("tensors")) {
-    return absl::DataLossError(absl::StrCat("LoadShardedCheckpoint: malformed ", dir, "/metadata.json"));
+  (void)mesh;  // no communication: each rank reads what it needs
+  const std::string meta_path = dir + "/metadata.json";
+  std::ifstream in(meta_path);
+  if (!in) return absl::NotFoundError(absl::StrCat("LoadShardedCheckpoint: no ", meta_path));
+  nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return absl::DataLossError(absl::StrCat("LoadShardedCheckpoint: malformed ", meta_path));
+  absl::StatusOr<ShardedCheckpointMetadata> meta = ParseShardedCheckpointMetadata(json, meta_path);
+  if (!meta.ok()) {
+    return absl::Status(meta.status().code(), absl::StrCat("LoadShardedCheckpoint: ", meta.status().message()));
   }
-  const int64_t old_world = meta["world_size"].get<int64_t>();
+  const int64_t old_world = meta->world_size;
   std::map<int64_t, SafetensorsContents> files;  // old rank -> contents, read on demand
-  auto file = [&](int64_t r) -> absl::StatusOr<const SafetensorsContents*> {
+  auto get = [&](int64_t r, const std::string& name) -> absl::StatusOr<at::Tensor> {
     auto it = files.find(r);
     if (it == files.end()) {
       absl::StatusOr<SafetensorsContents> c = ReadSafetensorsFile(ShardPath(dir, r, old_world));
       if (!c.ok()) return c.status();
       it = files.emplace(r, *std::move(c)).first;
     }
-    return &it->second;
-  };
-  auto get = [&](int64_t r, const std::string& name) -> absl::StatusOr<at::Tensor> {
-    absl::StatusOr<const SafetensorsContents*> c = file(r);
-    if (!c.ok()) return c.status();
-    auto it = (*c)->tensors.find(name);
-    if (it == (*c)->tensors.end()) {
+    auto t = it->second.tensors.find(name);
+    if (t == it->second.tensors.end()) {
       return absl::InvalidArgumentError(absl::StrCat("LoadShardedCheckpoint: ", ShardPath(dir, r, old_world),
                                                      " lacks ", name));
     }
-    return it->second;
+    return t->second;
   };
   const FsdpGroupIndex index = IndexFsdpGroups(model);
   at::NoGradGuard no_grad;
@@ -123,40 +238,37 @@ absl::Status LoadShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& mod
   for (const auto& item : model->named_parameters(true)) targets.emplace_back(item.key(), item.value());
   for (const auto& item : model->named_buffers(true)) targets.emplace_back(item.key(), item.value());
   for (auto& [name, t] : targets) {
-    if (!meta["tensors"].contains(name)) continue;  // skipped on save (frozen)
-    const auto& m = meta["tensors"][name];
-    const std::vector<int64_t> shape = m["shape"].get<std::vector<int64_t>>();
+    auto m = meta->tensors.find(name);
+    if (m == meta->tensors.end()) continue;  // skipped on save (frozen)
+    std::vector<int64_t> full_shape;
+    Block mine;
+    at::Tensor dst;
     auto owner = index.owner.find(t.unsafeGetTensorImpl());
-    if (owner == index.owner.end()) {
-      absl::StatusOr<at::Tensor> v = get(0, name);
-      if (!v.ok()) return v.status();
-      if (v->sizes() != t.sizes()) {
-        return absl::InvalidArgumentError(absl::StrCat("LoadShardedCheckpoint: ", name, " has shape ",
-                                                       c10::str(v->sizes()), ", the model has ", c10::str(t.sizes())));
-      }
-      t.copy_(*v);
-      continue;
+    if (owner != index.owner.end()) {
+      absl::StatusOr<Block> b = FsdpShardBlock(*owner->second.first, owner->second.second, t, name, &full_shape);
+      if (!b.ok()) return b.status();
+      mine = *std::move(b);
+      dst = owner->second.first->shard(owner->second.second);
+    } else {
+      mine = UnshardedBlock(t, &full_shape);
+      dst = t;
     }
-    const FsdpParamGroup* g = owner->second.first;
-    const size_t i = owner->second.second;
-    const FlatParamEntry& e = g->layout().entries[i];
-    if (shape != e.shape || !m["sharded"].get<bool>()) {
+    if (m->second.shape != full_shape) {
       return absl::InvalidArgumentError(absl::StrCat("LoadShardedCheckpoint: ", name, " has shape ",
-                                                     c10::str(at::IntArrayRef(shape)), ", the model has ",
-                                                     c10::str(at::IntArrayRef(e.shape))));
+                                                     c10::str(at::IntArrayRef(m->second.shape)), " in ", meta_path,
+                                                     ", the model has ", c10::str(at::IntArrayRef(full_shape))));
     }
-    const ChunkExtent mine = ShardRows(e, g->layout().world_size, g->rank());
-    const RowRange want{mine.offset, mine.offset + mine.size};
-    at::Tensor dst = g->shard(i);
-    for (int64_t r = 0; r < old_world && want.size() > 0; ++r) {
-      const ChunkExtent theirs = ChunkOf(shape[0], old_world, r);
-      const RowRange have{theirs.offset, theirs.offset + theirs.size};
-      const RowRange both = Intersect(want, have);
-      if (both.size() == 0) continue;
-      absl::StatusOr<at::Tensor> piece = get(r, name);
+    for (const SavedBlock& saved : m->second.blocks) {
+      const Block both = IntersectBlocks(mine, saved.block);
+      if (both.numel() == 0) continue;
+      absl::StatusOr<at::Tensor> piece = get(saved.rank, name);
       if (!piece.ok()) return piece.status();
-      dst.narrow(0, both.begin - want.begin, both.size())
-          .copy_(piece->narrow(0, both.begin - have.begin, both.size()));
+      if (piece->sizes() != at::IntArrayRef(saved.block.sizes)) {
+        return absl::DataLossError(absl::StrCat("LoadShardedCheckpoint: ", ShardPath(dir, saved.rank, old_world),
+                                                " holds ", name, " of shape ", c10::str(piece->sizes()), " but ",
+                                                meta_path, " says ", saved.block.ToString()));
+      }
+      Narrow(dst, Relative(both, mine.offsets)).copy_(Narrow(*piece, Relative(both, saved.block.offsets)));
     }
   }
   return absl::OkStatus();
@@ -173,7 +285,7 @@ absl::Status SaveFullSafetensors(const std::shared_ptr<torch::nn::Module>& model
     std::vector<std::pair<std::string, at::Tensor>> list(sd->begin(), sd->end());
     s = WriteSafetensorsFile(path, list, {{"format", "pt"}});
   }
-  return AgreeOk(mesh, s, "SaveFullSafetensors");
+  return AgreeOnStatus(mesh, s, "SaveFullSafetensors");
 }
 
 }  // namespace tpudist::fsdp

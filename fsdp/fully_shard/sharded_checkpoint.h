@@ -3,19 +3,30 @@
 // (reshard on load).
 //
 // Layout under `dir`:
-//   shard-<r>-of-<W>.safetensors  rank r's local shard of every sharded
-//                                 parameter (FQN keys, master dtype); rank
-//                                 0's file also holds the unsharded
-//                                 parameters and buffers, whole
-//   metadata.json                 {"world_size": W, "tensors": {FQN:
-//                                 {"shape": [...], "dtype": "F32",
-//                                  "sharded": true}}}
-// Rank r of W owns rows torch.chunk(d0, W)[r] of a sharded tensor, so the
-// loader of rank r' of W' reads, from each old file, the rows its new chunk
-// overlaps (flat_param_math.h Intersect) and copies them into its shard.
+//   shard-<r>-of-<W>.safetensors  rank r's blocks (FQN keys, master dtype);
+//                                 r is the rank's row-major index in the
+//                                 mesh, W the mesh size
+//   metadata.json                 format 2 (shard_blocks.h): per FQN
+//                                 the full shape, dtype and which block of
+//                                 it (offsets and sizes per dim) each file
+//                                 holds
+// The block a rank holds of a FullyShard-ed parameter is its torch.chunk
+// rows of the parameter's local tensor, placed in the full tensor by the
+// parameter's global layout record (fsdp/global_layout.h, set by tensor
+// parallel; none = the local tensor is the full one). A parameter FullyShard
+// does not own is its record's block on every rank, or, without a record,
+// whole in rank 0's file, as are buffers. Blocks equal to a lower rank's
+// (replicas, e.g. TP-Replicate parameters) are written once.
 //
-// Save is collective (ends with a barrier so a load may follow). Load needs
-// no communication: each rank reads the files it needs (shared filesystem).
+// Loading on any layout: each rank computes the block it needs the same way
+// and copies, from every saved block, the N-D intersection. Checkpoints of
+// format 1 (before blocks: rank r of W held rows torch.chunk(d0, W)[r]) load
+// through the same path.
+//
+// `mesh` spans every rank that holds a piece: for TP x FSDP the 2-D (dp, tp)
+// mesh, not its dp slice. Save is collective over it (a gather of the block
+// descriptions, a barrier at the end so a load may follow). Load needs no
+// communication: each rank reads the files it needs (shared filesystem).
 // REQUIRES: parameters sharded (between steps).
 #ifndef TPU_DIST_FSDP_FULLY_SHARD_SHARDED_CHECKPOINT_H_
 #define TPU_DIST_FSDP_FULLY_SHARD_SHARDED_CHECKPOINT_H_
@@ -32,13 +43,16 @@
 namespace tpudist::fsdp {
 
 // `dir` must exist. Frozen parameters are skipped with
-// options.ignore_frozen_params (only that flag is read).
+// options.ignore_frozen_params (only that flag is read). FailedPrecondition
+// when the blocks of all ranks do not tile a tensor (e.g. the dp slice was
+// passed for a TP x FSDP model) or a record disagrees with FullyShard.
 absl::Status SaveShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& model,
                                    const DeviceMesh& mesh, const std::string& dir,
                                    const StateDictOptions& options = {});
 
-// NotFound / DataLoss name the file; InvalidArgument names a missing key or a
-// shape mismatch. Keys skipped on save (frozen) keep their current values.
+// NotFound / DataLoss name the file (DataLoss also the tensor, for a
+// corrupt or inconsistent block description); InvalidArgument names a
+// missing key or a full-shape mismatch. Keys skipped on save (frozen) keep their current values.
 absl::Status LoadShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& model,
                                    const DeviceMesh& mesh, const std::string& dir);
 
