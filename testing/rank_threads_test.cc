@@ -1,6 +1,7 @@
 #include "testing/rank_threads.h"
 
 #include <atomic>
+#include <string>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -33,14 +34,19 @@ TEST(RankThreadsTest, EveryRankRunsOnItsOwnThreadAndIsJoined) {
 // A thrown exception becomes a gtest failure naming the rank, and comes back.
 TEST(RankThreadsTest, ExceptionsAreCollectedWithRankNumbers) {
   std::vector<RankError> errors;
-  EXPECT_NONFATAL_FAILURE_ON_ALL_THREADS(
-      errors = RunRankThreads(4,
-                              [](int rank) {
-                                if (rank == 1 || rank == 3) {
-                                  throw std::runtime_error("boom " + std::to_string(rank));
-                                }
-                              }),
-      "rank 3 threw: boom 3");
+  ::testing::TestPartResultArray failures;
+  {
+    ::testing::ScopedFakeTestPartResultReporter reporter(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ALL_THREADS, &failures);
+    errors = RunRankThreads(4, [](int rank) {
+      if (rank == 1 || rank == 3) throw std::runtime_error("boom " + std::to_string(rank));
+    });
+  }
+  ASSERT_EQ(failures.size(), 2);
+  std::vector<std::string> messages = {failures.GetTestPartResult(0).message(),
+                                       failures.GetTestPartResult(1).message()};
+  EXPECT_THAT(messages, ::testing::UnorderedElementsAre(::testing::HasSubstr("rank 1 threw: boom 1"),
+                                                        ::testing::HasSubstr("rank 3 threw: boom 3")));
   ASSERT_EQ(errors.size(), 2u);
   EXPECT_EQ(errors[0].rank, 1);
   EXPECT_EQ(errors[0].message, "boom 1");
