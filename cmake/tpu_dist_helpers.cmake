@@ -1,13 +1,22 @@
 # Small helpers in the manner of absl_cc_library: one library per folder,
-# one test binary per folder, ctest labels unit / multiproc / bench.
+# one test binary per folder, ctest labels unit / multiproc / netns / e2e /
+# bench (README.md, "Tests").
 #
 #   tpu_dist_cc_library(NAME n SRCS ... HDRS ... DEPS ...)
 #       -> target tpu_dist_<n>, alias tpu_dist::<n>, exported for find_package.
 #   tpu_dist_cc_binary(NAME n SRCS ... DEPS ... [INSTALL])
-#   tpu_dist_cc_test(NAME n SRCS ... DEPS ... [LABELS ...] [TIMEOUT s] [ARGS ...])
-#       -> one GoogleTest binary; registered as one ctest entry per LABEL
-#          group via gtest filters is overkill here, so a binary is one entry
-#          and gets the labels given.
+#   tpu_dist_cc_test(NAME n SRCS ... DEPS ... [LABELS ...] [TIMEOUT s] [ARGS ...]
+#                    [SUITE_LABELS "Suite=label[,label...];..."])
+#       -> one GoogleTest binary, one ctest entry per test case
+#          ("<n>.<Suite>.<Case>"; all instances of a value-parameterized
+#          case are one entry "<n>.<Inst>/<Suite>.<Case>/*"), discovered when
+#          ctest runs (like gtest_discover_tests' PRE_TEST: the build runs
+#          nothing; cmake/tpu_dist_discover_tests.cmake). ARGS go to each case. LABELS (default unit) label every case whose
+#          suite SUITE_LABELS does not name; a suite SUITE_LABELS names gets
+#          its labels instead. The pseudo-label "serial" also sets RUN_SERIAL
+#          (timing assertions that another test beside them would break).
+#          TIMEOUT (default 600) bounds each case; cases labelled unit get at
+#          most 120 s. README.md, "Tests", says what each label means.
 #   tpu_dist_proto_library(NAME n PROTOS ... [GRPC])
 
 # Libraries (exported, TpuDist::<n>) and the other targets `cmake --install`
@@ -44,11 +53,13 @@ function(tpu_dist_cc_binary)
   endif()
 endfunction()
 
+set(TPU_DIST_DISCOVER_TESTS_SCRIPT "${CMAKE_CURRENT_LIST_DIR}/tpu_dist_discover_tests.cmake")
+
 function(tpu_dist_cc_test)
   if(NOT TPU_DIST_BUILD_TESTS)
     return()
   endif()
-  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS;ARGS" ${ARGN})
+  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS;ARGS;SUITE_LABELS" ${ARGN})
   add_executable(${A_NAME} ${A_SRCS})
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_compile_options(${A_NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
@@ -58,9 +69,38 @@ function(tpu_dist_cc_test)
   if(NOT A_TIMEOUT)
     set(A_TIMEOUT 600)
   endif()
-  add_test(NAME ${A_NAME} COMMAND ${A_NAME} ${A_ARGS})
-  set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
-    ENVIRONMENT "TPU_DIST_BUILD_DIR=${PROJECT_BINARY_DIR};TPU_DIST_SOURCE_DIR=${PROJECT_SOURCE_DIR};OMP_NUM_THREADS=1")
+  foreach(entry ${A_SUITE_LABELS})
+    if(NOT entry MATCHES "^[A-Za-z0-9_]+=[a-z0-9_]+(,[a-z0-9_]+)*$")
+      message(FATAL_ERROR "tpu_dist_cc_test(${A_NAME}): SUITE_LABELS entry '${entry}' is not Suite=label[,label...]")
+    endif()
+  endforeach()
+  # Discovery in the manner of gtest_discover_tests(... DISCOVERY_MODE
+  # PRE_TEST): ctest includes this file, which lists the cases when the
+  # binary is newer than the last list (cmake/tpu_dist_discover_tests.cmake).
+  set(cases "${CMAKE_CURRENT_BINARY_DIR}/${A_NAME}_cases.cmake")
+  set(env "TPU_DIST_BUILD_DIR=${PROJECT_BINARY_DIR};TPU_DIST_SOURCE_DIR=${PROJECT_SOURCE_DIR};OMP_NUM_THREADS=1")
+  string(CONCAT content
+    "set(_tdd_name [==[${A_NAME}]==])\n"
+    "set(_tdd_exe [==[$<TARGET_FILE:${A_NAME}>]==])\n"
+    "set(_tdd_out [==[${cases}]==])\n"
+    "set(_tdd_args [==[${A_ARGS}]==])\n"
+    "set(_tdd_default_labels [==[${A_LABELS}]==])\n"
+    "set(_tdd_suite_labels [==[${A_SUITE_LABELS}]==])\n"
+    "set(_tdd_timeout ${A_TIMEOUT})\n"
+    "set(_tdd_env [==[${env}]==])\n"
+    "set(_tdd_workdir [==[${CMAKE_CURRENT_BINARY_DIR}]==])\n"
+    "if(EXISTS \"\${_tdd_exe}\")\n"
+    "  if(NOT EXISTS \"\${_tdd_out}\" OR NOT \"\${_tdd_out}\" IS_NEWER_THAN \"\${_tdd_exe}\" OR\n"
+    "     NOT \"\${_tdd_out}\" IS_NEWER_THAN \"\${CMAKE_CURRENT_LIST_FILE}\")\n"
+    "    include([==[${TPU_DIST_DISCOVER_TESTS_SCRIPT}]==])\n"
+    "  endif()\n"
+    "  include(\"\${_tdd_out}\")\n"
+    "else()\n"
+    "  add_test(${A_NAME}_NOT_BUILT ${A_NAME}_NOT_BUILT)\n"
+    "endif()\n")
+  set(include_file "${CMAKE_CURRENT_BINARY_DIR}/${A_NAME}_include.cmake")
+  file(GENERATE OUTPUT "${include_file}" CONTENT "${content}")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${include_file}")
 endfunction()
 
 # Generates C++ for .proto files (and gRPC stubs with GRPC) into the build

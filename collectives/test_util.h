@@ -1,5 +1,6 @@
 // Test helpers for collectives_test: ranks as threads over a HashStore, ranks
-// as forked processes over a FileStore, group factories (ours and Gloo's),
+// as forked processes over a FileStore (both on the shared harnesses in
+// testing/), group factories (ours and Gloo's),
 // and /dev/shm inspection. Test-only; not part of the library.
 #ifndef TPU_DIST_COLLECTIVES_TEST_UTIL_H_
 #define TPU_DIST_COLLECTIVES_TEST_UTIL_H_
@@ -15,12 +16,16 @@
 #include <thread>
 #include <vector>
 
+#include "ATen/Parallel.h"
+#include "absl/time/time.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "gtest/gtest.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/HashStore.hpp"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
+#include "testing/forked_ranks.h"
+#include "testing/rank_threads.h"
 
 namespace tpudist::collectives::testing {
 
@@ -57,20 +62,10 @@ inline std::string UniqueJob(const std::string& tag) {
   return tag + std::to_string(getpid()) + "x" + std::to_string(++counter);
 }
 
-// Runs fn(rank) on `world` threads and joins them. Ops inside have deadlines,
-// so joins are bounded by the op timeouts.
+// Runs fn(rank) on `world` threads and joins them (testing/rank_threads.h:
+// an escaped exception fails the test naming the rank; a hang aborts).
 inline void RunThreads(int world, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&fn, r] {
-      try {
-        fn(r);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  tpudist::testing::RunRankThreads(world, fn);
 }
 
 inline c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGloo(
@@ -85,46 +80,29 @@ inline c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGloo(
 
 // Forks `world` children running fn(rank) (its return value is the exit
 // code) and waits at most `timeout` for all of them; stragglers are killed
-// and reported as -1. on_started(pids) runs in the parent after forking.
+// and reported as -1, a child a signal ended as 128 + the signal
+// (testing/forked_ranks.h). on_started(pids) runs in the parent after forking.
+// Children run ATen ops on one intra-op thread (see below).
 inline std::vector<int> RunForked(
     int world, const std::function<int(int)>& fn, std::chrono::seconds timeout,
     const std::function<void(const std::vector<pid_t>&)>& on_started = nullptr) {
-  std::vector<pid_t> pids(world);
-  for (int r = 0; r < world; ++r) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      int code = 99;
-      try {
-        code = fn(r);
-      } catch (const std::exception& e) {
-        fprintf(stderr, "rank %d threw: %s\n", r, e.what());
-        code = 98;
-      }
-      _exit(code);
-    }
-  }
-  if (on_started) on_started(pids);
-  std::vector<int> codes(world, -1);
-  std::vector<bool> done(world, false);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int left = world;
-  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
-    for (int r = 0; r < world; ++r) {
-      if (done[r]) continue;
-      int status = 0;
-      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-        done[r] = true;
-        --left;
-        codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  for (int r = 0; r < world; ++r) {
-    if (!done[r]) {
-      kill(pids[r], SIGKILL);
-      waitpid(pids[r], nullptr, 0);
-    }
+  tpudist::testing::ForkOptions options;
+  options.deadline = absl::Seconds(timeout.count());
+  options.on_started = on_started;
+  const std::vector<tpudist::testing::ChildResult> results = tpudist::testing::RunForkedRanks(
+      world,
+      [&fn](int rank, std::string*) {
+        // The parent may have run OpenMP regions (earlier tests in this
+        // process, without OMP_NUM_THREADS=1): libgomp's pool does not survive
+        // fork, and a child entering a parallel region would wait for it
+        // forever. One intra-op thread in the child keeps ATen off it.
+        at::set_num_threads(1);
+        return fn(rank);
+      },
+      options);
+  std::vector<int> codes;
+  for (const tpudist::testing::ChildResult& r : results) {
+    codes.push_back(tpudist::testing::ExitStatusCode(r));
   }
   return codes;
 }

@@ -3,11 +3,8 @@
 // never shows up. Each child reports its status message back through a pipe;
 // the parent waits with a deadline and SIGKILLs stragglers, so no test hangs.
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -23,6 +20,7 @@
 #include "collectives/tcp/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/forked_ranks.h"
 
 namespace tpudist::collectives::tcp {
 namespace {
@@ -38,68 +36,26 @@ struct ChildResult {
   std::string report;
 };
 
-// Runs body(rank) in `world` forked children (ranks listed in `ranks`). A
-// child writes body's returned string to its pipe and exits 0. The parent
-// collects everything within `limit`, killing what is left after it.
+// Runs body(rank) in forked children (ranks listed in `ranks`) on
+// testing/forked_ranks.h. A child sends body's returned string back and exits
+// 0. The parent collects everything within `limit`, killing what is left
+// after it (exit_code -signal then).
 std::vector<ChildResult> RunForked(const std::vector<int>& ranks,
                                    const std::function<std::string(int rank)>& body,
                                    absl::Duration limit) {
-  struct Child {
-    pid_t pid;
-    int fd;
-    ChildResult result;
-  };
-  std::vector<Child> children;
-  for (int rank : ranks) {
-    int fds[2];
-    if (pipe(fds) != 0) ADD_FAILURE() << "pipe failed";
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[0]);
-      std::string report = body(rank);
-      size_t done = 0;
-      while (done < report.size()) {
-        ssize_t n = write(fds[1], report.data() + done, report.size() - done);
-        if (n <= 0) break;
-        done += static_cast<size_t>(n);
-      }
-      _exit(0);
-    }
-    close(fds[1]);
-    fcntl(fds[0], F_SETFL, O_NONBLOCK);
-    children.push_back(Child{pid, fds[0], ChildResult{rank, false, -1, ""}});
-  }
-  const absl::Time deadline = absl::Now() + limit;
-  size_t open_pipes = children.size();
-  while (open_pipes > 0 && absl::Now() < deadline) {
-    std::vector<pollfd> pfds;
-    for (Child& c : children)
-      if (c.fd >= 0) pfds.push_back({c.fd, POLLIN, 0});
-    poll(pfds.data(), pfds.size(), 50);
-    for (Child& c : children) {
-      if (c.fd < 0) continue;
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(c.fd, buf, sizeof(buf))) > 0) c.result.report.append(buf, n);
-      if (n == 0) {
-        close(c.fd);
-        c.fd = -1;
-        --open_pipes;
-      }
-    }
-  }
-  for (Child& c : children) {
-    if (c.fd >= 0) {
-      kill(c.pid, SIGKILL);
-      close(c.fd);
-    }
-    int status = 0;
-    waitpid(c.pid, &status, 0);  // Bounded: the child has exited or was killed.
-    c.result.exited = WIFEXITED(status);
-    c.result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
+  ::tpudist::testing::ForkOptions options;
+  options.deadline = limit;
   std::vector<ChildResult> results;
-  for (Child& c : children) results.push_back(c.result);
+  for (const ::tpudist::testing::ChildResult& c : ::tpudist::testing::RunForkedRanks(
+           ranks,
+           [&body](int rank, std::string* report) {
+             *report = body(rank);
+             return 0;
+           },
+           options)) {
+    results.push_back(
+        ChildResult{c.rank, c.exited, c.exited ? c.exit_code : -c.signal, c.report});
+  }
   return results;
 }
 

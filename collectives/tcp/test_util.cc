@@ -7,14 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "testing/rank_threads.h"
 
 namespace tpudist::collectives::tcp::testing {
 
 void RunRanks(int world, const std::function<void(int rank)>& fn) {
-  std::vector<std::thread> threads;
-  threads.reserve(world);
-  for (int r = 0; r < world; ++r) threads.emplace_back([&fn, r] { fn(r); });
-  for (std::thread& t : threads) t.join();
+  tpudist::testing::RunRankThreads(world, fn);
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<TcpMesh>>> ConnectAll(c10d::Store& store, int world,

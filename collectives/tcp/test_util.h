@@ -21,8 +21,10 @@ class Store;
 
 namespace tpudist::collectives::tcp::testing {
 
-// Runs fn(rank) for rank in [0, world) on `world` threads and joins them.
-// Every fn must itself be bounded by deadlines (all transport calls are).
+// Runs fn(rank) for rank in [0, world) on `world` threads and joins them
+// (testing/rank_threads.h: a rank still running after 300 s aborts the
+// binary). Every fn must itself be bounded by deadlines (all transport calls
+// are).
 void RunRanks(int world, const std::function<void(int rank)>& fn);
 
 // Connects `world` meshes over `store` concurrently (one thread per rank).

@@ -1,10 +1,6 @@
 #include "fsdp/testing/rank_threads.h"
 
-#include <cstdio>
 #include <cstdlib>
-#include <exception>
-#include <future>
-#include <thread>
 
 #include <unistd.h>
 #include <vector>
@@ -17,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "collectives/process_group_factory.h"
 #include "gtest/gtest.h"
+#include "testing/rank_threads.h"
 
 namespace tpudist::fsdp::testing {
 
@@ -75,38 +72,21 @@ void RunRanks(int world_size, const std::function<void(const RankContext&)>& bod
   const std::string backend = TestBackend();
   // One factory per run (its job id names the run's shm segments).
   const GroupFactory factory = MakeGroupFactory(backend, absl::Seconds(30));
-  std::vector<std::future<void>> done;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world_size; ++r) {
-    auto task = std::make_shared<std::packaged_task<void()>>([=] {
-      RankContext ctx;
-      ctx.rank = r;
-      ctx.world_size = world_size;
-      ctx.env.rank = r;
-      ctx.env.world_size = world_size;
-      ctx.env.store = store;
-      ctx.env.group_factory = factory;
-      ctx.env.mesh_name = "mesh";  // a fresh store per run
-      ctx.env.collective_timeout = absl::Seconds(30);
-      try {
+  ::tpudist::testing::RunRankThreads(
+      world_size,
+      [&](int r) {
+        RankContext ctx;
+        ctx.rank = r;
+        ctx.world_size = world_size;
+        ctx.env.rank = r;
+        ctx.env.world_size = world_size;
+        ctx.env.store = store;
+        ctx.env.group_factory = factory;
+        ctx.env.mesh_name = "mesh";  // a fresh store per run
+        ctx.env.collective_timeout = absl::Seconds(30);
         body(ctx);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
-      }
-    });
-    done.push_back(task->get_future());
-    threads.emplace_back([task] { (*task)(); });
-  }
-  const auto until = std::chrono::steady_clock::now() +
-                     std::chrono::milliseconds(absl::ToInt64Milliseconds(deadline));
-  for (int r = 0; r < world_size; ++r) {
-    if (done[r].wait_until(until) != std::future_status::ready) {
-      std::fprintf(stderr, "RunRanks: rank %d of %d still running after %s: hang, aborting\n", r,
-                   world_size, absl::FormatDuration(deadline).c_str());
-      std::abort();
-    }
-  }
-  for (std::thread& t : threads) t.join();
+      },
+      deadline);
 }
 
 }  // namespace tpudist::fsdp::testing
