@@ -11,10 +11,10 @@
 #include "fsdp/fully_shard/flat_param_math.h"
 #include "fsdp/fully_shard/fully_shard.h"
 #include "fsdp/fully_shard/optimizer_checkpoint.h"
-#include "fsdp/fully_shard/safetensors_io.h"
 #include "fsdp/fully_shard/sharded_checkpoint.h"
 #include "fsdp/fully_shard/state_dict.h"
 #include "fsdp/fully_shard/testing/fsdp_test_util.h"
+#include "io/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -124,7 +124,7 @@ TEST(ShardedCheckpointTest, ReshardOnLoadFourToTwo) {
     if (r.rank == 0) saved = *sd;
   });
   ASSERT_FALSE(saved.empty());
-  absl::StatusOr<SafetensorsContents> full = ReadSafetensorsFile(dir + "/full.safetensors");
+  absl::StatusOr<io::SafetensorsContents> full = io::ReadSafetensors(dir + "/full.safetensors");
   ASSERT_TRUE(full.ok()) << full.status();
   ExpectSameDict(full->tensors, saved);
   EXPECT_EQ(full->metadata.at("format"), "pt");
@@ -205,28 +205,6 @@ TEST(OptimizerCheckpointTest, ResumeIsBitIdentical) {
   });
   ExpectSameDict(finals["resumed"], finals["straight"]);
   EXPECT_FALSE(at::equal(finals["no_optim"].at("b0.fc1.weight"), finals["straight"].at("b0.fc1.weight")));
-}
-
-}  // namespace
-}  // namespace tpudist::fsdp
-
-namespace tpudist::fsdp {
-namespace {
-
-// A full disk (here /dev/full behind the temp name) is reported with
-// strerror and the file, and leaves neither the temp file nor the target.
-TEST(SafetensorsIoTest, DiskFullIsReportedWithStrerror) {
-  const std::string dir = ::testing::TempDir() + "/st_enospc_" + std::to_string(getpid());
-  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  const std::string path = dir + "/m.safetensors";
-  ASSERT_EQ(symlink("/dev/full", (path + ".tmp").c_str()), 0);
-  std::vector<std::pair<std::string, at::Tensor>> tensors = {{"w", torch::ones({1024, 64})}};  // [1024, 64]
-  absl::Status s = WriteSafetensorsFile(path, tensors);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("No space left on device"));
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(path + ".tmp"));
-  EXPECT_NE(access(path.c_str(), F_OK), 0);
-  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
 }  // namespace

@@ -1,7 +1,5 @@
 #include "fsdp/fully_shard/sharded_checkpoint.h"
 
-#include <cerrno>
-
 #include <fstream>
 #include <map>
 #include <optional>
@@ -12,7 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/exception_message.h"
 #include "fsdp/fully_shard/flat_param_math.h"
-#include "fsdp/fully_shard/safetensors_io.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
 
 namespace tpudist::fsdp {
 namespace {
@@ -68,16 +67,9 @@ absl::Status WriteShards(const std::shared_ptr<torch::nn::Module>& model, const 
     if (rank == 0) tensors.emplace_back(item.key(), item.value());
     describe(item.key(), item.value().sizes().vec(), item.value().scalar_type(), false);
   }
-  absl::Status s = WriteSafetensorsFile(ShardPath(dir, rank, world), tensors);
+  absl::Status s = io::WriteSafetensors(ShardPath(dir, rank, world), tensors);
   if (!s.ok() || rank != 0) return s;
-  const std::string path = dir + "/metadata.json";
-  std::ofstream out(path + ".tmp", std::ios::trunc);
-  out << meta.dump(1);
-  out.close();
-  if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("SaveShardedCheckpoint: cannot write ", path));
-  }
-  return absl::OkStatus();
+  return io::WriteFileAtomically(dir + "/metadata.json", meta.dump(1));
 }
 
 }  // namespace
@@ -97,18 +89,18 @@ absl::Status LoadShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& mod
     return absl::DataLossError(absl::StrCat("LoadShardedCheckpoint: malformed ", dir, "/metadata.json"));
   }
   const int64_t old_world = meta["world_size"].get<int64_t>();
-  std::map<int64_t, SafetensorsContents> files;  // old rank -> contents, read on demand
-  auto file = [&](int64_t r) -> absl::StatusOr<const SafetensorsContents*> {
+  std::map<int64_t, io::SafetensorsContents> files;  // old rank -> contents, read on demand
+  auto file = [&](int64_t r) -> absl::StatusOr<const io::SafetensorsContents*> {
     auto it = files.find(r);
     if (it == files.end()) {
-      absl::StatusOr<SafetensorsContents> c = ReadSafetensorsFile(ShardPath(dir, r, old_world));
+      absl::StatusOr<io::SafetensorsContents> c = io::ReadSafetensors(ShardPath(dir, r, old_world));
       if (!c.ok()) return c.status();
       it = files.emplace(r, *std::move(c)).first;
     }
     return &it->second;
   };
   auto get = [&](int64_t r, const std::string& name) -> absl::StatusOr<at::Tensor> {
-    absl::StatusOr<const SafetensorsContents*> c = file(r);
+    absl::StatusOr<const io::SafetensorsContents*> c = file(r);
     if (!c.ok()) return c.status();
     auto it = (*c)->tensors.find(name);
     if (it == (*c)->tensors.end()) {
@@ -171,7 +163,7 @@ absl::Status SaveFullSafetensors(const std::shared_ptr<torch::nn::Module>& model
   absl::Status s = sd.status();
   if (s.ok() && mesh.LocalRank(0) == 0) {
     std::vector<std::pair<std::string, at::Tensor>> list(sd->begin(), sd->end());
-    s = WriteSafetensorsFile(path, list, {{"format", "pt"}});
+    s = io::WriteSafetensors(path, list, {{"format", "pt"}});
   }
   return AgreeOk(mesh, s, "SaveFullSafetensors");
 }
