@@ -18,8 +18,10 @@
 // the file that failed (the temp name, or the directory), the target `path`,
 // what was being done, and strerror.
 //
-// Torch-free and includes nothing of ours (io/ is a base folder; fuzz/ and
-// tpu_runtime/ could compile it alone).
+// Torch-free and includes nothing of ours. It lives in io/ (a base folder
+// below fsdp/ and models/, above tpu_runtime/): tpu_runtime/ writes no file
+// by temp-and-rename today; should it need to, this file pair moves down into
+// a torch-free target rather than tpu_runtime/ including upward.
 //
 // Thread-safety: REQUIRES at most one writer per `path` at a time (the temp
 // name is fixed: "<path>.tmp"); writers of different paths are independent.
