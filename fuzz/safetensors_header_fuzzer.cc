@@ -1,6 +1,6 @@
-// Fuzz target: models/common/safetensors_header.h, the parser every
-// safetensors reader (models/gemma SafetensorsFile::Open, fsdp's
-// ReadSafetensorsFile) runs on a file's bytes before touching its data.
+// Fuzz target: io/safetensors_header.h, the parser the safetensors reader
+// (io/safetensors.h: SafetensorsFile::Open, ReadSafetensors) runs on a
+// file's bytes before touching its data.
 //
 // Input: the whole file (8-byte length, JSON header, data block). On success
 // the header must describe only bytes that exist: each entry's range inside
@@ -14,12 +14,12 @@
 
 #include "absl/strings/string_view.h"
 #include "fuzz/fuzz_check.h"
-#include "models/common/safetensors_header.h"
+#include "io/safetensors_header.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  namespace models = tpudist::models;
+  namespace io = tpudist::io;
   const absl::string_view file(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<models::SafetensorsHeader> header = models::ParseSafetensorsHeader(file, "fuzz.safetensors");
+  absl::StatusOr<io::SafetensorsHeader> header = io::ParseSafetensorsHeader(file, "fuzz.safetensors");
   if (!header.ok()) {
     FUZZ_CHECK(header.status().code() == absl::StatusCode::kDataLoss, "%s",
                header.status().ToString().c_str());
@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
              (unsigned long long)header->data_size, size);
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& [name, e] : header->entries) {
-    absl::StatusOr<size_t> element = models::SafetensorsDtypeSize(e.dtype);
+    absl::StatusOr<size_t> element = io::SafetensorsDtypeSize(e.dtype);
     FUZZ_CHECK(element.ok(), "tensor '%s' has dtype '%s'", name.c_str(), e.dtype.c_str());
     FUZZ_CHECK(e.begin <= e.end && e.end <= header->data_size, "tensor '%s' range [%llu, %llu) of %llu",
                name.c_str(), (unsigned long long)e.begin, (unsigned long long)e.end,

@@ -13,6 +13,7 @@
 #include "examples/finetune/checkpoint_retention.h"
 #include "examples/finetune/file_checksum.h"
 #include "examples/finetune/internal/fs_util.h"
+#include "io/atomic_file.h"
 
 namespace tpudist::finetune {
 namespace {
@@ -168,15 +169,11 @@ absl::StatusOr<CheckpointInfo> CheckpointManager::Commit(
 
   // The marker goes in last, itself atomically.
   const std::string marker = Join(info.path, kCheckpointMetadataFile);
-  const std::string marker_tmp = absl::StrCat(marker, ".tmp");
   if (absl::Status st =
-          internal::WriteFileSynced(marker_tmp, CheckpointMetadataToJson(meta));
+          io::WriteFileAtomically(marker, CheckpointMetadataToJson(meta));
       !st.ok()) {
     return st;
   }
-  if (absl::Status st = internal::RenamePath(marker_tmp, marker); !st.ok())
-    return st;
-  if (absl::Status st = internal::FsyncPath(info.path); !st.ok()) return st;
   info.metadata = std::move(meta);
 
   if (absl::Status st = Prune(info.metadata.sequence); !st.ok()) return st;

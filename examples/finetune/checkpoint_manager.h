@@ -15,8 +15,8 @@
 //   2. Commit() — after all writers are done (a barrier) — reads every file
 //      once for its size and CRC-32 (file_checksum.h) and fsyncs it and
 //      every directory, renames the temp dir to checkpoint_<timestamp>,
-//      fsyncs the run dir, and only then writes checkpoint.json (via a temp
-//      name + rename + fsync) with epoch, step, loss, complete=true, the
+//      fsyncs the run dir, and only then writes checkpoint.json
+//      (io/atomic_file.h: temp name, fsync, rename, fsync of the dir) with epoch, step, loss, complete=true, the
 //      job fingerprint and the files with their sizes and CRC-32s. Then it
 //      prunes (checkpoint_retention.h).
 //   A crash at any point leaves either a .tmp_checkpoint_* dir (removed by

@@ -24,7 +24,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/gemma/hf_checkpoint.h"
-#include "models/gemma/safetensors.h"
+#include "io/safetensors.h"
 
 namespace tpudist::finetune {
 namespace {
@@ -112,9 +112,9 @@ TEST_F(GemmaFinetuneE2eTest, CheckpointKeptReloadsToShardedWeights) {
   // The HF export is a loadable --model-dir whose weights are the shards'.
   absl::StatusOr<models::gemma::GemmaForCausalLM> loaded = models::gemma::LoadGemmaFromHf(dir);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  std::vector<std::shared_ptr<const models::gemma::SafetensorsFile>> shards;
+  std::vector<std::shared_ptr<const io::SafetensorsFile>> shards;
   for (int r = 0; r < kWorld; ++r) {
-    auto f = models::gemma::SafetensorsFile::Open(absl::StrCat(dir, "/shards/shard-", r, "-of-", kWorld, ".safetensors"));
+    auto f = io::SafetensorsFile::Open(absl::StrCat(dir, "/shards/shard-", r, "-of-", kWorld, ".safetensors"));
     ASSERT_TRUE(f.ok()) << f.status();
     shards.push_back(*f);
   }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "examples/finetune/internal/fs_util.h"
+#include "io/atomic_file.h"
 
 namespace tpudist::finetune {
 namespace {
@@ -118,10 +119,7 @@ absl::StatusOr<int64_t> MetricsLog::TrimAfter(int64_t last_epoch) {
       !st.ok()) {
     return st;
   }
-  const std::string tmp = absl::StrCat(path_, ".tmp");
-  if (absl::Status st = internal::WriteFileSynced(tmp, kept); !st.ok()) return st;
-  if (absl::Status st = internal::RenamePath(tmp, path_); !st.ok()) return st;
-  if (absl::Status st = internal::FsyncPath(dir); !st.ok()) return st;
+  if (absl::Status st = io::WriteFileAtomically(path_, kept); !st.ok()) return st;
   return n_dropped;
 }
 

@@ -26,7 +26,7 @@
 #include "examples/finetune/dolly_dataset.h"
 #include "examples/finetune/hf_tokenizer_call.h"
 #include "examples/finetune/tokenized_dataset.h"
-#include "models/gemma/safetensors.h"
+#include "io/safetensors.h"
 #include "models/gemma/tokenizer.h"
 
 namespace tpudist::finetune {
@@ -65,7 +65,7 @@ class SeedDataOracle : public ::testing::Test {
  protected:
   void SetUp() override {
     meta_ = ReadJson(FixtureDir() + "/finetune.json");
-    auto file = gemma::SafetensorsFile::Open(FixtureDir() + "/finetune.safetensors");
+    auto file = io::SafetensorsFile::Open(FixtureDir() + "/finetune.safetensors");
     ASSERT_TRUE(file.ok()) << file.status();
     file_ = *file;
     auto tok = gemma::LoadTokenizer(SourceDir() + "/data/tiny_gemma");
@@ -89,7 +89,7 @@ class SeedDataOracle : public ::testing::Test {
   }
 
   json meta_;
-  std::shared_ptr<const gemma::SafetensorsFile> file_;
+  std::shared_ptr<const io::SafetensorsFile> file_;
   std::unique_ptr<gemma::Tokenizer> tok_;
 };
 

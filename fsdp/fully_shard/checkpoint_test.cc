@@ -14,12 +14,12 @@
 #include "fsdp/fully_shard/flat_param_math.h"
 #include "fsdp/fully_shard/fully_shard.h"
 #include "fsdp/fully_shard/optimizer_checkpoint.h"
-#include "fsdp/fully_shard/safetensors_io.h"
 #include "fsdp/fully_shard/sharded_checkpoint.h"
 #include "fsdp/fully_shard/state_dict.h"
 #include "fsdp/global_layout.h"
 #include "fsdp/shard_math.h"
 #include "fsdp/fully_shard/testing/fsdp_test_util.h"
+#include "io/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -129,7 +129,7 @@ TEST(ShardedCheckpointTest, ReshardOnLoadFourToTwo) {
     if (r.rank == 0) saved = *sd;
   });
   ASSERT_FALSE(saved.empty());
-  absl::StatusOr<SafetensorsContents> full = ReadSafetensorsFile(dir + "/full.safetensors");
+  absl::StatusOr<io::SafetensorsContents> full = io::ReadSafetensors(dir + "/full.safetensors");
   ASSERT_TRUE(full.ok()) << full.status();
   ExpectSameDict(full->tensors, saved);
   EXPECT_EQ(full->metadata.at("format"), "pt");
@@ -252,7 +252,7 @@ TEST(ShardedCheckpointTest, TpFsdpTwoDimReloadsOnOneDimFsdp) {
   const std::string dir = export_dir != nullptr ? export_dir : TempDir();
   if (export_dir != nullptr) {
     std::vector<std::pair<std::string, at::Tensor>> full(want.begin(), want.end());
-    ASSERT_TRUE(WriteSafetensorsFile(dir + "/expected.safetensors", full).ok());
+    ASSERT_TRUE(io::WriteSafetensors(dir + "/expected.safetensors", full).ok());
   }
   RunRanks(4, [&](const Rank& r) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {2, 2}, {"dp", "tp"}, r.env);
@@ -331,7 +331,7 @@ TEST(ShardedCheckpointTest, FormatOneCheckpointStillLoads) {
         tensors.emplace_back(name, full);
       }
     }
-    ASSERT_TRUE(WriteSafetensorsFile(dir + "/shard-" + std::to_string(r) + "-of-4.safetensors", tensors).ok());
+    ASSERT_TRUE(io::WriteSafetensors(dir + "/shard-" + std::to_string(r) + "-of-4.safetensors", tensors).ok());
   }
   std::ofstream(dir + "/metadata.json") << meta.dump(1);
   torch::manual_seed(32);
@@ -394,28 +394,6 @@ TEST(ShardedCheckpointTest, CorruptBlockDescriptionNamesTheTensor) {
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("b1.fc1.weight"));
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("shard-0-of-2.safetensors"));
   std::filesystem::remove_all(dir);
-}
-
-}  // namespace
-}  // namespace tpudist::fsdp
-
-namespace tpudist::fsdp {
-namespace {
-
-// A full disk (here /dev/full behind the temp name) is reported with
-// strerror and the file, and leaves neither the temp file nor the target.
-TEST(SafetensorsIoTest, DiskFullIsReportedWithStrerror) {
-  const std::string dir = ::testing::TempDir() + "/st_enospc_" + std::to_string(getpid());
-  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  const std::string path = dir + "/m.safetensors";
-  ASSERT_EQ(symlink("/dev/full", (path + ".tmp").c_str()), 0);
-  std::vector<std::pair<std::string, at::Tensor>> tensors = {{"w", torch::ones({1024, 64})}};  // [1024, 64]
-  absl::Status s = WriteSafetensorsFile(path, tensors);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("No space left on device"));
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(path + ".tmp"));
-  EXPECT_NE(access(path.c_str(), F_OK), 0);
-  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
 }  // namespace

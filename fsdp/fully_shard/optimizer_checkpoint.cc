@@ -6,7 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "fsdp/fully_shard/safetensors_io.h"
+#include "io/safetensors.h"
 
 namespace tpudist::fsdp {
 namespace {
@@ -34,7 +34,7 @@ absl::Status SaveShardedAdamWState(const std::shared_ptr<torch::nn::Module>& mod
     if (s.max_exp_avg_sq().defined()) tensors.emplace_back(item.key() + ".max_exp_avg_sq", s.max_exp_avg_sq());
     tensors.emplace_back(item.key() + ".step", at::full({1}, s.step(), at::kLong));
   }
-  return WriteSafetensorsFile(absl::StrCat(dir, "/", OptimizerShardFileName(rank, world_size)), tensors,
+  return io::WriteSafetensors(absl::StrCat(dir, "/", OptimizerShardFileName(rank, world_size)), tensors,
                               {{"world_size", absl::StrCat(world_size)}, {"rank", absl::StrCat(rank)}});
 }
 
@@ -42,7 +42,7 @@ absl::Status LoadShardedAdamWState(const std::shared_ptr<torch::nn::Module>& mod
                                    torch::optim::AdamW& optimizer, int rank, int world_size,
                                    const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", OptimizerShardFileName(rank, world_size));
-  absl::StatusOr<SafetensorsContents> file = ReadSafetensorsFile(path);
+  absl::StatusOr<io::SafetensorsContents> file = io::ReadSafetensors(path);
   if (!file.ok()) {
     // A file for another world size means the job was resized.
     return absl::Status(file.status().code(),

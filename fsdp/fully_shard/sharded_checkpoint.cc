@@ -1,7 +1,5 @@
 #include "fsdp/fully_shard/sharded_checkpoint.h"
 
-#include <cerrno>
-
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -15,9 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "fsdp/fully_shard/flat_param_math.h"
 #include "fsdp/fully_shard/mesh_agreement.h"
-#include "fsdp/fully_shard/safetensors_io.h"
 #include "fsdp/fully_shard/shard_blocks.h"
 #include "fsdp/global_layout.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
 
 namespace tpudist::fsdp {
 namespace {
@@ -172,16 +171,9 @@ absl::Status WriteShards(const std::shared_ptr<torch::nn::Module>& model, const 
   for (const LocalTensor& t : *local) {
     if (t.data.defined()) tensors.emplace_back(t.name, t.data);
   }
-  absl::Status s = WriteSafetensorsFile(ShardPath(dir, rank, world), tensors);
+  absl::Status s = io::WriteSafetensors(ShardPath(dir, rank, world), tensors);
   if (!s.ok() || rank != 0) return s;
-  const std::string path = dir + "/metadata.json";
-  std::ofstream out(path + ".tmp", std::ios::trunc);
-  out << ShardedCheckpointMetadataToJson(*meta).dump(1);
-  out.close();
-  if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("SaveShardedCheckpoint: cannot write ", path));
-  }
-  return absl::OkStatus();
+  return io::WriteFileAtomically(dir + "/metadata.json", ShardedCheckpointMetadataToJson(*meta).dump(1));
 }
 
 // `t` narrowed to `b` (offsets relative to t's origin). t: [any], same ndim as b.
@@ -216,17 +208,14 @@ absl::Status LoadShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& mod
   if (!meta.ok()) {
     return absl::Status(meta.status().code(), absl::StrCat("LoadShardedCheckpoint: ", meta.status().message()));
   }
-  const int64_t old_world = meta->world_size;
-  std::map<int64_t, SafetensorsContents> files;  // old rank -> contents, read on demand
-  auto get = [&](int64_t r, const std::string& name) -> absl::StatusOr<at::Tensor> {
+  return io::WriteFileAtomically(dir + "/metadata.json", ShardedCheckpointMetadataToJson(*meta).dump(1));
     auto it = files.find(r);
     if (it == files.end()) {
-      absl::StatusOr<SafetensorsContents> c = ReadSafetensorsFile(ShardPath(dir, r, old_world));
+      absl::StatusOr<io::SafetensorsContents> c = io::ReadSafetensors(ShardPath(dir, r, old_world));
       if (!c.ok()) return c.status();
       it = files.emplace(r, *std::move(c)).first;
     }
-    auto t = it->second.tensors.find(name);
-    if (t == it->second.tensors.end()) {
+  return io::WriteFileAtomically(dir + "/metadata.json", ShardedCheckpointMetadataToJson(*meta).dump(1));
       return absl::InvalidArgumentError(absl::StrCat("LoadShardedCheckpoint: ", ShardPath(dir, r, old_world),
                                                      " lacks ", name));
     }
@@ -283,7 +272,7 @@ absl::Status SaveFullSafetensors(const std::shared_ptr<torch::nn::Module>& model
   absl::Status s = sd.status();
   if (s.ok() && mesh.LocalRank(0) == 0) {
     std::vector<std::pair<std::string, at::Tensor>> list(sd->begin(), sd->end());
-    s = WriteSafetensorsFile(path, list, {{"format", "pt"}});
+    s = io::WriteSafetensors(path, list, {{"format", "pt"}});
   }
   return AgreeOnStatus(mesh, s, "SaveFullSafetensors");
 }

@@ -1,11 +1,11 @@
 #include "fsdp/testing/oracle_fixture.h"
 
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "io/safetensors.h"
 
 namespace tpudist::fsdp::testing {
 namespace {
@@ -16,46 +16,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-absl::StatusOr<at::ScalarType> Dtype(const std::string& name) {
-  if (name == "F32") return at::kFloat;
-  if (name == "F64") return at::kDouble;
-  if (name == "I64") return at::kLong;
-  return absl::UnimplementedError(
-      absl::StrCat("safetensors dtype ", name, " (oracle files use F32/F64/I64)"));
-}
-
-// Parses a safetensors file's bytes into owned tensors.
-absl::StatusOr<std::map<std::string, at::Tensor>> ParseSafetensors(const std::string& path,
-                                                                   const std::string& bytes) {
-  auto corrupt = [&](absl::string_view what) {
-    return absl::DataLossError(absl::StrCat(path, ": ", what));
-  };
-  if (bytes.size() < 8) return corrupt("shorter than the 8-byte header length");
-  uint64_t header_len = 0;
-  std::memcpy(&header_len, bytes.data(), 8);  // little-endian host
-  if (header_len > bytes.size() - 8) return corrupt("header runs past the end");
-  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_len), nullptr, false);
-  if (header.is_discarded() || !header.is_object()) return corrupt("header is not a JSON object");
-  const char* data = bytes.data() + 8 + header_len;
-  const uint64_t data_len = bytes.size() - 8 - header_len;
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") continue;
-    absl::StatusOr<at::ScalarType> type = Dtype(entry.at("dtype").get<std::string>());
-    if (!type.ok()) return corrupt(absl::StrCat(name, ": ", type.status().message()));
-    const auto shape = entry.at("shape").get<std::vector<int64_t>>();
-    const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*type));
-    const uint64_t nbytes = t.numel() * t.element_size();
-    if (offsets.size() != 2 || offsets[1] > data_len || offsets[1] - offsets[0] != nbytes) {
-      return corrupt(absl::StrCat(name, ": data offsets do not match its shape"));
-    }
-    if (nbytes > 0) std::memcpy(t.data_ptr(), data + offsets[0], nbytes);
-    out.emplace(name, std::move(t));
-  }
-  return out;
 }
 
 }  // namespace
@@ -75,16 +35,9 @@ absl::StatusOr<std::shared_ptr<const OracleFixture>> OracleFixture::Load(const s
   if (fixture->manifest_.is_discarded()) {
     return absl::DataLossError(absl::StrCat(dir, "/", stem, ".json: not JSON"));
   }
-  absl::StatusOr<std::string> bytes = ReadFile(fixture->path_);
-  if (!bytes.ok()) return bytes.status();
-  try {
-    absl::StatusOr<std::map<std::string, at::Tensor>> tensors =
-        ParseSafetensors(fixture->path_, *bytes);
-    if (!tensors.ok()) return tensors.status();
-    fixture->tensors_ = std::move(*tensors);
-  } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(absl::StrCat(fixture->path_, ": malformed header: ", e.what()));
-  }
+  absl::StatusOr<io::SafetensorsContents> contents = io::ReadSafetensors(fixture->path_);
+  if (!contents.ok()) return contents.status();
+  fixture->tensors_ = std::move(contents->tensors);
   return std::shared_ptr<const OracleFixture>(std::move(fixture));
 }
 

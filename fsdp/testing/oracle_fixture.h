@@ -12,9 +12,7 @@
 // Pieces() unpacks them. Packing keeps the fixtures small: a safetensors
 // header entry costs more than most of these tensors' data.
 //
-// The safetensors reader here handles what the oracle writes (F32, F64, I64)
-// and nothing more; models/gemma/safetensors.h is the full one, but fsdp sits
-// below models/ and its tests must not link a model library.
+// The .safetensors file is read (and validated) by io/safetensors.h.
 //
 // Thread-safety: immutable after Load; Get/Pieces may run from every rank
 // thread at once.

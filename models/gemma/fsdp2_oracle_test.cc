@@ -47,7 +47,7 @@
 #include "models/gemma/gemma_model.h"
 #include "models/gemma/hf_checkpoint.h"
 #include "models/gemma/parallelize_gemma.h"
-#include "models/gemma/safetensors.h"
+#include "io/safetensors.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -102,7 +102,7 @@ struct TorchRun {
 
 TorchRun LoadRun(const std::string& name) {
   TorchRun run;
-  auto file = SafetensorsFile::Open(Fsdp2FixtureDir() + "/" + name + ".safetensors");
+  auto file = io::SafetensorsFile::Open(Fsdp2FixtureDir() + "/" + name + ".safetensors");
   EXPECT_TRUE(file.ok()) << file.status();
   if (!file.ok()) return run;
   const auto& f = **file;
@@ -319,7 +319,7 @@ WorldGap OurWorldGap(const TorchRun& t, bool bf16) {
 
 TEST(Fsdp2Oracle, WorldSizeGapIsNoBiggerThanTorchFsdp2s) {
   const nlohmann::json torch_gaps = TorchWorldGaps();
-  auto file = SafetensorsFile::Open(Fsdp2FixtureDir() + "/world_size_batches.safetensors");
+  auto file = io::SafetensorsFile::Open(Fsdp2FixtureDir() + "/world_size_batches.safetensors");
   ASSERT_TRUE(file.ok()) << file.status();
   TorchRun t;
   t.input_ids = (*file)->Get("input_ids")->clone();  // [steps, B, S], no padding

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "models/gemma/model_dir.h"
-#include "models/gemma/safetensors.h"
+#include "io/safetensors.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -57,8 +57,8 @@ at::ScalarType StoredDtype(const std::vector<std::pair<std::string, at::Tensor>>
 // weights would train silently on garbage.
 absl::Status CheckDtype(const std::string& path, const std::string& hf_name, const std::string& stored,
                         at::ScalarType want, HfLoadSummary* summary) {
-  absl::StatusOr<at::ScalarType> from = SafetensorsDtype(stored);  // validated by Open
-  absl::StatusOr<std::string> want_name = SafetensorsDtypeName(want);
+  absl::StatusOr<at::ScalarType> from = io::SafetensorsDtype(stored);  // validated by Open
+  absl::StatusOr<std::string> want_name = io::SafetensorsDtypeName(want);
   const std::string expected = want_name.ok() ? *want_name : std::string(c10::toString(want));
   if (from.ok() && *from == want) return absl::OkStatus();
   if (from.ok() && at::isFloatingType(*from) && at::isFloatingType(want)) {
@@ -169,7 +169,7 @@ absl::StatusOr<HfLoadSummary> LoadHfWeights(GemmaForCausalLMImpl& model, const s
   HfLoadSummary summary;
   at::NoGradGuard no_grad;
   for (const auto& path : files) {
-    auto file = SafetensorsFile::Open(path);
+    auto file = io::SafetensorsFile::Open(path);
     if (!file.ok()) return file.status();
     for (const auto& [hf_name, entry] : (*file)->entries()) {
       HfTensorClass c = ClassifyHfTensor(hf_name, model.config());
@@ -213,7 +213,7 @@ absl::Status SaveGemmaAsHf(GemmaForCausalLMImpl& model, const std::string& dir, 
     std::string hf = options.multimodal_wrapper ? HfNameFor(name) : name;
     tensors.emplace_back(hf, t);
   }
-  if (auto st = WriteSafetensors((root / "model.safetensors").string(), tensors, {{"format", "pt"}}); !st.ok()) {
+  if (auto st = io::WriteSafetensors((root / "model.safetensors").string(), tensors, {{"format", "pt"}}); !st.ok()) {
     return st;
   }
   nlohmann::json config = GemmaConfigToHfJson(model.config(), options.multimodal_wrapper);

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "models/gemma/gemma_test_util.h"
-#include "models/gemma/safetensors.h"
+#include "io/safetensors.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -27,7 +27,7 @@ at::Tensor Logits(GemmaForCausalLM& m) {
 }
 
 std::vector<std::pair<std::string, at::Tensor>> ReadAll(const std::string& path) {
-  auto f = SafetensorsFile::Open(path);
+  auto f = io::SafetensorsFile::Open(path);
   EXPECT_TRUE(f.ok()) << f.status();
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& [name, e] : (*f)->entries()) out.emplace_back(name, (*(*f)->Get(name)).clone());
@@ -78,7 +78,7 @@ TEST(HfCheckpoint, SaveLoadRoundTrip) {
   SaveOptions bf16;
   bf16.dtype = at::kBFloat16;
   ASSERT_TRUE(SaveGemmaAsHf(**c, dir2.path(), bf16).ok());
-  auto f = SafetensorsFile::Open(dir2 / "model.safetensors");
+  auto f = io::SafetensorsFile::Open(dir2 / "model.safetensors");
   EXPECT_EQ((*f)->entries().at("model.language_model.norm.weight").dtype, "BF16");
 
   // Text-only layout ("model.layers...") loads too.
@@ -104,8 +104,8 @@ TEST(HfCheckpoint, ShardedIndexAndSkippedTensors) {
   s2.emplace_back("lm_head.weight", at::zeros({512, 64}));
   testing::TempDir dir;
   std::filesystem::copy_file(src / "config.json", dir / "config.json");
-  ASSERT_TRUE(WriteSafetensors(dir / "model-00001-of-00002.safetensors", s1).ok());
-  ASSERT_TRUE(WriteSafetensors(dir / "model-00002-of-00002.safetensors", s2).ok());
+  ASSERT_TRUE(io::WriteSafetensors(dir / "model-00001-of-00002.safetensors", s1).ok());
+  ASSERT_TRUE(io::WriteSafetensors(dir / "model-00002-of-00002.safetensors", s2).ok());
   nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
   for (const auto& [n, t] : s1) index["weight_map"][n] = "model-00001-of-00002.safetensors";
   for (const auto& [n, t] : s2) index["weight_map"][n] = "model-00002-of-00002.safetensors";
@@ -125,7 +125,7 @@ TEST(HfCheckpoint, ErrorsNameFileAndTensor) {
   {  // missing tensor
     auto v = all;
     v.erase(std::find_if(v.begin(), v.end(), [](const auto& p) { return p.first.find("layers.2.mlp.down_proj") != std::string::npos; }));
-    ASSERT_TRUE(WriteSafetensors(st_path, v).ok());
+    ASSERT_TRUE(io::WriteSafetensors(st_path, v).ok());
     auto st = LoadGemmaFromHf(src.path()).status();
     EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
     EXPECT_NE(st.message().find("model.language_model.layers.2.mlp.down_proj.weight"), std::string::npos) << st;
@@ -135,7 +135,7 @@ TEST(HfCheckpoint, ErrorsNameFileAndTensor) {
     for (auto& [n, t] : v) {
       if (n == "model.language_model.norm.weight") t = at::ones({65});
     }
-    ASSERT_TRUE(WriteSafetensors(st_path, v).ok());
+    ASSERT_TRUE(io::WriteSafetensors(st_path, v).ok());
     auto st = LoadGemmaFromHf(src.path()).status();
     EXPECT_NE(st.message().find("norm.weight"), std::string::npos) << st;
     EXPECT_NE(st.message().find("[65]"), std::string::npos) << st;
@@ -144,7 +144,7 @@ TEST(HfCheckpoint, ErrorsNameFileAndTensor) {
   {  // unexpected tensor
     auto v = all;
     v.emplace_back("model.language_model.layers.1.mystery.weight", at::ones({2}));
-    ASSERT_TRUE(WriteSafetensors(st_path, v).ok());
+    ASSERT_TRUE(io::WriteSafetensors(st_path, v).ok());
     auto st = LoadGemmaFromHf(src.path()).status();
     EXPECT_NE(st.message().find("mystery"), std::string::npos) << st;
   }
@@ -174,7 +174,7 @@ TEST(HfCheckpoint, IntegerTensorForFloatWeightIsRejected) {
   for (auto& [n, t] : all) {
     if (n == name) t = t.view(at::kInt);  // same bytes, header says I32
   }
-  ASSERT_TRUE(WriteSafetensors(src / "model.safetensors", all).ok());
+  ASSERT_TRUE(io::WriteSafetensors(src / "model.safetensors", all).ok());
   auto st = LoadGemmaFromHf(src.path()).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find(src / "model.safetensors"), std::string::npos) << st;
@@ -205,7 +205,7 @@ TEST(HfCheckpoint, FloatCastsAreCountedAndLoggedOnce) {
   // A mixed file: one F16 tensor among F32 ones, into an F32 model.
   auto all = ReadAll(src / "model.safetensors");
   all[0].second = all[0].second.to(at::kHalf);
-  ASSERT_TRUE(WriteSafetensors(src / "model.safetensors", all).ok());
+  ASSERT_TRUE(io::WriteSafetensors(src / "model.safetensors", all).ok());
   GemmaForCausalLM c(GemmaTinyConfig());
   auto summary = LoadHfWeights(*c, src.path());
   ASSERT_TRUE(summary.ok()) << summary.status();

@@ -26,7 +26,7 @@
 #include "models/gemma/generation.h"
 #include "models/gemma/hf_checkpoint.h"
 #include "models/gemma/rope.h"
-#include "models/gemma/safetensors.h"
+#include "io/safetensors.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -68,7 +68,7 @@ struct Case {
 };
 
 std::vector<Case> LoadCases() {
-  auto file = SafetensorsFile::Open(FixtureDir() + "/cases.safetensors");
+  auto file = io::SafetensorsFile::Open(FixtureDir() + "/cases.safetensors");
   EXPECT_TRUE(file.ok()) << file.status();
   std::vector<Case> out;
   if (!file.ok()) return out;
@@ -357,7 +357,7 @@ TEST(HfOracleExport, SaveGemmaAsHfForTransformers) {
     logits.emplace_back(c.name + ".fp32", fp32->forward(c.input_ids, c.attention_mask).logits);
     logits.emplace_back(c.name + ".bf16", bf16->forward(c.input_ids, c.attention_mask).logits);
   }
-  ASSERT_TRUE(WriteSafetensors((root / "ours.safetensors").string(), logits).ok());
+  ASSERT_TRUE(io::WriteSafetensors((root / "ours.safetensors").string(), logits).ok());
 }
 
 }  // namespace

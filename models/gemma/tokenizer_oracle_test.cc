@@ -25,7 +25,7 @@
 
 #ifndef TPU_DIST_ORACLE_NO_TORCH
 #include "models/gemma/gemma_model.h"
-#include "models/gemma/safetensors.h"
+#include "io/safetensors.h"
 #endif
 
 namespace tpudist::models::gemma {
@@ -152,7 +152,7 @@ TEST(TokenizerOracleData, FineTuneRowsTokenizeLikeTransformers) {
   const std::string src = std::string(std::getenv("TPU_DIST_SOURCE_DIR") ? std::getenv("TPU_DIST_SOURCE_DIR")
                                                                           : TPU_DIST_SOURCE_DIR_DEFAULT);
   const json meta = ReadJson(FixtureDir() + "/finetune.json");
-  auto file = SafetensorsFile::Open(FixtureDir() + "/finetune.safetensors");
+  auto file = io::SafetensorsFile::Open(FixtureDir() + "/finetune.safetensors");
   ASSERT_TRUE(file.ok()) << file.status();
   auto tok = LoadTokenizer(src + "/data/tiny_gemma");
   ASSERT_TRUE(tok.ok()) << tok.status();

@@ -14,9 +14,12 @@
 // and that no two ranges overlap. Every error is DataLoss and names the file
 // and, where one is at fault, the tensor and the field.
 //
+// Torch-free and includes nothing of ours: fuzz/ compiles this file pair
+// alone (tools/fuzz.sh). io/safetensors.h builds torch tensors on top.
+//
 // Thread-safety: pure functions.
-#ifndef TPU_DIST_MODELS_COMMON_SAFETENSORS_HEADER_H_
-#define TPU_DIST_MODELS_COMMON_SAFETENSORS_HEADER_H_
+#ifndef TPU_DIST_IO_SAFETENSORS_HEADER_H_
+#define TPU_DIST_IO_SAFETENSORS_HEADER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace tpudist::models {
+namespace tpudist::io {
 
 // Largest JSON header accepted (HF's limit is the same 100 MB).
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = uint64_t{100} << 20;
@@ -57,6 +60,6 @@ absl::StatusOr<size_t> SafetensorsDtypeSize(absl::string_view dtype);
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view file,
                                                          absl::string_view path);
 
-}  // namespace tpudist::models
+}  // namespace tpudist::io
 
-#endif  // TPU_DIST_MODELS_COMMON_SAFETENSORS_HEADER_H_
+#endif  // TPU_DIST_IO_SAFETENSORS_HEADER_H_

@@ -1,4 +1,6 @@
-// Safetensors reading and writing (the format of HF model.safetensors).
+// Safetensors reading and writing with torch tensors (the format of HF
+// model.safetensors, FullyShard checkpoints and the oracle fixtures): the one
+// reader and writer of the project.
 //
 // Layout: u64 little-endian N, then an N-byte JSON header
 //   {"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
@@ -7,15 +9,21 @@
 //
 // SafetensorsFile maps the file (MAP_PRIVATE, copy-on-write, so writing into
 // a returned tensor never touches the file) and validates the whole header on
-// Open with models/common/safetensors_header.h: dtypes, shapes, byte sizes,
-// bounds and non-overlap. Get returns a
-// zero-copy view that keeps the mapping alive when the data is suitably
-// aligned, otherwise an owned copy.
+// Open with io/safetensors_header.h: dtypes, shapes, byte sizes, bounds and
+// non-overlap. Get returns a zero-copy view that keeps the mapping alive when
+// the data is suitably aligned, otherwise an owned copy. ReadSafetensors is
+// the whole file as owned tensors.
+//
+// WriteSafetensors writes through io/atomic_file.h (temp file, fsync,
+// rename, fsync of the directory).
+//
+// Errors name the file and, where one is at fault, the tensor.
 //
 // Thread-safety: a SafetensorsFile is immutable after Open; Get may be called
-// concurrently.
-#ifndef TPU_DIST_MODELS_GEMMA_SAFETENSORS_H_
-#define TPU_DIST_MODELS_GEMMA_SAFETENSORS_H_
+// concurrently. The free functions share nothing; see atomic_file.h for
+// writers of one path.
+#ifndef TPU_DIST_IO_SAFETENSORS_H_
+#define TPU_DIST_IO_SAFETENSORS_H_
 
 #include <cstdint>
 #include <map>
@@ -29,15 +37,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "models/common/safetensors_header.h"
+#include "io/safetensors_header.h"
 
-namespace tpudist::models::gemma {
+namespace tpudist::io {
 
 // "F32" <-> at::kFloat etc. Supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL.
 absl::StatusOr<at::ScalarType> SafetensorsDtype(absl::string_view name);
 absl::StatusOr<std::string> SafetensorsDtypeName(at::ScalarType type);
-
-using ::tpudist::models::SafetensorsEntry;
 
 class SafetensorsFile {
  public:
@@ -69,12 +75,24 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes `tensors` (any device/layout; copied to contiguous CPU) to `path`
-// atomically (temp file + rename). Names must be unique.
+// A whole file read into owned, contiguous CPU tensors.
+struct SafetensorsContents {
+  std::map<std::string, at::Tensor> tensors;  // name -> tensor, dtype and shape as stored
+  std::map<std::string, std::string> metadata;
+};
+
+// Reads and validates the whole of `path` (as Open does) and copies every
+// tensor out, so nothing refers to the file afterwards.
+absl::StatusOr<SafetensorsContents> ReadSafetensors(const std::string& path);
+
+// Writes `tensors` (any device/layout/shape; copied to contiguous CPU) and
+// `metadata` to `path` atomically and durably (io/atomic_file.h). Names must
+// be unique (InvalidArgument naming the file and tensor, nothing written);
+// the JSON header is space-padded to a multiple of 8 bytes.
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 
-}  // namespace tpudist::models::gemma
+}  // namespace tpudist::io
 
-#endif  // TPU_DIST_MODELS_GEMMA_SAFETENSORS_H_
+#endif  // TPU_DIST_IO_SAFETENSORS_H_

@@ -1,21 +1,20 @@
-#include "models/gemma/safetensors.h"
+#include "io/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "io/atomic_file.h"
 
-namespace tpudist::models::gemma {
+namespace tpudist::io {
 namespace {
 
 struct DtypeRow {
@@ -60,11 +59,16 @@ SafetensorsFile::~SafetensorsFile() = default;
 
 absl::StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot open"));
   struct stat st;
   if (fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    return absl::InternalError(absl::StrCat(path, ": fstat failed"));
+    return absl::ErrnoToStatus(err, absl::StrCat(path, ": fstat failed"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(path, ": not a regular file"));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8) {
@@ -110,6 +114,19 @@ absl::StatusOr<at::Tensor> SafetensorsFile::Get(const std::string& name) const {
   return out;
 }
 
+absl::StatusOr<SafetensorsContents> ReadSafetensors(const std::string& path) {
+  absl::StatusOr<std::shared_ptr<const SafetensorsFile>> file = SafetensorsFile::Open(path);
+  if (!file.ok()) return file.status();
+  SafetensorsContents out;
+  out.metadata = (*file)->metadata();
+  for (const auto& [name, entry] : (*file)->entries()) {
+    absl::StatusOr<at::Tensor> t = (*file)->Get(name);
+    if (!t.ok()) return t.status();
+    out.tensors.emplace(name, t->clone());  // owned: the mapping goes with `file`
+  }
+  return out;
+}
+
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                               const std::map<std::string, std::string>& metadata) {
@@ -118,9 +135,13 @@ absl::Status WriteSafetensors(const std::string& path,
   std::set<std::string> seen;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
-    if (!seen.insert(name).second) return absl::InvalidArgumentError(absl::StrCat(path, ": duplicate tensor '", name, "'"));
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": duplicate tensor '", name, "'"));
+    }
     auto dtype = SafetensorsDtypeName(tensor.scalar_type());
-    if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "': ", dtype.status().message()));
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "': ", dtype.status().message()));
+    }
     at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
     const uint64_t bytes = t.numel() * t.element_size();
     header[name] = {{"dtype", *dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
@@ -130,45 +151,18 @@ absl::Status WriteSafetensors(const std::string& path,
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string h = header.dump();
   while (h.size() % 8 != 0) h.push_back(' ');
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat(tmp, ": cannot create"));
-  // The first failure's errno (ENOSPC on a full disk) and what it was doing.
-  int err = 0;
-  std::string what;
-  uint64_t written = 0;
-  auto put = [&](const void* p, size_t n) {
-    if (err != 0 || n == 0) return;
-    errno = 0;
-    if (std::fwrite(p, 1, n, f) != n) {
-      err = errno != 0 ? errno : EIO;
-      what = absl::StrCat("writing ", n, " bytes at offset ", written);
-    }
-    written += n;
-  };
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>((static_cast<uint64_t>(h.size()) >> (8 * i)) & 0xff);
-  put(len, 8);
-  put(h.data(), h.size());
-  for (const auto& t : data) put(t.data_ptr(), t.numel() * t.element_size());
-  if (std::fflush(f) != 0 && err == 0) {
-    err = errno;
-    what = "flushing";
+  char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((static_cast<uint64_t>(h.size()) >> (8 * i)) & 0xff);
+  std::vector<absl::string_view> pieces = {absl::string_view(len, 8), h};
+  for (const auto& t : data) {
+    pieces.emplace_back(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
   }
-  if (std::fclose(f) != 0 && err == 0) {
-    err = errno;
-    what = "closing";
-  }
-  if (err == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    what = absl::StrCat("renaming it to ", path);
-  }
-  if (err != 0) {
-    std::remove(tmp.c_str());
-    return absl::ErrnoToStatus(err, absl::StrCat(tmp, ": ", what, " (", offset + 8 + h.size(),
-                                                 " bytes of safetensors in all) failed"));
+  absl::Status st = WriteFileAtomically(path, pieces);
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat(st.message(), " (", 8 + h.size() + offset,
+                                                " bytes of safetensors in all)"));
   }
   return absl::OkStatus();
 }
 
-}  // namespace tpudist::models::gemma
+}  // namespace tpudist::io

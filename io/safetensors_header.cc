@@ -1,4 +1,4 @@
-#include "models/common/safetensors_header.h"
+#include "io/safetensors_header.h"
 
 #include <algorithm>
 #include <utility>
@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace tpudist::models {
+namespace tpudist::io {
 namespace {
 
 struct DtypeRow {
@@ -111,4 +111,4 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view file,
   return out;
 }
 
-}  // namespace tpudist::models
+}  // namespace tpudist::io

@@ -1,4 +1,4 @@
-#include "models/gemma/safetensors.h"
+#include "io/safetensors.h"
 
 #include <unistd.h>
 
@@ -7,9 +7,9 @@
 
 #include <gtest/gtest.h>
 
-#include "models/gemma/gemma_test_util.h"
+#include "io/io_test_util.h"
 
-namespace tpudist::models::gemma {
+namespace tpudist::io {
 namespace {
 
 TEST(Safetensors, RoundTripsAllDtypes) {
@@ -134,9 +134,47 @@ TEST(Safetensors, WriteErrorCarriesErrnoAndPath) {
   EXPECT_NE(st.message().find("No space left on device"), std::string::npos) << st;
   EXPECT_NE(st.message().find(path + ".tmp"), std::string::npos) << st;
   EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));  // the symlink went too
   st = WriteSafetensors(dir / "absent_dir/m.safetensors", {{"w", at::zeros({1})}});
   EXPECT_NE(st.message().find("No such file or directory"), std::string::npos) << st;
 }
 
+// ReadSafetensors: owned copies of everything, metadata, and the same
+// validation (and messages) as Open.
+TEST(Safetensors, ReadSafetensorsCopiesEverything) {
+  testing::TempDir dir;
+  const std::string path = dir / "r.safetensors";
+  const at::Tensor w = at::randn({3, 4});        // [3, 4]
+  const at::Tensor b = at::arange(5, at::kInt);  // [5]
+  ASSERT_TRUE(WriteSafetensors(path, {{"w", w}, {"b", b}}, {{"format", "pt"}}).ok());
+  absl::StatusOr<SafetensorsContents> got = ReadSafetensors(path);
+  ASSERT_TRUE(got.ok()) << got.status();
+  std::filesystem::remove(path);
+  ASSERT_EQ(got->tensors.size(), 2u);
+  EXPECT_TRUE(at::equal(got->tensors.at("w"), w));
+  EXPECT_TRUE(at::equal(got->tensors.at("b"), b));
+  EXPECT_EQ(got->metadata.at("format"), "pt");
+  testing::WriteFile(path, Header(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})") + "1234");
+  absl::Status st = ReadSafetensors(path).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find(path), std::string::npos) << st;
+  EXPECT_NE(st.message().find("'t'"), std::string::npos) << st;
+  EXPECT_EQ(ReadSafetensors(dir / "absent").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Bad input to the writer names the file and the tensor, and writes nothing.
+TEST(Safetensors, WriterRejectsDuplicatesAndUnsupportedDtypes) {
+  testing::TempDir dir;
+  const std::string path = dir / "bad.safetensors";
+  absl::Status st = WriteSafetensors(path, {{"a", at::ones({1})}, {"a", at::ones({1})}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find(path), std::string::npos) << st;
+  EXPECT_NE(st.message().find("'a'"), std::string::npos) << st;
+  st = WriteSafetensors(path, {{"c", at::ones({2}, at::kComplexFloat)}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("'c'"), std::string::npos) << st;
+  EXPECT_EQ(testing::CountEntries(dir.path()), 0);
+}
+
 }  // namespace
-}  // namespace tpudist::models::gemma
+}  // namespace tpudist::io
