@@ -46,7 +46,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_math.h"
 #include "bench/forked_ranks.h"
-#include "collectives/process_group_factory.h"
+#include "distributed/init_process_group.h"
 #include "fsdp/device_mesh.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/gemma_model.h"
@@ -106,22 +106,22 @@ Flags ParseAndStrip(int* argc, char** argv) {
   return f;
 }
 
+// Groups by the one rule of distributed/group_config.h (forked ranks of one
+// host: no RankInfo; the job id names this run's shm segments).
 tpudist::fsdp::GroupFactory MakeFactory(const std::string& backend, const std::string& job) {
-  const std::chrono::milliseconds timeout = std::chrono::seconds(120);
-  return [=](const c10::intrusive_ptr<c10d::Store>& store, int group_rank,
-             const std::vector<int>& ranks)
-             -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
-    const int size = static_cast<int>(ranks.size());
-    if (backend == "gloo") {
-      return tpudist::collectives::NewGlooProcessGroup(store, group_rank, size, "127.0.0.1",
-                                                       timeout, "gloo", /*threads=*/1);
-    }
-    tpudist::collectives::ProcessGroupTpuDist::Options opts;
-    opts.timeout = timeout;
-    opts.group_name = absl::StrCat("g", absl::StrJoin(ranks, "_"));
-    opts.job_id = job;
-    return tpudist::collectives::NewTpuDistProcessGroup(store, group_rank, size, opts);
-  };
+  tpudist::distributed::GroupInitOptions o;
+  o.backend = backend;
+  o.group_name = "train_bench";
+  o.timeout = absl::Seconds(120);
+  o.job_id = job;
+  o.gloo_threads = 1;
+  absl::StatusOr<tpudist::distributed::GroupConfig> config =
+      tpudist::distributed::ResolveGroupConfigFromProcess(nullptr, o);
+  if (!config.ok()) {
+    std::fprintf(stderr, "train_bench: %s\n", config.status().ToString().c_str());
+    _exit(2);
+  }
+  return tpudist::distributed::MakeGroupFactory(*config);
 }
 
 // Everything one rank needs; owned by main, captured by the benchmarks.

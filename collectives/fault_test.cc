@@ -158,31 +158,19 @@ TEST(HostLayoutTest, GroupsRanksByHostInFirstAppearanceOrder) {
 // advertised as its address (it used to fall through to the host id or to
 // gethostname(), which in a pod or namespace may resolve to 127.0.0.1).
 TEST(HostLayoutTest, BindAddressFromTheWorkerHostnamesEntry) {
-  const char* saved = std::getenv("TPU_DIST_BIND_ADDRESS");
-  const std::string saved_value = saved ? saved : "";
-  unsetenv("TPU_DIST_BIND_ADDRESS");
-  setenv("TPU_WORKER_HOSTNAMES", "10.9.8.7,localhost,no-such-host.invalid", 1);
-  setenv("TPU_WORKER_ID", "0", 1);
-  BindAddress a = ResolveBindAddress("", "127.0.9.9");
+  BindAddress a = ResolveBindAddress("", "10.9.8.7", "127.0.9.9");
   EXPECT_EQ(a.bind, "10.9.8.7");
   EXPECT_EQ(a.advertise, "");
-  setenv("TPU_WORKER_ID", "1", 1);  // a name this host owns: bound, not 0.0.0.0
-  a = ResolveBindAddress("", "127.0.9.9");
+  a = ResolveBindAddress("", "localhost", "127.0.9.9");  // a name this host owns: bound
   EXPECT_EQ(a.bind, "127.0.0.1");
   EXPECT_EQ(a.advertise, "");
-  setenv("TPU_WORKER_ID", "2", 1);  // unresolvable: the numeric host id wins
-  a = ResolveBindAddress("", "127.0.9.9");
-  EXPECT_EQ(a.bind, "127.0.9.9");
-  EXPECT_EQ(ResolveBindAddress("192.0.2.1", "").bind, "192.0.2.1");
+  a = ResolveBindAddress("", "no-such-host.invalid", "127.0.9.9");  // unresolvable
+  EXPECT_EQ(a.bind, "127.0.9.9");  // the numeric host id wins
+  EXPECT_EQ(ResolveBindAddress("192.0.2.1", "10.9.8.7", "").bind, "192.0.2.1");
   // A wildcard only when asked for, still advertising a dialable address.
-  setenv("TPU_DIST_BIND_ADDRESS", "0.0.0.0", 1);
-  a = ResolveBindAddress("", "127.0.9.9");
+  a = ResolveBindAddress("0.0.0.0", "10.9.8.7", "127.0.9.9");
   EXPECT_EQ(a.bind, "0.0.0.0");
   EXPECT_FALSE(a.advertise.empty());
-  unsetenv("TPU_DIST_BIND_ADDRESS");
-  unsetenv("TPU_WORKER_HOSTNAMES");
-  unsetenv("TPU_WORKER_ID");
-  if (saved) setenv("TPU_DIST_BIND_ADDRESS", saved_value.c_str(), 1);
 }
 
 // Forked processes over a FileStore: correctness and no /dev/shm leftovers.

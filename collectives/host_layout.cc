@@ -6,13 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace tpudist::collectives {
@@ -40,7 +37,6 @@ HostLayout ComputeHostLayout(absl::Span<const std::string> host_ids) {
 
 std::string DefaultHostId(const std::string& configured) {
   if (!configured.empty()) return configured;
-  if (const char* env = std::getenv("TPU_DIST_HOST_ID"); env && *env) return env;
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   std::string boot;
@@ -103,32 +99,23 @@ BindAddress BindOrWildcard(const std::string& ip) {
 
 }  // namespace
 
-BindAddress ResolveBindAddress(const std::string& configured, const std::string& host_id) {
-  if (!configured.empty()) return {configured, ""};
-  if (const char* env = std::getenv("TPU_DIST_BIND_ADDRESS"); env && *env) {
-    const std::string bind = env;
-    if (bind != "0.0.0.0" && bind != "::") return {bind, ""};
+BindAddress ResolveBindAddress(const std::string& configured, const std::string& worker_hostname,
+                               const std::string& host_id) {
+  if (!configured.empty()) {
+    if (configured != "0.0.0.0" && configured != "::") return {configured, ""};
     // Every interface, on request: peers still need one address to dial.
     char name[256] = {};
     gethostname(name, sizeof(name) - 1);
     const std::string advertise = ResolveIPv4(name);
-    return {bind, advertise.empty() ? "127.0.0.1" : advertise};
+    return {configured, advertise.empty() ? "127.0.0.1" : advertise};
   }
-  const char* hosts = std::getenv("TPU_WORKER_HOSTNAMES");
-  const char* id = std::getenv("TPU_WORKER_ID");
-  int index = -1;
-  if (hosts && id && absl::SimpleAtoi(id, &index) && index >= 0) {
-    std::vector<std::string> list = absl::StrSplit(hosts, ',');
-    if (index < static_cast<int>(list.size())) {
-      const std::string entry(absl::StripAsciiWhitespace(list[index]));
-      if (IsNumericAddress(entry)) return {entry, ""};
-      // A name (KubeRay's "<group>-0-<j>.<cluster>-headless"): peers reach
-      // this host at what it resolves to, so listen there (only there).
-      if (!entry.empty()) {
-        const std::string ip = ResolveIPv4(entry);
-        if (!ip.empty()) return BindOrWildcard(ip);
-      }
-    }
+  const std::string entry(absl::StripAsciiWhitespace(worker_hostname));
+  if (IsNumericAddress(entry)) return {entry, ""};
+  // A name (KubeRay's "<group>-0-<j>.<cluster>-headless"): peers reach this
+  // host at what it resolves to, so listen there (only there).
+  if (!entry.empty()) {
+    const std::string ip = ResolveIPv4(entry);
+    if (!ip.empty()) return BindOrWildcard(ip);
   }
   if (IsNumericAddress(host_id)) return {host_id, ""};
   char name[256] = {};

@@ -29,10 +29,11 @@ struct HostLayout {
 // Groups ranks by identical host id. host_ids[r] is rank r's id.
 HostLayout ComputeHostLayout(absl::Span<const std::string> host_ids);
 
-// This process's host id: `configured` if non-empty, else env
-// TPU_DIST_HOST_ID, else "<hostname>/<boot_id>" (boot_id from
-// /proc/sys/kernel/random/boot_id). Emulated hosts on one machine (network
-// namespaces) share the boot id, so they must set TPU_DIST_HOST_ID.
+// This process's host id: `configured` if non-empty, else
+// "<hostname>/<boot_id>" (boot_id from /proc/sys/kernel/random/boot_id).
+// Emulated hosts on one machine (network namespaces) share the boot id, so
+// they must be given distinct ids (distributed/group_config.h reads
+// TPU_DIST_HOST_ID for them). Reads no environment variable.
 std::string DefaultHostId(const std::string& configured);
 
 // Where this rank's TCP listeners bind and what peers dial.
@@ -44,19 +45,21 @@ struct BindAddress {
 // The inter-host address of this process, first match wins. Listeners bind
 // the one address peers dial, never every interface unless asked to (or the
 // advertised address is not this host's own, e.g. behind NAT):
-//   1. `configured` (Options::bind_address) if non-empty;
-//   2. env TPU_DIST_BIND_ADDRESS ("0.0.0.0" / "::": every interface,
-//      advertising the address gethostname() resolves to);
-//   3. TPU_WORKER_HOSTNAMES[TPU_WORKER_ID]: if that entry is a numeric IP,
-//      bound; if it is a name that resolves (KubeRay's pod names), its first
-//      IPv4 address, bound if this host owns it, else "0.0.0.0" advertising
-//      it;
-//   4. `host_id` if it is a numeric IP (tpurun --hosts-emulated sets
+//   1. `configured` (Options::bind_address; distributed/group_config.h fills
+//      it from TPU_DIST_BIND_ADDRESS) if non-empty; "0.0.0.0" / "::" mean
+//      every interface, advertising the address gethostname() resolves to;
+//   2. `worker_hostname` (this host's entry of the slice's host list,
+//      TPU_WORKER_HOSTNAMES[TPU_WORKER_ID]): if it is a numeric IP, bound;
+//      if it is a name that resolves (KubeRay's pod names), its first IPv4
+//      address, bound if this host owns it, else "0.0.0.0" advertising it;
+//   3. `host_id` if it is a numeric IP (tpurun --hosts-emulated sets
 //      TPU_DIST_HOST_ID=127.0.1.<h+1>, the emulated host's own address);
-//   5. the first IPv4 address gethostname() resolves to, bound if this host
+//   4. the first IPv4 address gethostname() resolves to, bound if this host
 //      owns it, else "0.0.0.0" advertising it; 127.0.0.1 if it resolves to
 //      nothing.
-BindAddress ResolveBindAddress(const std::string& configured, const std::string& host_id);
+// Reads no environment variable.
+BindAddress ResolveBindAddress(const std::string& configured, const std::string& worker_hostname,
+                               const std::string& host_id);
 
 // True if `s` parses as a numeric IPv4 or IPv6 address. Pure.
 bool IsNumericAddress(const std::string& s);

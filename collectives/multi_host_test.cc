@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "collectives/test_util.h"
+#include "tpu_runtime/job_secret.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -168,6 +169,11 @@ int NetnsRank(int host, int hosts, int local, const std::string& addr, const std
   o.host_id = absl::StrCat("ns", host);
   o.bind_address = addr;
   o.job_id = absl::StrCat("netns", getppid());
+  // TPU_DIST_JOB_SECRET / _FILE as distributed/group_config.h reads them
+  // (the process group itself takes only explicit values).
+  absl::StatusOr<std::string> secret = tpu_runtime::JobSecretFromProcessEnv();
+  if (!secret.ok()) return 11;
+  o.job_secret = *secret;
   auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world, o);
   if (pg->host_layout().num_hosts() != hosts) return 10;
   auto gopts = c10d::ProcessGroupGloo::Options::create();

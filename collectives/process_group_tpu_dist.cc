@@ -5,7 +5,6 @@
 #include "collectives/process_group_tpu_dist.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +17,6 @@
 #include "collectives/shm/algorithms.h"
 #include "collectives/tensor_bridge.h"
 #include "collectives/work.h"
-#include "tpu_runtime/job_secret.h"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 
 namespace tpudist::collectives {
@@ -57,10 +55,7 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
   }
   layout_ = ComputeHostLayout(ids);
   shm::CommOptions comm_options;
-  const char* env_job = std::getenv("TPU_DIST_JOB_ID");
-  comm_options.job_id = !options_.job_id.empty() ? options_.job_id
-                        : env_job                ? env_job
-                                                 : "";
+  comm_options.job_id = options_.job_id;
   comm_options.group_name = options_.group_name;
   comm_options.slot_bytes = options_.shm_slot_bytes;
   comm_options.num_slots = options_.shm_num_slots;
@@ -75,14 +70,12 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
     HierarchicalOptions hier;
     hier.shm = comm_options;
     hier.small_allreduce_bytes = options_.small_allreduce_bytes;
-    const BindAddress addr = ResolveBindAddress(options_.bind_address, host_id);
+    const BindAddress addr =
+        ResolveBindAddress(options_.bind_address, options_.worker_hostname, host_id);
     hier.bind_address = addr.bind;
     hier.advertise_address = addr.advertise;
     hier.connect_timeout = absl::FromChrono(options_.timeout);
     hier.job_secret = options_.job_secret;
-    if (hier.job_secret.empty()) {
-      hier.job_secret = ValueOrThrow(tpu_runtime::JobSecretFromProcessEnv());
-    }
     backend_ = ValueOrThrow(
         HierarchicalBackend::Create(store_, rank, size, layout_, hier));
   }

@@ -76,20 +76,26 @@ class TpuDistWork;
 
 class ProcessGroupTpuDist : public c10d::Backend {
  public:
+  // Explicit values only: collectives/ reads no environment variable.
+  // distributed/group_config.h fills these from RankInfo and the
+  // environment (TPU_DIST_HOST_ID, TPU_DIST_JOB_ID, TPU_DIST_BIND_ADDRESS,
+  // TPU_WORKER_HOSTNAMES/TPU_WORKER_ID, TPU_DIST_JOB_SECRET[_FILE]).
   struct Options {
     std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per op
     std::string group_name = "default";
-    std::string host_id;  // "" -> DefaultHostId()
-    std::string job_id;   // part of shm segment names; "" -> env TPU_DIST_JOB_ID
-    // Numeric address the inter-host TCP listeners bind (multi-host groups
-    // only); "" -> ResolveBindAddress (env TPU_DIST_BIND_ADDRESS, this host's
-    // TPU_WORKER_HOSTNAMES entry, a numeric host id, else this host's
-    // address).
+    std::string host_id;  // "" -> DefaultHostId() ("<hostname>/<boot_id>")
+    std::string job_id;   // part of shm segment names; "" -> a random nonce only
+    // Address the inter-host TCP listeners bind (multi-host groups only);
+    // "0.0.0.0" / "::" = every interface; "" -> derived by
+    // ResolveBindAddress from worker_hostname, a numeric host id, else this
+    // host's address.
     std::string bind_address;
+    // This host's entry of the slice's host list (a numeric IP or a name
+    // that resolves to one); "" = unknown. See ResolveBindAddress.
+    std::string worker_hostname;
     // Bytes of the job secret that authenticates the inter-host TCP
-    // connections (tpu_runtime/job_secret.h); "" -> env TPU_DIST_JOB_SECRET
-    // / TPU_DIST_JOB_SECRET_FILE, else none (unauthenticated; a warning when
-    // listening on a non-loopback address).
+    // connections (tpu_runtime/job_secret.h); "" -> none (unauthenticated; a
+    // warning when listening on a non-loopback address).
     std::string job_secret;
     int64_t shm_slot_bytes = 256 << 10;  // per rank per slot (measured best; L2-sized chunks)
     int shm_num_slots = 8;  // measured: 8 beat 4 and 16 at 16 MiB

@@ -39,7 +39,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "collectives/group_registry.h"
-#include "collectives/process_group_factory.h"
+#include "distributed/init_process_group.h"
 #include "fsdp/device_mesh.h"
 #include "fsdp/parallelize_module.h"
 #include "fsdp/tensor_parallel.h"
@@ -137,28 +137,16 @@ absl::Status CheckWithRuntime(const tr::RankInfo& info,
   env.mesh_name = "tp_mesh";
   env.collective_timeout = timeout;
   const std::string backend = absl::GetFlag(FLAGS_backend);
-  if (backend == "tpu_dist") {
-    env.group_factory = [&](const c10::intrusive_ptr<c10d::Store>& s, int group_rank,
-                            const std::vector<int>& ranks)
-        -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
-      collectives::ProcessGroupTpuDist::Options o;
-      o.timeout = timeout_ms;
-      o.group_name = absl::StrCat("ffn_tp_", ranks.size());
-      o.job_id = info.job_id;
-      return collectives::NewTpuDistProcessGroup(s, group_rank,
-                                                 static_cast<int>(ranks.size()), o);
-    };
-  } else if (backend == "gloo") {
-    env.group_factory = [&](const c10::intrusive_ptr<c10d::Store>& s, int group_rank,
-                            const std::vector<int>& ranks)
-        -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
-      return collectives::NewGlooProcessGroup(s, group_rank, static_cast<int>(ranks.size()),
-                                              Hostname(info), timeout_ms,
-                                              absl::StrCat("ffn_tp_gloo_", ranks.size()));
-    };
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--backend=", backend, ": want tpu_dist|gloo"));
-  }
+  // Group options (host id, bind address, job id/secret, names) by the one
+  // rule of distributed/group_config.h.
+  distributed::GroupInitOptions group_options;
+  group_options.backend = backend;
+  group_options.group_name = "ffn_tp";
+  group_options.timeout = timeout;
+  absl::StatusOr<distributed::GroupConfig> group_config =
+      distributed::ResolveGroupConfigFromProcess(&info, group_options);
+  if (!group_config.ok()) return group_config.status();
+  env.group_factory = distributed::MakeGroupFactory(*group_config);
   absl::StatusOr<fsdp::DeviceMesh> mesh =
       fsdp::InitDeviceMesh("tpu", {info.world_size}, {"tp"}, env);
   if (!mesh.ok()) return mesh.status();

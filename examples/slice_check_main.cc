@@ -22,8 +22,6 @@
 #include <signal.h>
 #include <stdio.h>
 
-#include <cstdlib>
-
 #include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <vector>
@@ -34,7 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "collectives/group_registry.h"
-#include "collectives/process_group_factory.h"
+#include "distributed/init_process_group.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
 #include "tpu_runtime/coordination/failure_report.h"
 #include "tpu_runtime/env_discovery.h"
@@ -58,22 +56,10 @@ namespace {
 
 namespace tr = ::tpudist::tpu_runtime;
 
-// The address this rank binds (Gloo device, tpu_dist inter-host TCP): its
-// (emulated) host's address (TPU_WORKER_HOSTNAMES[host]; 127.0.1.<h+1> under
-// tpurun --hosts-emulated).
-std::string BindHostname(const tr::RankInfo& info) {
-  if (info.host_index >= 0 && info.host_index < static_cast<int>(info.hostnames.size()) &&
-      !info.hostnames[info.host_index].empty()) {
-    return info.hostnames[info.host_index];
-  }
-  return "127.0.0.1";
-}
-
 // The check proper, inside the job's coordination runtime.
 absl::Status CheckWithRuntime(const tr::RankInfo& info,
                               tr::coordination::CoordinationRuntime& coord) {
   const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
-  const auto timeout_ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
   const int die_restart = absl::GetFlag(FLAGS_die_restart);
   if (info.rank == absl::GetFlag(FLAGS_die_rank) &&
       (die_restart < 0 || die_restart == info.restart_count)) {
@@ -82,30 +68,18 @@ absl::Status CheckWithRuntime(const tr::RankInfo& info,
     raise(SIGKILL);
   }
 
-  auto store = c10::make_intrusive<c10d::PrefixStore>("slice_check", coord.store());
-  const std::string backend = absl::GetFlag(FLAGS_backend);
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
-  if (backend == "gloo") {
-    pg = ::tpudist::collectives::NewGlooProcessGroup(store, info.rank, info.world_size,
-                                                     BindHostname(info), timeout_ms,
-                                                     "slice_check_gloo");
-  } else if (backend == "tpu_dist") {
-    namespace col = ::tpudist::collectives;
-    col::ProcessGroupTpuDist::Options options;
-    options.timeout = timeout_ms;
-    options.group_name = "slice_check";
-    options.job_id = info.job_id;
-    // Host identity: TPU_DIST_HOST_ID when the launcher set it (emulated
-    // hosts), else the host's index in the slice; bind: the host's address
-    // when it is numeric (else ResolveBindAddress picks one).
-    if (getenv("TPU_DIST_HOST_ID") == nullptr && info.host_index >= 0) {
-      options.host_id = absl::StrCat("slice_host_", info.host_index);
-    }
-    if (col::IsNumericAddress(BindHostname(info))) options.bind_address = BindHostname(info);
-    pg = col::NewTpuDistProcessGroup(store, info.rank, info.world_size, options);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--backend=", backend, ": not available"));
-  }
+  // The store, host id, bind address, job id/secret and group name follow
+  // the one rule of distributed/group_config.h.
+  namespace dist = ::tpudist::distributed;
+  dist::GroupInitOptions options;
+  options.backend = absl::GetFlag(FLAGS_backend);
+  options.group_name = "slice_check";
+  options.timeout = timeout;
+  options.store = c10::make_intrusive<c10d::PrefixStore>("slice_check", coord.store());
+  absl::StatusOr<dist::InitializedGroup> group = dist::InitProcessGroup(info, options);
+  if (!group.ok()) return group.status();
+  const std::string& backend = options.backend;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg = std::move(group->group);
   pg->barrier()->wait();
   if (info.rank == absl::GetFlag(FLAGS_stop_rank)) {
     printf("slice_check: %s: --stop-rank, raising SIGSTOP\n", tr::ToString(info).c_str());
@@ -125,7 +99,7 @@ absl::Status CheckWithRuntime(const tr::RankInfo& info,
   const at::Tensor& sum = tensors[0];  // [numel]
   const bool ok = at::all(sum == expected).item<bool>();
   printf("slice_check: %s %s@%s allreduce %g (expected %g) %s\n", tr::ToString(info).c_str(),
-         backend.c_str(), BindHostname(info).c_str(), sum[0].item<double>(), expected,
+         backend.c_str(), group->config.gloo_hostname.c_str(), sum[0].item<double>(), expected,
          ok ? "OK" : "MISMATCH");
   fflush(stdout);
   pg.reset();

@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/group_registry.h"
-#include "collectives/process_group_factory.h"
+#include "distributed/init_process_group.h"
 #include "examples/finetune/checkpoint_manager.h"
 #include "examples/finetune/distributed_sampler.h"
 #include "examples/finetune/dolly_dataset.h"
@@ -61,24 +61,15 @@ absl::StatusOr<fsdp::DeviceMesh> MakeMesh(const tpu_runtime::RankInfo& info,
   env.store = store;
   env.mesh_name = "finetune_dp";
   env.collective_timeout = timeout;
-  // Each attempt gets fresh shm segment names (a killed attempt's may linger).
-  const std::string job = absl::StrCat(coord::EffectiveJobId(info), "_a", info.restart_count);
-  // Host identity: TPU_DIST_HOST_ID when the launcher set it (emulated
-  // hosts), else the host's index in the slice (as slice_check does).
-  std::string host_id;
-  if (getenv("TPU_DIST_HOST_ID") == nullptr && info.host_index >= 0) {
-    host_id = absl::StrCat("slice_host_", info.host_index);
-  }
-  env.group_factory = [job, host_id, timeout](const c10::intrusive_ptr<c10d::Store>& s, int group_rank,
-                                              const std::vector<int>& ranks)
-      -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
-    collectives::ProcessGroupTpuDist::Options o;
-    o.timeout = Ms(timeout);
-    o.host_id = host_id;
-    o.job_id = job;
-    o.group_name = absl::StrCat("finetune_dp_", ranks.size());
-    return collectives::NewTpuDistProcessGroup(s, group_rank, static_cast<int>(ranks.size()), o);
-  };
+  // Group options (host id, job id per attempt, bind address, secret,
+  // names) by the one rule of distributed/group_config.h.
+  distributed::GroupInitOptions group_options;
+  group_options.group_name = "finetune_dp";
+  group_options.timeout = timeout;
+  absl::StatusOr<distributed::GroupConfig> group_config =
+      distributed::ResolveGroupConfigFromProcess(&info, group_options);
+  if (!group_config.ok()) return group_config.status();
+  env.group_factory = distributed::MakeGroupFactory(*group_config);
   return fsdp::InitDeviceMesh("tpu", {info.world_size}, {"dp"}, env);
 }
 

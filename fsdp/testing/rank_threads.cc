@@ -11,46 +11,30 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "collectives/process_group_factory.h"
+#include "distributed/init_process_group.h"
 #include "gtest/gtest.h"
 #include "testing/rank_threads.h"
 
 namespace tpudist::fsdp::testing {
 
 GroupFactory MakeGroupFactory(const std::string& backend, absl::Duration timeout) {
-  const auto ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
-  if (backend == "gloo") {
-    return [ms](const c10::intrusive_ptr<c10d::Store>& store, int group_rank,
-                const std::vector<int>& ranks)
-               -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
-      return collectives::NewGlooProcessGroup(store, group_rank, static_cast<int>(ranks.size()),
-                                              "127.0.0.1", ms,
-                                              absl::StrCat("gloo_", absl::StrJoin(ranks, "_")),
-                                              /*threads=*/1);
-    };
+  // Groups by the one rule of distributed/group_config.h. Threads of one
+  // process share a host: tpu_dist uses shared memory, whose segment names
+  // must be unique per concurrent group: a job id per run.
+  distributed::GroupInitOptions o;
+  o.backend = backend;
+  o.group_name = "g";
+  o.timeout = timeout;
+  o.job_id = absl::StrCat("fsdp_test_", ::getpid(), "_", absl::ToUnixMicros(absl::Now()));
+  o.gloo_threads = 1;
+  absl::StatusOr<distributed::GroupConfig> config =
+      distributed::ResolveGroupConfigFromProcess(/*info=*/nullptr, o);
+  if (!config.ok()) {
+    return [status = config.status()](const c10::intrusive_ptr<c10d::Store>&, int,
+                                      const std::vector<int>&)
+               -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> { return status; };
   }
-#ifdef TPU_DIST_FSDP_TEST_HAVE_TPU_DIST
-  if (backend == "tpu_dist") {
-    // Threads of one process share a host: the group uses shared memory.
-    // Segment names must be unique per concurrent group: job id per run.
-    const std::string job =
-        absl::StrCat("fsdp_test_", ::getpid(), "_", absl::ToUnixMicros(absl::Now()));
-    return [ms, job](const c10::intrusive_ptr<c10d::Store>& store, int group_rank,
-                     const std::vector<int>& ranks)
-               -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
-      collectives::ProcessGroupTpuDist::Options opts;
-      opts.timeout = ms;
-      opts.group_name = absl::StrCat("g", absl::StrJoin(ranks, "_"));
-      opts.job_id = job;
-      return collectives::NewTpuDistProcessGroup(store, group_rank,
-                                                 static_cast<int>(ranks.size()), opts);
-    };
-  }
-#endif
-  return [backend](const c10::intrusive_ptr<c10d::Store>&, int, const std::vector<int>&)
-             -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {
-    return absl::UnimplementedError(absl::StrCat("test backend '", backend, "' is not linked"));
-  };
+  return distributed::MakeGroupFactory(*config);
 }
 
 bool BackendHasReduceScatter(const std::string& backend) { return true; }

@@ -19,7 +19,10 @@
 #include <chrono>
 #include <string>
 
+#include "absl/time/time.h"
 #include "collectives/process_group_tpu_dist.h"
+#include "distributed/group_config.h"
+#include "distributed/init_process_group.h"
 #include "tpu_runtime/env_discovery.h"
 #include "tpu_runtime/rank_info.h"
 
@@ -29,6 +32,7 @@ namespace {
 
 using tpudist::collectives::ProcessGroupTpuDist;
 namespace tr = tpudist::tpu_runtime;
+namespace dist = tpudist::distributed;
 
 py::dict RankInfoDict(const tr::RankInfo& info) {
   py::dict d;
@@ -68,20 +72,29 @@ Args:
   rank, size: this rank in the group and the group's size.
   timeout: per-op timeout (datetime.timedelta).
   group_name: namespaces the group's store keys and shm segments; unique per store.
-  host_id: ranks with equal host ids share memory; "" = TPU_DIST_HOST_ID or this machine.
+  host_id: ranks with equal host ids share memory; "" = TPU_DIST_HOST_ID, else
+    "slice_host_<TPU_WORKER_ID>", else this machine.
   job_id: part of shm segment names; "" = TPU_DIST_JOB_ID or a random id.
-  bind_address: address the inter-host TCP listeners bind; "" = derived.)")
+  bind_address: address the inter-host TCP listeners bind; "" = TPU_DIST_BIND_ADDRESS,
+    else derived (this host's TPU_WORKER_HOSTNAMES entry, ...).
+The environment is read by the C++ rule every C++ binary uses
+(distributed/group_config.h); the job secret comes from TPU_DIST_JOB_SECRET[_FILE].
+A malformed variable raises ValueError naming it.)")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, const std::string& group_name,
                        const std::string& host_id, const std::string& job_id,
                        const std::string& bind_address) {
-             ProcessGroupTpuDist::Options o;
-             o.timeout = timeout;
+             dist::GroupInitOptions o;
+             o.timeout = absl::FromChrono(timeout);
              o.group_name = group_name;
              o.host_id = host_id;
              o.job_id = job_id;
              o.bind_address = bind_address;
-             return c10::make_intrusive<ProcessGroupTpuDist>(store, rank, size, o);
+             o.store = store;  // given by torch: no TCPStore of our own
+             absl::StatusOr<dist::GroupConfig> config =
+                 dist::ResolveGroupConfigFromProcess(/*info=*/nullptr, o);
+             if (!config.ok()) throw py::value_error(std::string(config.status().message()));
+             return c10::make_intrusive<ProcessGroupTpuDist>(store, rank, size, config->tpu_dist);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("group_name") = "default", py::arg("host_id") = "",

@@ -1,0 +1,155 @@
+#include "distributed/group_config.h"
+
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "tpu_runtime/env_parse.h"
+#include "tpu_runtime/job_secret.h"
+
+namespace tpudist::distributed {
+namespace {
+
+namespace tr = ::tpudist::tpu_runtime;
+
+bool IsWildcard(const std::string& a) { return a == "0.0.0.0" || a == "::"; }
+
+// The host id rule of the file comment.
+absl::StatusOr<std::string> ResolveHostId(const tr::RankInfo* info, const tr::EnvMap& env,
+                                          const GroupInitOptions& options) {
+  if (!options.host_id.empty()) return options.host_id;
+  if (std::optional<std::string> v = tr::GetEnv(env, "TPU_DIST_HOST_ID")) return *v;
+  if (info != nullptr) {
+    if (info->host_index >= 0) return absl::StrCat("slice_host_", info->host_index);
+    return std::string();
+  }
+  absl::StatusOr<std::optional<int>> worker = tr::GetInt(env, "TPU_WORKER_ID");
+  if (!worker.ok()) return worker.status();
+  if (worker->has_value()) return absl::StrCat("slice_host_", **worker);
+  return std::string();
+}
+
+absl::StatusOr<std::string> ResolveJobId(const tr::RankInfo* info, const tr::EnvMap& env,
+                                         const GroupInitOptions& options) {
+  if (!options.job_id.empty()) return options.job_id;
+  if (std::optional<std::string> v = tr::GetEnv(env, "TPU_DIST_JOB_ID")) return *v;
+  if (info == nullptr || info->job_id.empty()) return std::string();
+  if (info->restart_count > 0) return absl::StrCat(info->job_id, "_a", info->restart_count);
+  return info->job_id;
+}
+
+// This host's entry of the slice's host list, "" when unknown.
+absl::StatusOr<std::string> ResolveWorkerHostname(const tr::RankInfo* info,
+                                                  const tr::EnvMap& env) {
+  std::optional<std::string> hosts = tr::GetEnv(env, "TPU_WORKER_HOSTNAMES");
+  std::optional<std::string> id = tr::GetEnv(env, "TPU_WORKER_ID");
+  if (hosts && id) {
+    absl::StatusOr<std::vector<std::string>> list = tr::ParseCommaList("TPU_WORKER_HOSTNAMES", *hosts);
+    if (!list.ok()) return list.status();
+    absl::StatusOr<int> index =
+        tr::ParseInt("TPU_WORKER_ID", *id, 0, static_cast<int>(list->size()) - 1);
+    if (!index.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          index.status().message(), " (an index into the ", list->size(),
+          " entries of TPU_WORKER_HOSTNAMES)"));
+    }
+    return (*list)[*index];
+  }
+  if (info != nullptr && info->host_index >= 0 &&
+      info->host_index < static_cast<int>(info->hostnames.size())) {
+    return info->hostnames[info->host_index];
+  }
+  return std::string();
+}
+
+absl::StatusOr<TcpStoreSpec> ResolveTcpStore(const tr::RankInfo* info, const tr::EnvMap& env) {
+  TcpStoreSpec spec;
+  spec.master_addr = info != nullptr ? info->master_addr : "127.0.0.1";
+  spec.master_port = info != nullptr ? info->master_port : 29500;
+  if (std::optional<std::string> addr = tr::GetEnv(env, "MASTER_ADDR")) spec.master_addr = *addr;
+  absl::StatusOr<std::optional<int>> port = tr::GetInt(env, "MASTER_PORT", 1, 65535);
+  if (!port.ok()) return port.status();
+  if (port->has_value()) spec.master_port = **port;
+  spec.is_server = info == nullptr || info->rank == 0;
+  spec.world_size = info != nullptr ? info->world_size : 1;
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
+  if (name == "tpu_dist") return BackendKind::kTpuDist;
+  if (name == "gloo") return BackendKind::kGloo;
+  return absl::InvalidArgumentError(
+      absl::StrCat("backend \"", name, "\": expected tpu_dist or gloo"));
+}
+
+const char* BackendKindName(BackendKind kind) {
+  return kind == BackendKind::kGloo ? "gloo" : "tpu_dist";
+}
+
+absl::StatusOr<GroupConfig> ResolveGroupConfig(const tr::RankInfo* info, const tr::EnvMap& env,
+                                               const GroupInitOptions& options) {
+  GroupConfig c;
+  absl::StatusOr<BackendKind> backend = ParseBackendKind(options.backend);
+  if (!backend.ok()) return backend.status();
+  c.backend = *backend;
+  if (options.group_name.empty()) {
+    return absl::InvalidArgumentError("GroupInitOptions.group_name is empty");
+  }
+  c.group_name = options.group_name;
+  c.timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout));
+  c.gloo_threads = options.gloo_threads;
+
+  collectives::ProcessGroupTpuDist::Options& o = c.tpu_dist;
+  o.timeout = c.timeout;
+  o.group_name = options.group_name;
+  absl::StatusOr<std::string> host_id = ResolveHostId(info, env, options);
+  if (!host_id.ok()) return host_id.status();
+  o.host_id = *host_id;
+  absl::StatusOr<std::string> job_id = ResolveJobId(info, env, options);
+  if (!job_id.ok()) return job_id.status();
+  o.job_id = *job_id;
+  o.bind_address = !options.bind_address.empty()
+                       ? options.bind_address
+                       : tr::GetEnv(env, "TPU_DIST_BIND_ADDRESS").value_or("");
+  absl::StatusOr<std::string> worker = ResolveWorkerHostname(info, env);
+  if (!worker.ok()) return worker.status();
+  o.worker_hostname = *worker;
+  absl::StatusOr<std::string> secret = tr::JobSecretFromEnv(env);
+  if (!secret.ok()) return secret.status();
+  o.job_secret = *secret;
+
+  if (!o.bind_address.empty() && !IsWildcard(o.bind_address)) {
+    c.gloo_hostname = o.bind_address;
+  } else if (!o.worker_hostname.empty()) {
+    c.gloo_hostname = o.worker_hostname;
+  } else {
+    c.gloo_hostname = "127.0.0.1";
+  }
+
+  c.given_store = options.store;
+  if (!c.given_store) {
+    absl::StatusOr<TcpStoreSpec> spec = ResolveTcpStore(info, env);
+    if (!spec.ok()) return spec.status();
+    c.tcp_store = *spec;
+  }
+  return c;
+}
+
+std::string GroupNameFor(absl::string_view base, absl::Span<const int> global_ranks) {
+  std::string name = absl::StrCat(base, "_", absl::StrJoin(global_ranks, "_"));
+  if (name.size() <= 64) return name;
+  // FNV-1a over the ranks: stable across processes (std::hash is not).
+  uint64_t h = 1469598103934665603ull;
+  for (int r : global_ranks) {
+    for (int i = 0; i < 4; ++i) {
+      h ^= static_cast<uint8_t>(static_cast<uint32_t>(r) >> (8 * i));
+      h *= 1099511628211ull;
+    }
+  }
+  return absl::StrFormat("%s_n%d_%016x", base, global_ranks.size(), h);
+}
+
+}  // namespace tpudist::distributed

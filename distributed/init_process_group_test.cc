@@ -1,0 +1,135 @@
+// InitProcessGroup / MakeGroupFactory end to end: ranks as threads of this
+// process, over a given store and over the TCPStore that MASTER_ADDR /
+// MASTER_PORT name, with tpu_dist and with Gloo (the oracle).
+#include "distributed/init_process_group.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/process_group_factory.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "torch/csrc/distributed/c10d/HashStore.hpp"
+#include "torch/csrc/distributed/c10d/PrefixStore.hpp"
+
+namespace tpudist::distributed {
+namespace {
+
+namespace tr = ::tpudist::tpu_runtime;
+
+void RunThreads(int n, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back(body, r);
+  for (auto& t : threads) t.join();
+}
+
+// allreduce SUM of (rank + 1) * [1, 2, 3] over `pg`.
+at::Tensor SumOf(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int rank) {
+  std::vector<at::Tensor> t = {at::arange(1, 4, at::kFloat) * (rank + 1)};  // [3]
+  pg->allreduce(t)->wait();
+  return t[0];
+}
+
+// The world group's CPU backend is ProcessGroupTpuDist (else Gloo's).
+bool IsTpuDist(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  return collectives::TpuDistBackendOf(pg) != nullptr;
+}
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(MakeGroupFactoryTest, TpuDistAndGlooAgreeOnSubgroups) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const int world = 4;
+  RunThreads(world, [&](int rank) {
+    // Pairs {0,2} and {1,3}: one strided subgroup per rank.
+    const std::vector<int> ranks = {rank % 2, rank % 2 + 2};
+    const int group_rank = rank / 2;
+    for (const char* backend : {"tpu_dist", "gloo"}) {
+      GroupInitOptions o;
+      o.backend = backend;
+      o.group_name = "factory_test";
+      o.job_id = absl::StrCat("dist_test_", getpid());
+      o.timeout = absl::Seconds(30);
+      o.gloo_threads = 1;
+      absl::StatusOr<GroupConfig> c = ResolveGroupConfig(nullptr, {}, o);
+      ASSERT_TRUE(c.ok()) << c.status();
+      const GroupFactory factory = MakeGroupFactory(*c);
+      auto sub = c10::make_intrusive<c10d::PrefixStore>(
+          absl::StrCat(backend, "/", GroupNameFor("factory_test", ranks)), store);
+      absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> pg = factory(sub, group_rank, ranks);
+      ASSERT_TRUE(pg.ok()) << pg.status();
+      EXPECT_EQ(IsTpuDist(*pg), std::string(backend) == "tpu_dist");
+      EXPECT_EQ((*pg)->getSize(), 2);
+      const float scale = (ranks[0] + 1) + (ranks[1] + 1);
+      EXPECT_TRUE(at::equal(SumOf(*pg, rank), at::arange(1, 4, at::kFloat) * scale))
+          << backend << " rank " << rank;
+    }
+  });
+}
+
+TEST(MakeGroupFactoryTest, BadGroupRankIsAnError) {
+  absl::StatusOr<GroupConfig> c = ResolveGroupConfig(nullptr, {}, GroupInitOptions{});
+  ASSERT_TRUE(c.ok());
+  absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> pg =
+      NewGroup(*c, c10::make_intrusive<c10d::HashStore>(), 2, {0, 1});
+  EXPECT_EQ(pg.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The store comes from MASTER_ADDR / MASTER_PORT (rank 0 hosts it), as
+// torch's env:// does.
+TEST(InitProcessGroupTest, WorldGroupOverTheMasterTcpStore) {
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  const int world = 2;
+  for (const char* backend : {"tpu_dist", "gloo"}) {
+    const std::string port = std::to_string(FreePort());
+    setenv("MASTER_PORT", port.c_str(), 1);
+    RunThreads(world, [&](int rank) {
+      tr::RankInfo info;
+      info.rank = rank;
+      info.world_size = world;
+      info.job_id = absl::StrCat("dist_init_", getpid());
+      GroupInitOptions o;
+      o.backend = backend;
+      o.group_name = absl::StrCat("init_", backend);
+      o.timeout = absl::Seconds(30);
+      absl::StatusOr<InitializedGroup> g = InitProcessGroup(info, o);
+      ASSERT_TRUE(g.ok()) << g.status();
+      EXPECT_EQ(g->config.tcp_store.master_port, std::stoi(port));
+      EXPECT_EQ(g->config.tpu_dist.host_id, "slice_host_0");
+      EXPECT_EQ(IsTpuDist(g->group), std::string(backend) == "tpu_dist");
+      EXPECT_TRUE(at::equal(SumOf(g->group, rank), at::arange(1, 4, at::kFloat) * 3)) << backend;
+      g->group->barrier()->wait();  // rank 0's store outlives the others' use
+    });
+  }
+  unsetenv("MASTER_ADDR");
+  unsetenv("MASTER_PORT");
+}
+
+TEST(InitProcessGroupTest, BadMasterPortNamesTheVariable) {
+  setenv("MASTER_PORT", "not-a-port", 1);
+  tr::RankInfo info;
+  absl::StatusOr<InitializedGroup> g = InitProcessGroup(info, GroupInitOptions{});
+  unsetenv("MASTER_PORT");
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(std::string(g.status().message()), ::testing::HasSubstr("MASTER_PORT"));
+}
+
+}  // namespace
+}  // namespace tpudist::distributed
