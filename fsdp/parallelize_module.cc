@@ -1,6 +1,9 @@
 #include "fsdp/parallelize_module.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
+#include "fsdp/mesh_collectives.h"
 #include "nn/module_hooks.h"
 
 namespace tpudist::fsdp {
@@ -11,6 +14,7 @@ constexpr char kTpAttachment[] = "tpudist.fsdp.tensor_parallel";
 // What a style left on the module it was applied to.
 struct TpModuleState {
   std::string style;
+  std::optional<DeviceMesh> mesh;  // the 1-D tp mesh
   std::vector<std::pair<std::string, TpParamPlacement>> params;  // relative names
 };
 
@@ -66,6 +70,7 @@ absl::Status ParallelizeModule(const std::shared_ptr<torch::nn::Module>& root,
       }
       auto state = std::make_shared<TpModuleState>();
       state->style = style->Name();
+      state->mesh = mesh;
       absl::Status s = style->Apply(*m, mesh, &state->params);
       if (!s.ok()) {
         return absl::Status(s.code(), absl::StrCat("parallelizing '", item.key(), "' with ",
@@ -92,6 +97,29 @@ std::map<std::string, TpParamPlacement> TensorParallelPlacements(torch::nn::Modu
     }
   }
   return out;
+}
+
+absl::Status AllReducePartialGrads(torch::nn::Module& root) {
+  for (auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
+    const nn::HookableModule* m = nn::AsHookable(*item.value());
+    const TpModuleState* state = m == nullptr ? nullptr : StateOf(*m);
+    if (state == nullptr) continue;
+    auto params = item.value()->named_parameters(/*recurse=*/true);
+    for (const auto& [name, where] : state->params) {
+      if (!where.partial_grad) continue;
+      at::Tensor* p = params.find(name);
+      if (p == nullptr || !p->grad().defined()) continue;
+      at::Tensor& grad = p->mutable_grad();
+      absl::StatusOr<at::Tensor> sum = AllReduceAlongDim(*state->mesh, 0, grad, ReduceOp::kSum);
+      if (!sum.ok()) {
+        return absl::Status(sum.status().code(), absl::StrCat("AllReducePartialGrads: ", item.key(), ".", name,
+                                                              ": ", sum.status().message()));
+      }
+      at::NoGradGuard no_grad;
+      grad.copy_(*sum);
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string TensorParallelStyleOf(const nn::HookableModule& module) {

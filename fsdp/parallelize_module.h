@@ -67,6 +67,14 @@ absl::Status ParallelizeModule(const std::shared_ptr<torch::nn::Module>& root,
 // clipping over TP-sharded parameters.
 std::map<std::string, TpParamPlacement> TensorParallelPlacements(torch::nn::Module& root);
 
+// After backward, before clipping or the optimizer step: sums over each
+// style's tp mesh the gradients its style left partial (partial_grad, e.g.
+// ReplicateWithPartialGrad), in place. Works on whole gradients and on
+// FullyShard's dp shards alike (the same index range on every tp rank of a
+// dp coordinate). Parameters without a gradient are skipped. Collective over
+// every tp mesh used; every rank calls it after every backward.
+absl::Status AllReducePartialGrads(torch::nn::Module& root);
+
 // The style applied to `module` by ParallelizeModule, or "" when none.
 std::string TensorParallelStyleOf(const nn::HookableModule& module);
 

@@ -270,7 +270,28 @@ class PartialGrad : public ParallelStyle {
   std::string Name() const override { return "ReplicateWithPartialGrad"; }
   absl::Status Apply(nn::HookableModule& module, const DeviceMesh& mesh,
                      Placements* out) const override {
-    return ReplicateAll(module, mesh, /*reduce_grads=*/true, out);
+    const size_t first = out->size();
+    absl::Status s = ReplicateAll(module, mesh, /*reduce_grads=*/false, out);
+    for (size_t i = first; i < out->size(); ++i) (*out)[i].second.partial_grad = true;
+    return s;
+  }
+};
+
+class PartialOutputGrad : public ParallelStyle {
+ public:
+  std::string Name() const override { return "ReplicateOutputWithPartialGrad"; }
+  absl::Status Apply(nn::HookableModule& module, const DeviceMesh& mesh,
+                     Placements* out) const override {
+    absl::Status s = ReplicateAll(module, mesh, /*reduce_grads=*/false, out);
+    if (!s.ok()) return s;
+    const std::string name = Name();
+    module.RegisterPostForwardHook([=](nn::HookableModule& m, const std::vector<at::Tensor>&,
+                                       std::vector<at::Tensor>& outs) {
+      outs.at(0) = OrThrow(Convert(outs.at(0), mesh, Placement::Replicate(), Placement::Replicate(),
+                                   Placement::Partial()),
+                           name, m, mesh);
+    });
+    return absl::OkStatus();
   }
 };
 
@@ -291,6 +312,9 @@ std::shared_ptr<const ParallelStyle> PrepareModuleInput(Placement input_layout,
 }
 std::shared_ptr<const ParallelStyle> ReplicateWithPartialGrad() {
   return std::make_shared<PartialGrad>();
+}
+std::shared_ptr<const ParallelStyle> ReplicateOutputWithPartialGrad() {
+  return std::make_shared<PartialOutputGrad>();
 }
 
 }  // namespace tpudist::fsdp

@@ -37,10 +37,21 @@
 //                     `input_layouts` to `desired_input_layouts`.
 //   ReplicateWithPartialGrad  any HookableModule: parameters Replicate, no
 //                     layout change; each rank's gradient is a partial sum
-//                     (the module saw only this rank's heads/columns) and is
-//                     all-reduced over the mesh in backward. For weights
-//                     shared by sharded computations (e.g. a K projection
-//                     with fewer KV heads than ranks, a per-head norm).
+//                     (the module saw only this rank's heads, e.g. a per-head
+//                     norm). The parameters are marked partial_grad and
+//                     AllReducePartialGrads sums them after backward — an
+//                     explicit step, not a tensor hook, because FullyShard
+//                     owns the parameters' autograd hook slot, and because
+//                     all-reducing over tp the dp-reduce-scattered shards is
+//                     the same sum (linear).
+//   ReplicateOutputWithPartialGrad  any HookableModule: parameters
+//                     Replicate; the output is replicated and feeds rank-local
+//                     computations (e.g. one KV head read by this rank's
+//                     query heads), so its gradient is a partial sum: the
+//                     post-hook is the identity in forward and all-reduces
+//                     the output gradient in backward. Everything upstream
+//                     (the module's own parameters, earlier layers) then
+//                     gets whole gradients.
 //
 // Errors raised inside hooks (a collective failing, a layout that does not
 // fit) are thrown as std::runtime_error naming the style, module and rank
@@ -71,6 +82,9 @@ struct TpParamPlacement {
   int64_t dim = -1;                // sharded dim over the tp mesh, -1 = Replicate
   int64_t offset = 0;              // this rank's start along dim
   std::vector<int64_t> full_shape; // global shape before partition
+  // The gradient is a partial sum over the tp ranks until
+  // AllReducePartialGrads (fsdp/parallelize_module.h) sums it.
+  bool partial_grad = false;
 };
 
 class ParallelStyle {
@@ -110,6 +124,8 @@ std::shared_ptr<const ParallelStyle> PrepareModuleInput(Placement input_layout,
                                                         Placement desired_input_layout);
 
 std::shared_ptr<const ParallelStyle> ReplicateWithPartialGrad();
+
+std::shared_ptr<const ParallelStyle> ReplicateOutputWithPartialGrad();
 
 }  // namespace tpudist::fsdp
 

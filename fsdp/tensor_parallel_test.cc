@@ -344,5 +344,79 @@ TEST(TensorParallelTest, SequenceParallelMatchesSingleDevice) {
   });
 }
 
+// Multi-query attention in miniature: n query heads colwise (n/tp local), ONE
+// key head replicated (ReplicateOutputWithPartialGrad: its output gradient is
+// all-reduced), a per-head norm on q (ReplicateWithPartialGrad), o rowwise.
+struct MqaImpl : torch::nn::Module {
+  MqaImpl(int64_t h, int64_t n, int64_t d)
+      : d(d),
+        q(register_module("q", nn::Linear(h, n * d, /*bias=*/false))),
+        k(register_module("k", nn::Linear(h, d, /*bias=*/false))),
+        o(register_module("o", nn::Linear(n * d, h, /*bias=*/false))),
+        q_norm(register_module("q_norm", nn::LayerNorm(d))) {}
+  // x: [b, h] -> [b, h]
+  at::Tensor forward(const at::Tensor& x) {
+    const int64_t b = x.size(0);
+    at::Tensor heads = q_norm(q(x).view({b, -1, d}));   // [b, local heads, d]
+    at::Tensor mixed = heads * k(x).unsqueeze(1);       // one key head for all
+    return o(at::tanh(mixed).reshape({b, -1}));
+  }
+  int64_t d;
+  nn::Linear q{nullptr}, k{nullptr}, o{nullptr};
+  nn::LayerNorm q_norm{nullptr};
+};
+TORCH_MODULE(Mqa);
+
+TEST(TensorParallelTest, PartialGradStylesMatchSingleDevice) {
+  const int world = 2;
+  const int64_t h = 6, n = 4, d = 3;
+  RunRanks(world, [&](const RankContext& ctx) {
+    const at::Tensor x0 = Random({5, h}, 1);
+    const at::Tensor g = Random({5, h}, 2);
+    Mqa ref(h, n, d);
+    InitWeights(*ref, 30);
+    at::Tensor rx = x0.clone().requires_grad_(true);
+    (ref(rx) * g).sum().backward();
+
+    absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {world}, {"tp"}, ctx.env);
+    ASSERT_TRUE(mesh.ok());
+    for (bool with_partial_styles : {true, false}) {
+      Mqa tp(h, n, d);
+      InitWeights(*tp, 30);
+      ParallelizePlan plan = {{"q", ColwiseParallel()}, {"o", RowwiseParallel()}};
+      if (with_partial_styles) {
+        plan.push_back({"k", ReplicateOutputWithPartialGrad()});
+        plan.push_back({"q_norm", ReplicateWithPartialGrad()});
+      }
+      ASSERT_TRUE(ParallelizeModule(tp.ptr(), *mesh, plan).ok());
+      at::Tensor x = x0.clone().requires_grad_(true);
+      at::Tensor y = tp(x);
+      ExpectClose(y.detach(), ref(x0).detach(), "mqa forward");
+      (y * g).sum().backward();
+      ASSERT_TRUE(AllReducePartialGrads(*tp).ok());
+      const double k_diff = (tp->k->weight.grad() - ref->k->weight.grad()).abs().max().item<double>();
+      const double n_diff =
+          (tp->q_norm->weight.grad() - ref->q_norm->weight.grad()).abs().max().item<double>();
+      if (with_partial_styles) {
+        ExpectClose(x.grad(), rx.grad(), "mqa x grad");
+        ExpectClose(tp->k->weight.grad(), ref->k->weight.grad(), "replicated k grad");
+        ExpectClose(tp->q_norm->weight.grad(), ref->q_norm->weight.grad(), "q_norm grad");
+        ExpectClose(tp->q->weight.grad(), Chunk(ref->q->weight.grad(), world, 0, ctx.rank), "q grad");
+        const auto placements = TensorParallelPlacements(*tp);
+        EXPECT_EQ(placements.at("q.weight").dim, 0);
+        EXPECT_EQ(placements.at("q.weight").offset, ctx.rank * n * d / world);
+        EXPECT_EQ(placements.at("o.weight").dim, 1);
+        EXPECT_EQ(placements.at("k.weight").dim, -1);
+        EXPECT_EQ(placements.at("q.weight").full_shape, (std::vector<int64_t>{n * d, h}));
+        EXPECT_EQ(TensorParallelStyleOf(*tp->k), "ReplicateOutputWithPartialGrad");
+      } else {
+        // Without them the shared weights only see this rank's heads.
+        EXPECT_GT(k_diff, 1e-4);
+        EXPECT_GT(n_diff, 1e-4);
+      }
+    }
+  });
+}
+
 }  // namespace
 }  // namespace tpudist::fsdp
