@@ -29,7 +29,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/nn/modules/linear.h>
+#include <torch/nn/module.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -43,6 +43,7 @@
 #include "fsdp/device_mesh.h"
 #include "fsdp/parallelize_module.h"
 #include "fsdp/tensor_parallel.h"
+#include "nn/layers.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
 #include "tpu_runtime/coordination/failure_report.h"
 #include "tpu_runtime/env_discovery.h"
@@ -68,15 +69,14 @@ namespace tr = ::tpudist::tpu_runtime;
 namespace fsdp = ::tpudist::fsdp;
 
 // FeedForward(hidden) = x + w2(SiLU(w1(x))), no bias. Model code: no
-// distributed calls; ParallelLayer is a pass-through until parallelized.
+// distributed calls; nn::Linear computes torch::nn::Linear's numbers until a
+// plan registers tensor-parallel hooks on it.
 struct FeedForwardImpl : torch::nn::Module {
   explicit FeedForwardImpl(int64_t hidden)
-      : w1(register_module("w1", fsdp::ParallelLayer(torch::nn::Linear(
-                                     torch::nn::LinearOptions(hidden, 4 * hidden).bias(false))))),
-        w2(register_module("w2", fsdp::ParallelLayer(torch::nn::Linear(
-                                     torch::nn::LinearOptions(4 * hidden, hidden).bias(false))))) {}
+      : w1(register_module("w1", nn::Linear(hidden, 4 * hidden, /*bias=*/false))),
+        w2(register_module("w2", nn::Linear(4 * hidden, hidden, /*bias=*/false))) {}
   at::Tensor forward(const at::Tensor& x) { return x + w2(at::silu(w1(x))); }  // [batch, hidden]
-  fsdp::ParallelLayer w1{nullptr}, w2{nullptr};
+  nn::Linear w1{nullptr}, w2{nullptr};
 };
 TORCH_MODULE(FeedForward);
 

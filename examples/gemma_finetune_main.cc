@@ -51,6 +51,8 @@ ABSL_FLAG(bool, include_context, false,
           "add a \"Context: ...\" line to the prompt for examples with a context (the seed's prompt has none)");
 ABSL_FLAG(double, lr, 2e-5, "AdamW learning rate");
 ABSL_FLAG(double, weight_decay, 0.01, "AdamW weight decay");
+ABSL_FLAG(int64_t, tp, 1,
+          "tensor-parallel ranks per data-parallel replica; must divide the world size (mesh world/tp x tp)");
 ABSL_FLAG(std::string, storage_path, "", "run storage (required; default $STORAGE_PATH)");
 ABSL_FLAG(std::string, run_name, "", "run directory name (default gemma_finetune_<job id>)");
 ABSL_FLAG(int, num_to_keep, 1, "checkpoints kept (best by loss, plus the latest); <= 0 keeps all");
@@ -103,7 +105,7 @@ int main(int argc, char** argv) {
   if (absl::Status s = ft::ValidateTrainingFlags({absl::GetFlag(FLAGS_num_epochs),
                                                   absl::GetFlag(FLAGS_batch_size_per_device),
                                                   absl::GetFlag(FLAGS_max_seq_len), absl::GetFlag(FLAGS_lr),
-                                                  absl::GetFlag(FLAGS_weight_decay)});
+                                                  absl::GetFlag(FLAGS_weight_decay), absl::GetFlag(FLAGS_tp)});
       !s.ok()) {
     fprintf(stderr, "gemma_finetune: usage error: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -123,6 +125,7 @@ int main(int argc, char** argv) {
   c.include_context = absl::GetFlag(FLAGS_include_context);
   c.lr = absl::GetFlag(FLAGS_lr);
   c.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  c.tp = absl::GetFlag(FLAGS_tp);
   c.storage_path = absl::GetFlag(FLAGS_storage_path);
   if (c.storage_path.empty() && getenv("STORAGE_PATH") != nullptr) c.storage_path = getenv("STORAGE_PATH");
   c.run_name = absl::GetFlag(FLAGS_run_name);

@@ -1,55 +1,28 @@
 #include "fsdp/parallelize_module.h"
 
-#include <stdexcept>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "fsdp/mesh_collectives.h"
+#include "nn/module_hooks.h"
 
 namespace tpudist::fsdp {
+namespace {
 
-void ParallelLayerImpl::Adopt() {
-  std::shared_ptr<torch::nn::Module> m = inner_.ptr();
-  for (auto& p : m->named_parameters(/*recurse=*/false)) {
-    register_parameter(p.key(), p.value(), p.value().requires_grad());
-  }
-  for (auto& b : m->named_buffers(/*recurse=*/false)) register_buffer(b.key(), b.value());
-  for (auto& c : m->named_children()) register_module(c.key(), c.value());
+constexpr char kTpAttachment[] = "tpudist.fsdp.tensor_parallel";
+
+// What a style left on the module it was applied to.
+struct TpModuleState {
+  std::string style;
+  std::optional<DeviceMesh> mesh;  // the 1-D tp mesh
+  std::vector<std::pair<std::string, TpParamPlacement>> params;  // relative names
+};
+
+const TpModuleState* StateOf(const nn::HookableModule& m) {
+  return static_cast<const TpModuleState*>(m.GetAttachment(kTpAttachment).get());
 }
 
-at::Tensor ParallelLayerImpl::forward(const at::Tensor& x) {
-  if (!style_) return inner_.forward(x);
-  LayerContext ctx;
-  ctx.inner = &inner_;
-  ctx.module = inner_.ptr().get();
-  ctx.mesh = &*mesh_;
-  ctx.full_shapes = &full_shapes_;
-  absl::StatusOr<at::Tensor> y = style_->Forward(ctx, x);
-  if (!y.ok()) {
-    throw std::runtime_error(absl::StrCat(style_->Name(), " forward of ", name(), " on rank ",
-                                          mesh_->global_rank(), ": ", y.status().ToString()));
-  }
-  return *y;
-}
-
-absl::Status ParallelLayerImpl::Parallelize(std::shared_ptr<const ParallelStyle> style,
-                                            const DeviceMesh& mesh) {
-  if (style_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("layer is already parallelized with ", style_->Name()));
-  }
-  if (mesh.ndim() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor parallelism needs a 1-D mesh, got ", mesh.ToString(), "; pass mesh.Slice(\"tp\")"));
-  }
-  std::shared_ptr<torch::nn::Module> m = inner_.ptr();
-  for (auto& p : m->named_parameters(/*recurse=*/false)) {
-    full_shapes_[p.key()] = p.value().sizes().vec();
-  }
-  absl::Status s = style->Partition(*m, mesh);
-  if (!s.ok()) return s;
-  style_ = std::move(style);
-  mesh_ = mesh;
-  return absl::OkStatus();
-}
+}  // namespace
 
 bool FqnMatches(absl::string_view pattern, absl::string_view fqn) {
   // Iterative glob with one backtrack point per '*'.
@@ -84,17 +57,26 @@ absl::Status ParallelizeModule(const std::shared_ptr<torch::nn::Module>& root,
       if (item.key().empty() != pattern.empty()) continue;  // "" only names the root
       if (!FqnMatches(pattern, item.key())) continue;
       ++matched;
-      auto* layer = dynamic_cast<ParallelLayerImpl*>(item.value().get());
-      if (layer == nullptr) {
+      nn::HookableModule* m = nn::AsHookable(*item.value());
+      if (m == nullptr) {
         return absl::FailedPreconditionError(absl::StrCat(
             "plan key '", pattern, "' matches '", item.key(), "' (", item.value()->name(),
-            "), which is not a ParallelLayer; hold it in fsdp::ParallelLayer"));
+            "), which is not a HookableModule; hold it as nn::Linear / nn::Embedding or derive "
+            "it from tpudist::nn::HookableModule"));
       }
-      absl::Status s = layer->Parallelize(style, mesh);
+      if (const TpModuleState* done = StateOf(*m)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "'", item.key(), "' is already parallelized with ", done->style));
+      }
+      auto state = std::make_shared<TpModuleState>();
+      state->style = style->Name();
+      state->mesh = mesh;
+      absl::Status s = style->Apply(*m, mesh, &state->params);
       if (!s.ok()) {
         return absl::Status(s.code(), absl::StrCat("parallelizing '", item.key(), "' with ",
                                                    style->Name(), ": ", s.message()));
       }
+      m->SetAttachment(kTpAttachment, std::move(state));
     }
     if (matched == 0) {
       return absl::NotFoundError(
@@ -102,6 +84,47 @@ absl::Status ParallelizeModule(const std::shared_ptr<torch::nn::Module>& root,
     }
   }
   return absl::OkStatus();
+}
+
+std::map<std::string, TpParamPlacement> TensorParallelPlacements(torch::nn::Module& root) {
+  std::map<std::string, TpParamPlacement> out;
+  for (auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
+    const nn::HookableModule* m = nn::AsHookable(*item.value());
+    const TpModuleState* state = m == nullptr ? nullptr : StateOf(*m);
+    if (state == nullptr) continue;
+    for (const auto& [name, where] : state->params) {
+      out[item.key().empty() ? name : absl::StrCat(item.key(), ".", name)] = where;
+    }
+  }
+  return out;
+}
+
+absl::Status AllReducePartialGrads(torch::nn::Module& root) {
+  for (auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
+    const nn::HookableModule* m = nn::AsHookable(*item.value());
+    const TpModuleState* state = m == nullptr ? nullptr : StateOf(*m);
+    if (state == nullptr) continue;
+    auto params = item.value()->named_parameters(/*recurse=*/true);
+    for (const auto& [name, where] : state->params) {
+      if (!where.partial_grad) continue;
+      at::Tensor* p = params.find(name);
+      if (p == nullptr || !p->grad().defined()) continue;
+      at::Tensor& grad = p->mutable_grad();
+      absl::StatusOr<at::Tensor> sum = AllReduceAlongDim(*state->mesh, 0, grad, ReduceOp::kSum);
+      if (!sum.ok()) {
+        return absl::Status(sum.status().code(), absl::StrCat("AllReducePartialGrads: ", item.key(), ".", name,
+                                                              ": ", sum.status().message()));
+      }
+      at::NoGradGuard no_grad;
+      grad.copy_(*sum);
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string TensorParallelStyleOf(const nn::HookableModule& module) {
+  const TpModuleState* state = StateOf(module);
+  return state == nullptr ? "" : state->style;
 }
 
 }  // namespace tpudist::fsdp

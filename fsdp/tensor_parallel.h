@@ -1,81 +1,103 @@
 // Tensor-parallel styles (PyTorch 2.x torch.distributed.tensor.parallel
-// semantics) for a 1-D mesh, applied through ParallelLayer / ParallelizeModule
-// (fsdp/parallelize_module.h).
+// semantics) for a 1-D mesh, applied as forward hooks on
+// tpudist::nn::HookableModules through ParallelizeModule
+// (fsdp/parallelize_module.h) — the same hook system FullyShard uses, so one
+// plan applies TP and FSDP to the same modules (torchtitan's pattern).
 //
-// libtorch modules have no forward hooks and their forward is not virtual,
-// so a style is two things:
-//   Partition  shards (or replicates) the module's parameters in place:
+// Applying a style to a module does two things, once:
+//   partition  shards (or replicates) the module's parameters in place:
 //              param.set_data(local piece), so names, optimizers and
-//              state_dict keep working on the local shards.
-//   Forward    runs the module with layout conversions around it: the input
-//              is read in `input_layouts`, redistributed to what the module
-//              needs, the module's own forward runs on local tensors, and
-//              the output is redistributed to `output_layouts` and returned
-//              as a local tensor (PyTorch's use_local_output=True).
+//              state_dict keep working on the local pieces;
+//   hooks      a pre-forward hook converts the input from `input_layouts` to
+//              what the module needs, a post-forward hook converts the
+//              local output to `output_layouts` (returned as a local tensor,
+//              PyTorch's use_local_output=True). The module's own forward
+//              runs unchanged on local tensors in between.
 // Layouts of inputs that are local tensors are declared, not checked: a
 // Shard input's global size is the local size times the mesh size (as
 // PyTorch's from_local(run_check=False)), so sharded *inputs* must be even.
 // Parameter shards follow torch.chunk and may be uneven.
 //
-//   ColwiseParallel   Linear weight [out, in] and bias -> Shard(0); Embedding
-//                     weight -> Shard(1). In: Replicate, out: Shard(-1).
-//                     Backward all-reduces (or reduce-scatters, for a
-//                     Shard input) the input gradient.
-//   RowwiseParallel   Linear weight -> Shard(1), bias Replicate (added after
-//                     the reduction); Embedding weight -> Shard(0) (ids out of
-//                     the local vocab range contribute zeros). In: Shard(-1)
-//                     (Linear) / Replicate (Embedding); out: Replicate via
-//                     all_reduce, or Shard(d) via reduce_scatter.
-//   SequenceParallel  parameters Replicate; input and output Shard(seq dim);
-//                     the module runs on its sequence shard and parameter
-//                     gradients are all-reduced over the mesh in backward.
-//   PrepareModuleInput  converts the input from `input_layouts` to
-//                     `desired_input_layouts` before the module runs.
+//   ColwiseParallel   nn::Linear weight [out, in] and bias -> Shard(0);
+//                     nn::Embedding weight -> Shard(1). In: Replicate, out:
+//                     Shard(-1). Backward all-reduces (or reduce-scatters,
+//                     for a Shard input) the input gradient.
+//   RowwiseParallel   nn::Linear weight -> Shard(1), bias Replicate (added
+//                     by the post-hook after the reduction); nn::Embedding
+//                     weight -> Shard(0) (ids out of the local vocab range
+//                     contribute zeros; every rank's piece must be
+//                     non-empty). In: Shard(-1) (Linear) / Replicate
+//                     (Embedding); out: Replicate via all_reduce, or Shard(d)
+//                     via reduce_scatter.
+//   SequenceParallel  any HookableModule: parameters Replicate; input and
+//                     output Shard(seq dim); the module runs on its sequence
+//                     shard and parameter gradients are all-reduced over the
+//                     mesh in backward.
+//   PrepareModuleInput  any HookableModule: converts the first input from
+//                     `input_layouts` to `desired_input_layouts`.
+//   ReplicateWithPartialGrad  any HookableModule: parameters Replicate, no
+//                     layout change; each rank's gradient is a partial sum
+//                     (the module saw only this rank's heads, e.g. a per-head
+//                     norm). The parameters are marked partial_grad and
+//                     AllReducePartialGrads sums them after backward — an
+//                     explicit step, not a tensor hook, because FullyShard
+//                     owns the parameters' autograd hook slot, and because
+//                     all-reducing over tp the dp-reduce-scattered shards is
+//                     the same sum (linear).
+//   ReplicateOutputWithPartialGrad  any HookableModule: parameters
+//                     Replicate; the output is replicated and feeds rank-local
+//                     computations (e.g. one KV head read by this rank's
+//                     query heads), so its gradient is a partial sum: the
+//                     post-hook is the identity in forward and all-reduces
+//                     the output gradient in backward. Everything upstream
+//                     (the module's own parameters, earlier layers) then
+//                     gets whole gradients.
+//
+// Errors raised inside hooks (a collective failing, a layout that does not
+// fit) are thrown as std::runtime_error naming the style, module and rank
+// (the torch boundary).
 //
 // Styles are immutable values, safe to share between layers and threads;
-// Forward is collective over the mesh.
+// the hooks they install are collective over the mesh.
 #ifndef FSDP_TENSOR_PARALLEL_H_
 #define FSDP_TENSOR_PARALLEL_H_
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <torch/nn/module.h>
-#include <torch/nn/modules/container/any.h>
-
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "fsdp/device_mesh.h"
 #include "fsdp/placement.h"
+#include "nn/module_hooks.h"
 
 namespace tpudist::fsdp {
 
-// What a style's Forward sees of the layer it runs in.
-struct LayerContext {
-  torch::nn::AnyModule* inner = nullptr;  // the wrapped module
-  torch::nn::Module* module = nullptr;    // the same, untyped
-  const DeviceMesh* mesh = nullptr;       // 1-D
-  // Global shape of each direct parameter before Partition ("weight" -> {out, in}).
-  const std::map<std::string, std::vector<int64_t>>* full_shapes = nullptr;
+// Where one direct parameter of a TP-parallelized module lives: this rank
+// holds full.narrow(dim, offset, local_size) (dim < 0: replicated whole).
+// For checkpoints that reload on another layout.
+struct TpParamPlacement {
+  int64_t dim = -1;                // sharded dim over the tp mesh, -1 = Replicate
+  int64_t offset = 0;              // this rank's start along dim
+  std::vector<int64_t> full_shape; // global shape before partition
+  // The gradient is a partial sum over the tp ranks until
+  // AllReducePartialGrads (fsdp/parallelize_module.h) sums it.
+  bool partial_grad = false;
 };
 
 class ParallelStyle {
  public:
   virtual ~ParallelStyle() = default;
-  // Shards/replicates `module`'s parameters in place over `mesh` (1-D),
-  // broadcasting from the mesh's first rank as PyTorch's src_data_rank=0.
-  // InvalidArgument for a module type the style does not support.
-  virtual absl::Status Partition(torch::nn::Module& module, const DeviceMesh& mesh) const = 0;
-  // input: [..., features] this rank's piece of the input in the style's
-  // input layout. Returns [..., out features] this rank's piece of the output
-  // in the style's output layout.
-  virtual absl::StatusOr<at::Tensor> Forward(const LayerContext& layer,
-                                             const at::Tensor& input) const = 0;
+  // Partitions `module`'s parameters over `mesh` (1-D; broadcast from the
+  // mesh's first rank first, as PyTorch's src_data_rank=0) and registers the
+  // style's hooks on it. Returns each partitioned direct (or, for styles
+  // over whole subtrees, recursive) parameter's placement, keyed by its name
+  // relative to `module`. InvalidArgument for a module type the style does
+  // not support. Collective over the mesh.
+  virtual absl::Status Apply(nn::HookableModule& module, const DeviceMesh& mesh,
+                             std::vector<std::pair<std::string, TpParamPlacement>>* placements) const = 0;
   virtual std::string Name() const = 0;
 };
 
@@ -100,6 +122,10 @@ std::shared_ptr<const ParallelStyle> SequenceParallel(int64_t sequence_dim = 1);
 
 std::shared_ptr<const ParallelStyle> PrepareModuleInput(Placement input_layout,
                                                         Placement desired_input_layout);
+
+std::shared_ptr<const ParallelStyle> ReplicateWithPartialGrad();
+
+std::shared_ptr<const ParallelStyle> ReplicateOutputWithPartialGrad();
 
 }  // namespace tpudist::fsdp
 

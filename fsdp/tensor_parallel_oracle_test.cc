@@ -5,7 +5,8 @@
 // gradient and every parameter's local gradient after
 //   loss = sum((y_local - target_local)^2) / target.numel(); backward
 // (tests/oracles/fixtures/dtensor/tensor_parallel.{json,safetensors}). Here
-// the same full weights go into the same modules built with ParallelLayer,
+// the same full weights go into the same modules built from nn::Linear /
+// nn::Embedding / nn::LayerNorm (hookable twins of torch's),
 // our equivalent plan is applied, and the same step runs over the test
 // backend. Models (tensor_parallel.json) and the plans on both sides:
 //   ffn12  Linear(6,12) -> SiLU -> Linear(12,5), biases: w1 Colwise, w2 Rowwise
@@ -36,15 +37,13 @@
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
-#include <torch/nn/modules/normalization.h>
 
 #include "absl/strings/str_cat.h"
 #include "fsdp/parallelize_module.h"
 #include "fsdp/testing/oracle_fixture.h"
 #include "fsdp/testing/rank_threads.h"
 #include "gtest/gtest.h"
+#include "nn/layers.h"
 
 namespace tpudist::fsdp {
 namespace {
@@ -57,27 +56,25 @@ constexpr double kTpRel = 1e-6;
 // [norm] -> w1 -> SiLU -> w2 (tests/oracles/dtensor_oracle.py FeedForward).
 struct FeedForwardImpl : torch::nn::Module {
   FeedForwardImpl(const std::vector<int64_t>& dims, bool with_norm) {
-    if (with_norm) {
-      norm = register_module(
-          "norm", ParallelLayer(torch::nn::LayerNorm(torch::nn::LayerNormOptions({dims[0]}))));
-    }
-    w1 = register_module("w1", ParallelLayer(torch::nn::Linear(dims[0], dims[1])));
-    w2 = register_module("w2", ParallelLayer(torch::nn::Linear(dims[1], dims[2])));
+    if (with_norm) norm = register_module("norm", nn::LayerNorm(dims[0]));
+    w1 = register_module("w1", nn::Linear(dims[0], dims[1]));
+    w2 = register_module("w2", nn::Linear(dims[1], dims[2]));
   }
   // x: [..., in] -> [..., out]
   at::Tensor forward(at::Tensor x) {
     if (!norm.is_empty()) x = norm(x);
     return w2(at::silu(w1(x)));
   }
-  ParallelLayer norm{nullptr}, w1{nullptr}, w2{nullptr};
+  nn::LayerNorm norm{nullptr};
+  nn::Linear w1{nullptr}, w2{nullptr};
 };
 TORCH_MODULE(FeedForward);
 
 struct EmbedImpl : torch::nn::Module {
   explicit EmbedImpl(const std::vector<int64_t>& dims)
-      : emb(register_module("emb", ParallelLayer(torch::nn::Embedding(dims[0], dims[1])))) {}
+      : emb(register_module("emb", nn::Embedding(dims[0], dims[1]))) {}
   at::Tensor forward(const at::Tensor& ids) { return emb(ids); }  // [B, S] -> [B, S, dim]
-  ParallelLayer emb{nullptr};
+  nn::Embedding emb{nullptr};
 };
 TORCH_MODULE(Embed);
 

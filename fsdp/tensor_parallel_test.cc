@@ -9,13 +9,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/nn/modules/normalization.h>
 
 #include "fsdp/mesh_math.h"
 #include "fsdp/parallelize_module.h"
 #include "fsdp/testing/rank_threads.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nn/layers.h"
 
 namespace tpudist::fsdp {
 namespace {
@@ -29,14 +29,15 @@ at::Tensor Random(std::vector<int64_t> shape, uint64_t seed) {
 }
 
 // FeedForward(hidden) = x + w2(SiLU(w1(x))), no bias.
-struct FeedForwardImpl : torch::nn::Module {
+// A HookableModule itself, so a plan can also put a style on the whole block.
+struct FeedForwardImpl : nn::HookableModule {
   explicit FeedForwardImpl(int64_t hidden)
-      : w1(register_module("w1", ParallelLayer(torch::nn::Linear(
-                                     torch::nn::LinearOptions(hidden, 4 * hidden).bias(false))))),
-        w2(register_module("w2", ParallelLayer(torch::nn::Linear(
-                                     torch::nn::LinearOptions(4 * hidden, hidden).bias(false))))) {}
-  at::Tensor forward(const at::Tensor& x) { return x + w2(at::silu(w1(x))); }  // [b, h]
-  ParallelLayer w1{nullptr}, w2{nullptr};
+      : w1(register_module("w1", nn::Linear(hidden, 4 * hidden, /*bias=*/false))),
+        w2(register_module("w2", nn::Linear(4 * hidden, hidden, /*bias=*/false))) {}
+  at::Tensor forward(const at::Tensor& x) {  // [b, h]
+    return RunForward(x, [&](const at::Tensor& in) { return in + w2(at::silu(w1(in))); });
+  }
+  nn::Linear w1{nullptr}, w2{nullptr};
 };
 TORCH_MODULE(FeedForward);
 
@@ -61,8 +62,7 @@ FfnResult Reference(int64_t hidden, const at::Tensor& x_in, const at::Tensor& g)
   at::Tensor x = x_in.clone().requires_grad_(true);
   at::Tensor y = ffn(x);
   (y * g).sum().backward();
-  return {y.detach(), x.grad(), ffn->w1->inner_module()->named_parameters()["weight"].grad(),
-          ffn->w2->inner_module()->named_parameters()["weight"].grad()};
+  return {y.detach(), x.grad(), ffn->w1->weight.grad(), ffn->w2->weight.grad()};
 }
 
 void ExpectClose(const at::Tensor& a, const at::Tensor& b, const std::string& what) {
@@ -186,17 +186,16 @@ TEST(TensorParallelTest, PlanErrors) {
     };
     auto plain = std::make_shared<Plain>();
     absl::Status s = ParallelizeModule(plain, *mesh, {{"lin", ColwiseParallel()}});
-    EXPECT_THAT(std::string(s.message()), HasSubstr("not a ParallelLayer"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("not a HookableModule"));
     // A style on an unsupported module type.
     struct Holder : torch::nn::Module {
       Holder() {
-        register_module("norm", ParallelLayer(torch::nn::LayerNorm(
-                                    torch::nn::LayerNormOptions({4}))));
+        register_module("norm", nn::LayerNorm(4));
       }
     };
     auto holder = std::make_shared<Holder>();
     EXPECT_THAT(std::string(ParallelizeModule(holder, *mesh, {{"norm", ColwiseParallel()}}).message()),
-                HasSubstr("supports torch::nn::Linear"));
+                HasSubstr("supports nn::Linear"));
     ASSERT_TRUE(ParallelizeModule(ffn.ptr(), *mesh, {{"w*", ColwiseParallel()}}).ok());
     EXPECT_EQ(ParallelizeModule(ffn.ptr(), *mesh, {{"w1", ColwiseParallel()}}).code(),
               absl::StatusCode::kFailedPrecondition);
@@ -222,19 +221,18 @@ TEST(TensorParallelTest, EmbeddingsMatchSingleDevice) {
     ASSERT_TRUE(mesh.ok());
     const at::Tensor ids = at::tensor({0, 4, 9, 3, 9, 7}, at::kLong).reshape({2, 3});
     for (bool rowwise : {true, false}) {
-      torch::nn::Embedding ref_emb(10, 5);
+      torch::nn::Embedding ref_emb(10, 5);  // the oracle: torch's own module
       InitWeights(*ref_emb, 7);
       at::Tensor g = Random({2, 3, 5}, 8);
       at::Tensor ref_y = ref_emb(ids);
       (ref_y * g).sum().backward();
 
-      torch::nn::Embedding emb(10, 5);
+      nn::Embedding emb(10, 5);
       InitWeights(*emb, 7);
-      ParallelLayer layer(emb);
       absl::Status s =
-          layer->Parallelize(rowwise ? RowwiseParallel() : ColwiseParallel(), *mesh);
+          ParallelizeModule(emb.ptr(), *mesh, {{"", rowwise ? RowwiseParallel() : ColwiseParallel()}});
       ASSERT_TRUE(s.ok()) << s;
-      at::Tensor y = layer(ids);
+      at::Tensor y = emb(ids);
       if (rowwise) {
         ExpectClose(y.detach(), ref_y.detach(), "rowwise embedding forward");
         (y * g).sum().backward();
@@ -254,9 +252,9 @@ TEST(TensorParallelTest, EmbeddingsMatchSingleDevice) {
 // A block wrapped whole: PrepareModuleInput turns a batch-sharded input into
 // a replicated one, inside it w1/w2 run colwise/rowwise ("*.w1" wildcards).
 struct BlockImpl : torch::nn::Module {
-  explicit BlockImpl(int64_t h) : ffn(register_module("ffn", ParallelLayer(FeedForward(h)))) {}
+  explicit BlockImpl(int64_t h) : ffn(register_module("ffn", FeedForward(h))) {}
   at::Tensor forward(const at::Tensor& x) { return ffn(x); }
-  ParallelLayer ffn{nullptr};
+  FeedForward ffn{nullptr};
 };
 TORCH_MODULE(Block);
 
@@ -295,13 +293,12 @@ TEST(TensorParallelTest, PrepareModuleInputAndNestedPlan) {
 // Shard(1) (reduce-scatter). Needs reduce_scatter from the backend.
 struct SpBlockImpl : torch::nn::Module {
   explicit SpBlockImpl(int64_t h)
-      : norm(register_module("norm", ParallelLayer(torch::nn::LayerNorm(
-                                         torch::nn::LayerNormOptions({h}))))),
-        w1(register_module("w1", ParallelLayer(torch::nn::Linear(
-                                     torch::nn::LinearOptions(h, 4 * h).bias(false))))),
-        w2(register_module("w2", ParallelLayer(torch::nn::Linear(4 * h, h)))) {}
+      : norm(register_module("norm", nn::LayerNorm(h))),
+        w1(register_module("w1", nn::Linear(h, 4 * h, /*bias=*/false))),
+        w2(register_module("w2", nn::Linear(4 * h, h))) {}
   at::Tensor forward(const at::Tensor& x) { return x + w2(at::silu(w1(norm(x)))); }  // [b, s, h]
-  ParallelLayer norm{nullptr}, w1{nullptr}, w2{nullptr};
+  nn::LayerNorm norm{nullptr};
+  nn::Linear w1{nullptr}, w2{nullptr};
 };
 TORCH_MODULE(SpBlock);
 
@@ -344,6 +341,80 @@ TEST(TensorParallelTest, SequenceParallelMatchesSingleDevice) {
     ExpectClose(p["w2.bias"].grad(), rp["w2.bias"].grad(), "w2 bias grad");
     ExpectClose(p["w1.weight"].grad(), Chunk(rp["w1.weight"].grad(), world, 0, ctx.rank), "w1");
     ExpectClose(p["w2.weight"].grad(), Chunk(rp["w2.weight"].grad(), world, 1, ctx.rank), "w2");
+  });
+}
+
+// Multi-query attention in miniature: n query heads colwise (n/tp local), ONE
+// key head replicated (ReplicateOutputWithPartialGrad: its output gradient is
+// all-reduced), a per-head norm on q (ReplicateWithPartialGrad), o rowwise.
+struct MqaImpl : torch::nn::Module {
+  MqaImpl(int64_t h, int64_t n, int64_t d)
+      : d(d),
+        q(register_module("q", nn::Linear(h, n * d, /*bias=*/false))),
+        k(register_module("k", nn::Linear(h, d, /*bias=*/false))),
+        o(register_module("o", nn::Linear(n * d, h, /*bias=*/false))),
+        q_norm(register_module("q_norm", nn::LayerNorm(d))) {}
+  // x: [b, h] -> [b, h]
+  at::Tensor forward(const at::Tensor& x) {
+    const int64_t b = x.size(0);
+    at::Tensor heads = q_norm(q(x).view({b, -1, d}));   // [b, local heads, d]
+    at::Tensor mixed = heads * k(x).unsqueeze(1);       // one key head for all
+    return o(at::tanh(mixed).reshape({b, -1}));
+  }
+  int64_t d;
+  nn::Linear q{nullptr}, k{nullptr}, o{nullptr};
+  nn::LayerNorm q_norm{nullptr};
+};
+TORCH_MODULE(Mqa);
+
+TEST(TensorParallelTest, PartialGradStylesMatchSingleDevice) {
+  const int world = 2;
+  const int64_t h = 6, n = 4, d = 3;
+  RunRanks(world, [&](const RankContext& ctx) {
+    const at::Tensor x0 = Random({5, h}, 1);
+    const at::Tensor g = Random({5, h}, 2);
+    Mqa ref(h, n, d);
+    InitWeights(*ref, 30);
+    at::Tensor rx = x0.clone().requires_grad_(true);
+    (ref(rx) * g).sum().backward();
+
+    absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {world}, {"tp"}, ctx.env);
+    ASSERT_TRUE(mesh.ok());
+    for (bool with_partial_styles : {true, false}) {
+      Mqa tp(h, n, d);
+      InitWeights(*tp, 30);
+      ParallelizePlan plan = {{"q", ColwiseParallel()}, {"o", RowwiseParallel()}};
+      if (with_partial_styles) {
+        plan.push_back({"k", ReplicateOutputWithPartialGrad()});
+        plan.push_back({"q_norm", ReplicateWithPartialGrad()});
+      }
+      ASSERT_TRUE(ParallelizeModule(tp.ptr(), *mesh, plan).ok());
+      at::Tensor x = x0.clone().requires_grad_(true);
+      at::Tensor y = tp(x);
+      ExpectClose(y.detach(), ref(x0).detach(), "mqa forward");
+      (y * g).sum().backward();
+      ASSERT_TRUE(AllReducePartialGrads(*tp).ok());
+      const double k_diff = (tp->k->weight.grad() - ref->k->weight.grad()).abs().max().item<double>();
+      const double n_diff =
+          (tp->q_norm->weight.grad() - ref->q_norm->weight.grad()).abs().max().item<double>();
+      if (with_partial_styles) {
+        ExpectClose(x.grad(), rx.grad(), "mqa x grad");
+        ExpectClose(tp->k->weight.grad(), ref->k->weight.grad(), "replicated k grad");
+        ExpectClose(tp->q_norm->weight.grad(), ref->q_norm->weight.grad(), "q_norm grad");
+        ExpectClose(tp->q->weight.grad(), Chunk(ref->q->weight.grad(), world, 0, ctx.rank), "q grad");
+        const auto placements = TensorParallelPlacements(*tp);
+        EXPECT_EQ(placements.at("q.weight").dim, 0);
+        EXPECT_EQ(placements.at("q.weight").offset, ctx.rank * n * d / world);
+        EXPECT_EQ(placements.at("o.weight").dim, 1);
+        EXPECT_EQ(placements.at("k.weight").dim, -1);
+        EXPECT_EQ(placements.at("q.weight").full_shape, (std::vector<int64_t>{n * d, h}));
+        EXPECT_EQ(TensorParallelStyleOf(*tp->k), "ReplicateOutputWithPartialGrad");
+      } else {
+        // Without them the shared weights only see this rank's heads.
+        EXPECT_GT(k_diff, 1e-4);
+        EXPECT_GT(n_diff, 1e-4);
+      }
+    }
   });
 }
 

@@ -30,6 +30,7 @@
 #include "examples/finetune/tokenized_dataset.h"
 #include "examples/finetune/training_flags.h"
 #include "fsdp/device_mesh.h"
+#include "fsdp/parallelize_module.h"
 #include "models/gemma/hf_checkpoint.h"
 #include "models/gemma/model_dir.h"
 #include "models/gemma/parallelize_gemma.h"
@@ -52,9 +53,12 @@ absl::Status Annotate(const absl::Status& s, int rank, absl::string_view stage) 
   return absl::Status(s.code(), absl::StrCat("rank ", rank, ": ", stage, ": ", s.message()));
 }
 
+// tp == 1: the 1-D mesh {world} ("dp"); tp > 1: {world / tp, tp} ("dp", "tp"),
+// tp inner (the tp ranks of one replica are consecutive, on one host when tp
+// divides the devices per host). REQUIRES: tp divides world.
 absl::StatusOr<fsdp::DeviceMesh> MakeMesh(const tpu_runtime::RankInfo& info,
                                           const c10::intrusive_ptr<c10d::Store>& store,
-                                          absl::Duration timeout) {
+                                          absl::Duration timeout, int64_t tp) {
   fsdp::DeviceMeshEnv env;
   env.rank = info.rank;
   env.world_size = info.world_size;
@@ -70,7 +74,10 @@ absl::StatusOr<fsdp::DeviceMesh> MakeMesh(const tpu_runtime::RankInfo& info,
       distributed::ResolveGroupConfigFromProcess(&info, group_options);
   if (!group_config.ok()) return group_config.status();
   env.group_factory = distributed::MakeGroupFactory(*group_config);
-  return fsdp::InitDeviceMesh("tpu", {info.world_size}, {"dp"}, env);
+  // Group names carry their ranks (GroupNameFor), so the dp and tp groups of
+  // a 2-D mesh never share a name.
+  if (tp == 1) return fsdp::InitDeviceMesh("tpu", {info.world_size}, {"dp"}, env);
+  return fsdp::InitDeviceMesh("tpu", {info.world_size / tp, tp}, {"dp", "tp"}, env);
 }
 
 absl::StatusOr<TokenizedDataset> LoadData(const FineTuneConfig& c, const gemma::Tokenizer& tok) {
@@ -133,10 +140,21 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
   const int rank = info.rank, world = info.world_size;
   if (c.storage_path.empty()) return absl::InvalidArgumentError("--storage-path (or STORAGE_PATH) is required");
   if (absl::Status s = ValidateTrainingFlags(
-          {c.num_epochs, c.batch_size_per_device, c.max_seq_len, c.lr, c.weight_decay});
+          {c.num_epochs, c.batch_size_per_device, c.max_seq_len, c.lr, c.weight_decay, c.tp});
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = ValidateTensorParallel(c.tp, world); !s.ok()) return s;
+  if (c.tp > 1) {
+    // The mesh, plan and sampler below handle (dp, tp); the epoch checkpoint
+    // (finetune_checkpoint -> fsdp/fully_shard/sharded_checkpoint) still
+    // assumes a 1-D mesh and does not record TP placements. Refuse rather
+    // than write a checkpoint that cannot be read back.
+    return absl::UnimplementedError(absl::StrCat(
+        "--tp ", c.tp, ": checkpoints of a (dp, tp) mesh are not supported yet (sharded_checkpoint is 1-D)"));
+  }
+  // The data-parallel coordinates: the tp ranks of one replica see one batch.
+  const int dp_world = static_cast<int>(world / c.tp), dp_rank = static_cast<int>(rank / c.tp);
   if (info.restart_count > c.max_failures) {
     return absl::FailedPreconditionError(absl::StrCat("attempt ", info.restart_count, " exceeds --max-failures ",
                                                       c.max_failures));
@@ -148,7 +166,7 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
   absl::StatusOr<TokenizedDataset> data = LoadData(c, **tok);
   if (!data.ok()) return Annotate(data.status(), rank, "dataset");
   absl::StatusOr<DistributedSampler> sampler =
-      DistributedSampler::Create({data->size(), world, rank, /*shuffle=*/true, c.seed, /*drop_last=*/true});
+      DistributedSampler::Create({data->size(), dp_world, dp_rank, /*shuffle=*/true, c.seed, /*drop_last=*/true});
   if (!sampler.ok()) return Annotate(sampler.status(), rank, "sampler");
   const int64_t num_batches = sampler->NumBatches(c.batch_size_per_device);
 
@@ -223,7 +241,7 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
       return result;
     }
 
-    absl::StatusOr<fsdp::DeviceMesh> mesh = MakeMesh(info, store, c.timeout);
+    absl::StatusOr<fsdp::DeviceMesh> mesh = MakeMesh(info, store, c.timeout, c.tp);
     if (!mesh.ok()) return Annotate(mesh.status(), rank, "device mesh");
 
     absl::StatusOr<gemma::GemmaForCausalLM> model = gemma::LoadGemmaFromHf(c.model_dir);
@@ -295,6 +313,8 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
         opt.zero_grad();
         at::Tensor loss = (*model)->forward(batch->input_ids, batch->attention_mask, batch->labels).loss;
         loss.backward();
+        // Gradients TP left partial over tp (none on a 1-D mesh).
+        if (absl::Status s = fsdp::AllReducePartialGrads(**model); !s.ok()) return Annotate(s, rank, "backward");
         opt.step();
         const double l = loss.item<double>();
         loss_sum += l;
@@ -307,7 +327,7 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
       m.loss = AllReduceAvg(*mesh, steps > 0 ? loss_sum / steps : 0.0, c.timeout);
       m.steps = steps;
       m.epoch_time_s = absl::ToDoubleSeconds(absl::Now() - t0);
-      m.tokens_per_s = TokensPerSecond(steps, c.batch_size_per_device * world, c.max_seq_len, m.epoch_time_s);
+      m.tokens_per_s = TokensPerSecond(steps, c.batch_size_per_device * dp_world, c.max_seq_len, m.epoch_time_s);
       m.timestamp = absl::Now();
       if (rank == 0) {
         printf("%s\n", FormatEpochLine(m, c.num_epochs).c_str());

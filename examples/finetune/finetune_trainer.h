@@ -61,6 +61,9 @@ struct FineTuneConfig {
   bool include_context = false;  // add "Context: ..." lines (the seed has none)
   double lr = 2e-5;
   double weight_decay = 0.01;
+  // Tensor-parallel ranks per data-parallel replica: the mesh is (world/tp,
+  // tp) with dims ("dp", "tp"); the sampler splits the data over dp only.
+  int64_t tp = 1;
   std::string storage_path;   // required
   std::string run_name;       // "" -> "gemma_finetune_<job id>"
   int num_to_keep = 1;

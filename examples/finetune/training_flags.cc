@@ -23,7 +23,8 @@ absl::Status ValidateTrainingFlags(const TrainingFlags& f) {
   for (absl::Status s : {CheckRange("--num-epochs", f.num_epochs, 1, kMaxEpochs),
                          CheckRange("--batch-size-per-device", f.batch_size_per_device, 1, kMaxBatchSizePerDevice),
                          CheckRange("--max-seq-len", f.max_seq_len, 2, kMaxSeqLen),
-                         CheckNonNegative("--lr", f.lr), CheckNonNegative("--weight-decay", f.weight_decay)}) {
+                         CheckNonNegative("--lr", f.lr), CheckNonNegative("--weight-decay", f.weight_decay),
+                         CheckRange("--tp", f.tp, 1, kMaxTensorParallel)}) {
     if (!s.ok()) return s;
   }
   if (f.batch_size_per_device * f.max_seq_len > kMaxTokensPerStep) {
@@ -33,6 +34,12 @@ absl::Status ValidateTrainingFlags(const TrainingFlags& f) {
                                                    " tokens per step and device: must be <= ", kMaxTokensPerStep));
   }
   return absl::OkStatus();
+}
+
+absl::Status ValidateTensorParallel(int64_t tp, int64_t world_size) {
+  if (tp >= 1 && world_size >= 1 && world_size % tp == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--tp ", tp, ": must divide the world size ", world_size,
+                                                 " (the mesh is world/tp x tp)"));
 }
 
 }  // namespace tpudist::finetune

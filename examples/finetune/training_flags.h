@@ -26,6 +26,7 @@ inline constexpr int64_t kMaxEpochs = int64_t{1} << 20;
 inline constexpr int64_t kMaxBatchSizePerDevice = int64_t{1} << 16;
 inline constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
 inline constexpr int64_t kMaxTokensPerStep = int64_t{1} << 24;
+inline constexpr int64_t kMaxTensorParallel = int64_t{1} << 16;
 
 struct TrainingFlags {
   int64_t num_epochs = 3;
@@ -33,11 +34,16 @@ struct TrainingFlags {
   int64_t max_seq_len = 512;
   double lr = 2e-5;
   double weight_decay = 0.01;
+  int64_t tp = 1;  // tensor-parallel ranks per dp replica (--tp)
 };
 
 // InvalidArgument naming the flag, its value and the accepted range, e.g.
 // "--lr nan: must be a finite number >= 0".
 absl::Status ValidateTrainingFlags(const TrainingFlags& flags);
+
+// InvalidArgument naming --tp when it does not divide `world_size`, e.g.
+// "--tp 3: must divide the world size 4 (the mesh is world/tp x tp)".
+absl::Status ValidateTensorParallel(int64_t tp, int64_t world_size);
 
 }  // namespace tpudist::finetune
 

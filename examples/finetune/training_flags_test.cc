@@ -57,5 +57,16 @@ TEST(TrainingFlagsTest, SizesAreBounded) {
   EXPECT_THAT(Message(f), HasSubstr("tokens per step and device"));
 }
 
+TEST(TrainingFlagsTest, TensorParallelMustDivideTheWorld) {
+  TrainingFlags f;
+  f.tp = 0;
+  EXPECT_THAT(Message(f), ::testing::HasSubstr("--tp 0"));
+  EXPECT_TRUE(ValidateTensorParallel(2, 4).ok());
+  EXPECT_TRUE(ValidateTensorParallel(1, 3).ok());
+  absl::Status s = ValidateTensorParallel(3, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("--tp 3: must divide the world size 4"));
+}
+
 }  // namespace
 }  // namespace tpudist::finetune

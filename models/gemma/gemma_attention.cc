@@ -7,9 +7,7 @@
 namespace tpudist::models::gemma {
 namespace {
 
-torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
-}
+nn::Linear MakeLinear(int64_t in, int64_t out) { return nn::Linear(in, out, /*bias=*/false); }
 
 }  // namespace
 
@@ -69,12 +67,15 @@ at::Tensor GemmaAttentionImpl::Body(const at::Tensor& hidden, const at::Tensor& 
       *slot_v = v;
     }
   }
-  const int64_t groups = num_heads_ / k.size(1);
+  // Head counts from the tensors, not the config: under tensor parallelism
+  // q_proj / o_proj (and k/v when KV heads divide the ranks) hold this rank's
+  // heads only.
+  const int64_t groups = q.size(1) / k.size(1);
   at::Tensor scores = at::matmul(q, RepeatKv(k, groups).transpose(2, 3));  // [B, H, S, S]; scaling 1.0
   scores = scores + mask;
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   at::Tensor out = at::matmul(probs, RepeatKv(v, groups));  // [B, H, S, D]
-  out = out.transpose(1, 2).reshape({b, s, num_heads_ * head_dim_});
+  out = out.transpose(1, 2).reshape({b, s, -1});  // [B, S, H * D]
   return o_proj->forward(out);
 }
 

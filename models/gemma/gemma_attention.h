@@ -15,7 +15,11 @@
 // between calls.
 //
 // A HookableModule: forward runs its tensor arguments through registered
-// hooks (FullyShard, mixed precision) before the body.
+// hooks (FullyShard, mixed precision) before the body. The projections are
+// hookable nn::Linear layers, so a tensor-parallel plan may shard them
+// (models/gemma/parallelize_gemma.h): the body takes head counts from the
+// tensors it gets (H/tp local query heads, KV or KV/tp key/value heads), so
+// it runs unchanged on this rank's heads.
 //
 // Thread-safety: like any torch::nn::Module; not safe for concurrent forward
 // calls that share one SharedKv.
@@ -24,9 +28,9 @@
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "nn/layers.h"
 #include "nn/module_hooks.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/rms_norm.h"
@@ -60,10 +64,10 @@ class GemmaAttentionImpl : public tpudist::nn::HookableModule {
   bool is_kv_shared() const { return is_kv_shared_; }
   int64_t head_dim() const { return head_dim_; }
 
-  torch::nn::Linear q_proj{nullptr};  // weight [H*D, hidden]
-  torch::nn::Linear k_proj{nullptr};  // weight [KV*D, hidden]; null on shared layers
-  torch::nn::Linear v_proj{nullptr};  // weight [KV*D, hidden]; null on shared layers
-  torch::nn::Linear o_proj{nullptr};  // weight [hidden, H*D]
+  nn::Linear q_proj{nullptr};  // weight [H*D, hidden]
+  nn::Linear k_proj{nullptr};  // weight [KV*D, hidden]; null on shared layers
+  nn::Linear v_proj{nullptr};  // weight [KV*D, hidden]; null on shared layers
+  nn::Linear o_proj{nullptr};  // weight [hidden, H*D]
   RMSNorm q_norm{nullptr};            // weight [D]
   RMSNorm k_norm{nullptr};            // weight [D]; null on shared layers
   RMSNorm v_norm{nullptr};            // no weight; null on shared layers

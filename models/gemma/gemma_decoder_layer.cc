@@ -7,14 +7,16 @@ torch::nn::Linear MakeLinear(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
 }
 
+nn::Linear MakeHookableLinear(int64_t in, int64_t out) { return nn::Linear(in, out, /*bias=*/false); }
+
 at::Tensor GeluTanh(const at::Tensor& x) { return at::gelu(x, "tanh"); }
 
 }  // namespace
 
 GemmaMlpImpl::GemmaMlpImpl(int64_t hidden, int64_t intermediate) {
-  gate_proj = register_module("gate_proj", MakeLinear(hidden, intermediate));
-  up_proj = register_module("up_proj", MakeLinear(hidden, intermediate));
-  down_proj = register_module("down_proj", MakeLinear(intermediate, hidden));
+  gate_proj = register_module("gate_proj", MakeHookableLinear(hidden, intermediate));
+  up_proj = register_module("up_proj", MakeHookableLinear(hidden, intermediate));
+  down_proj = register_module("down_proj", MakeHookableLinear(intermediate, hidden));
 }
 
 at::Tensor GemmaMlpImpl::forward(const at::Tensor& x) {

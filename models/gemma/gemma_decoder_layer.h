@@ -19,6 +19,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "nn/layers.h"
 #include "nn/module_hooks.h"
 #include "models/gemma/gemma_attention.h"
 #include "models/gemma/gemma_config.h"
@@ -32,9 +33,9 @@ class GemmaMlpImpl : public tpudist::nn::HookableModule {
   // x: [..., hidden] -> [..., hidden]
   at::Tensor forward(const at::Tensor& x);
 
-  torch::nn::Linear gate_proj{nullptr};  // weight [I, hidden]
-  torch::nn::Linear up_proj{nullptr};    // weight [I, hidden]
-  torch::nn::Linear down_proj{nullptr};  // weight [hidden, I]
+  nn::Linear gate_proj{nullptr};  // weight [I, hidden] (I/tp rows under TP)
+  nn::Linear up_proj{nullptr};    // weight [I, hidden] (I/tp rows under TP)
+  nn::Linear down_proj{nullptr};  // weight [hidden, I] (I/tp columns under TP)
 };
 TORCH_MODULE(GemmaMlp);
 

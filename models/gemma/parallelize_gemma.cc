@@ -45,14 +45,58 @@ GemmaShardingPlan MakeGemmaShardingPlan(const GemmaConfig& config, bool freeze_p
   return plan;
 }
 
+absl::StatusOr<fsdp::ParallelizePlan> MakeGemmaTpPlan(const GemmaConfig& config, int64_t tp) {
+  if (tp < 1 || config.num_attention_heads % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor parallel size ", tp, " does not divide the ",
+                                                   config.num_attention_heads, " attention heads"));
+  }
+  const std::string attn = "model.layers.*.self_attn.";
+  const std::string mlp = "model.layers.*.mlp.";
+  fsdp::ParallelizePlan plan = {
+      {attn + "q_proj", fsdp::ColwiseParallel()},
+      {attn + "o_proj", fsdp::RowwiseParallel()},
+      {attn + "q_norm", fsdp::ReplicateWithPartialGrad()},
+  };
+  const bool has_kv = config.num_hidden_layers > config.num_kv_shared_layers;
+  if (has_kv && config.num_key_value_heads % tp == 0) {
+    plan.push_back({attn + "k_proj", fsdp::ColwiseParallel()});
+    plan.push_back({attn + "v_proj", fsdp::ColwiseParallel()});
+    plan.push_back({attn + "k_norm", fsdp::ReplicateWithPartialGrad()});
+  } else if (has_kv) {
+    plan.push_back({attn + "k_norm", fsdp::ReplicateOutputWithPartialGrad()});
+    plan.push_back({attn + "v_norm", fsdp::ReplicateOutputWithPartialGrad()});
+  }
+  plan.push_back({mlp + "gate_proj", fsdp::ColwiseParallel()});
+  plan.push_back({mlp + "up_proj", fsdp::ColwiseParallel()});
+  plan.push_back({mlp + "down_proj", fsdp::RowwiseParallel()});
+  return plan;
+}
+
 at::Tensor PleWeight(GemmaForCausalLMImpl& model) {
   if (model.model->embed_tokens_per_layer.is_empty()) return {};
   return model.model->embed_tokens_per_layer->weight;
 }
 
 absl::StatusOr<fsdp::FsdpModule> ParallelizeGemma(GemmaForCausalLM& model,
-                                                  const fsdp::DeviceMesh& mesh,
+                                                  const fsdp::DeviceMesh& full_mesh,
                                                   const GemmaParallelOptions& options) {
+  fsdp::DeviceMesh mesh = full_mesh;
+  if (full_mesh.ndim() == 2) {
+    absl::StatusOr<fsdp::DeviceMesh> tp = full_mesh.Slice("tp");
+    absl::StatusOr<fsdp::DeviceMesh> dp = full_mesh.Slice("dp");
+    if (!tp.ok() || !dp.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ParallelizeGemma: a 2-D mesh needs dims named \"dp\" and \"tp\", got ", full_mesh.ToString()));
+    }
+    absl::StatusOr<fsdp::ParallelizePlan> tp_plan = MakeGemmaTpPlan(model->config(), tp->size());
+    if (!tp_plan.ok()) return tp_plan.status();
+    absl::Status s = fsdp::ParallelizeModule(model.ptr(), *tp, *tp_plan);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("ParallelizeGemma: tensor parallel: ", s.message()));
+    mesh = *dp;
+  } else if (full_mesh.ndim() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ParallelizeGemma: needs a 1-D or a (dp, tp) mesh, got ", full_mesh.ToString()));
+  }
   const GemmaShardingPlan plan = MakeGemmaShardingPlan(model->config(), options.freeze_ple);
   auto params = model->named_parameters(/*recurse=*/true);
   std::vector<at::Tensor> ignored;

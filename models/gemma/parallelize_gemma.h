@@ -7,8 +7,34 @@
 //   root:              FullyShard(model, ignored_params = {PLE})
 //   mixed precision:   param_dtype (default bf16), reduce_dtype (fp32)
 //
-// Model code stays free of distributed calls; this file only registers
-// FullyShard from outside. The plan itself (which FQNs, what is ignored) is
+// On a 2-D mesh (dims "dp", "tp") tensor parallelism comes first, on the
+// "tp" slice, through the same module hooks (fsdp/parallelize_module.h);
+// FullyShard then shards the already TP-local tensors over the "dp" slice.
+// The TP plan (MakeGemmaTpPlan), per decoder layer:
+//
+//   self_attn.q_proj              ColwiseParallel   (H/tp whole query heads)
+//   self_attn.o_proj              RowwiseParallel   (all-reduce)
+//   self_attn.q_norm              ReplicateWithPartialGrad (sees local heads)
+//   KV heads % tp == 0:
+//     self_attn.k_proj, v_proj    ColwiseParallel   (KV/tp whole heads)
+//     self_attn.k_norm            ReplicateWithPartialGrad
+//   otherwise (e.g. 1 KV head):
+//     k_proj, v_proj              replicated whole (no style)
+//     self_attn.k_norm, v_norm    ReplicateOutputWithPartialGrad (K and V are
+//                                 read by this rank's query heads only: their
+//                                 gradient is all-reduced over tp, so k/v_proj
+//                                 and k_norm get whole gradients)
+//   mlp.gate_proj, mlp.up_proj    ColwiseParallel
+//   mlp.down_proj                 RowwiseParallel   (all-reduce)
+//
+// Everything else is replicated over tp and computed redundantly: the token
+// embedding (tied lm_head), the PLE table and projection, the per-layer
+// input gate/projection, every hidden-size norm, the final norm. KV-shared
+// layers read the stored K/V of their source layer in the same (local or
+// replicated) layout. On a 2-D mesh the caller runs
+// fsdp::AllReducePartialGrads(*model) after every backward (q_norm's, and
+// with colwise K k_norm's, gradients are partial over tp until then). Model code stays free of distributed calls; this file
+// only registers hooks from outside. The plan itself (which FQNs, what is ignored) is
 // a pure function, GemmaShardingPlan, tested on its own.
 //
 // Dtypes: parameters keep their loaded dtype as the master (fp32 for the
@@ -32,6 +58,7 @@
 
 #include "absl/status/statusor.h"
 #include "fsdp/device_mesh.h"
+#include "fsdp/parallelize_module.h"
 #include "fsdp/fully_shard/fully_shard.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/gemma_model.h"
@@ -55,9 +82,16 @@ struct GemmaShardingPlan {
 };
 GemmaShardingPlan MakeGemmaShardingPlan(const GemmaConfig& config, bool freeze_ple);
 
-// Applies the plan to `model` in place and returns the root handle.
-// REQUIRES: `model` not yet FullyShard-ed, parameters on CPU. Errors come
-// from FullyShard (with the module's FQN prepended).
+// The tensor-parallel plan above for `tp` ranks (FQN patterns relative to
+// GemmaForCausalLM). InvalidArgument when the query heads do not divide
+// over tp. Pure.
+absl::StatusOr<fsdp::ParallelizePlan> MakeGemmaTpPlan(const GemmaConfig& config, int64_t tp);
+
+// Applies the plan to `model` in place and returns the root handle. `mesh`:
+// 1-D (FullyShard over all of it), or 2-D with dims named "dp" and "tp"
+// (TP on "tp", then FullyShard on "dp"). REQUIRES: `model` not yet
+// FullyShard-ed, parameters on CPU. Errors come from ParallelizeModule /
+// FullyShard (with the module's FQN prepended).
 absl::StatusOr<fsdp::FsdpModule> ParallelizeGemma(GemmaForCausalLM& model,
                                                   const fsdp::DeviceMesh& mesh,
                                                   const GemmaParallelOptions& options = {});

@@ -4,14 +4,19 @@
 // on the mean of the ranks' losses (what AVG reduce-scatter computes).
 #include "models/gemma/parallelize_gemma.h"
 
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
 
 #include "fsdp/fully_shard/state_dict.h"
+#include "fsdp/parallelize_module.h"
 #include "fsdp/testing/rank_threads.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -55,6 +60,13 @@ at::Tensor Ids(int rank, int step) {
 
 torch::optim::AdamWOptions Adam() { return torch::optim::AdamWOptions(1e-2).weight_decay(0.01); }
 
+// AdamW (sign-like first steps) or plain SGD, whose update is linear in the
+// gradient: rounding-level gradient differences stay rounding-level.
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(std::vector<at::Tensor> params, bool sgd) {
+  if (sgd) return std::make_unique<torch::optim::SGD>(std::move(params), torch::optim::SGDOptions(0.5));
+  return std::make_unique<torch::optim::AdamW>(std::move(params), Adam());
+}
+
 struct Oracle {
   std::vector<std::vector<double>> losses;  // [step][rank]
   std::map<std::string, at::Tensor> weights;
@@ -64,17 +76,17 @@ struct Oracle {
 constexpr char kGradProbe[] = "model.layers.0.mlp.gate_proj.weight";
 
 // One process, unsharded: loss = mean over ranks of each rank's loss.
-Oracle RunOracle(std::optional<at::ScalarType> compute) {
+Oracle RunOracle(std::optional<at::ScalarType> compute, bool sgd = false) {
   GemmaForCausalLM model = TinyModel();
   PleWeight(*model).requires_grad_(false);
   std::vector<at::Tensor> trainable;
   for (const at::Tensor& p : model->parameters()) {
     if (p.requires_grad()) trainable.push_back(p);
   }
-  torch::optim::AdamW opt(trainable, Adam());
+  std::unique_ptr<torch::optim::Optimizer> opt = MakeOptimizer(trainable, sgd);
   Oracle o;
   for (int s = 0; s < kSteps; ++s) {
-    opt.zero_grad();
+    opt->zero_grad();
     // The bf16 oracle runs a bf16 copy and copies grads back to the fp32 master.
     GemmaForCausalLM run = model;
     if (compute.has_value()) {
@@ -103,7 +115,7 @@ Oracle RunOracle(std::optional<at::ScalarType> compute) {
         if (item.value().grad().defined()) dst[item.key()].mutable_grad() = item.value().grad().to(at::kFloat);
       }
     }
-    opt.step();
+    opt->step();
   }
   for (auto& item : model->named_parameters()) o.weights[item.key()] = item.value().detach().clone();
   return o;
@@ -187,6 +199,109 @@ TEST(ParallelizeGemmaTest, Bf16ComputeMatchesBf16Oracle) {
   // grad may flip sign: weights can only be bounded by 2 * lr * steps.
   // The losses are the real check here.
   ExpectParity(at::kBFloat16, 2e-2, 2 * 1e-2 * kSteps + 1e-3);
+}
+
+TEST(GemmaTpPlanTest, KvHeadsDecideBetweenColwiseAndReplicatedKv) {
+  GemmaConfig config = GemmaTinyConfig();  // 4 heads, 1 KV head
+  absl::StatusOr<fsdp::ParallelizePlan> plan = MakeGemmaTpPlan(config, 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::map<std::string, std::string> styles;
+  for (const auto& [fqn, style] : *plan) styles[fqn] = style->Name();
+  EXPECT_EQ(styles["model.layers.*.self_attn.q_norm"], "ReplicateWithPartialGrad");
+  EXPECT_EQ(styles["model.layers.*.self_attn.q_proj"], "ColwiseParallel");
+  EXPECT_EQ(styles["model.layers.*.self_attn.k_norm"], "ReplicateOutputWithPartialGrad");
+  EXPECT_EQ(styles.count("model.layers.*.self_attn.k_proj"), 0u);  // 1 KV head: whole on every rank
+  config.num_key_value_heads = 2;
+  styles.clear();
+  plan = MakeGemmaTpPlan(config, 2);
+  ASSERT_TRUE(plan.ok());
+  for (const auto& [fqn, style] : *plan) styles[fqn] = style->Name();
+  EXPECT_EQ(styles["model.layers.*.self_attn.k_proj"], "ColwiseParallel");
+  EXPECT_EQ(styles["model.layers.*.self_attn.k_norm"], "ReplicateWithPartialGrad");
+  EXPECT_EQ(MakeGemmaTpPlan(config, 3).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// 2-D (dp x tp) = 2 x 2 mesh, fp32: TP on "tp" then FullyShard on "dp". The
+// two tp ranks of a dp group see the same batch (Ids(dp rank)); the oracle is
+// the single-process run of RunOracle (itself checked against transformers
+// by hf_oracle_test) on the two dp batches. Plain SGD (lr 0.5) on both sides:
+// AdamW's sign-like first steps would turn the rounding-level differences of
+// split matmuls (o/down_proj partial sums) into lr-sized ones on near-zero
+// gradients. Losses within 1e-5 relative; every trained parameter after two
+// steps equals this rank's TP piece of the oracle's (TensorParallelPlacements
+// says which piece).
+TEST(ParallelizeGemmaTest, DpTp2x2Fp32MatchesSingleProcess) {
+  at::set_num_threads(1);
+  const Oracle oracle = RunOracle(std::nullopt, /*sgd=*/true);
+  constexpr int kDp = 2, kTp = 2;
+  std::mutex mu;
+  std::map<int, std::vector<double>> losses;  // global rank -> per step
+  fsdp::testing::RunRanks(kDp * kTp, [&](const fsdp::testing::RankContext& ctx) {
+    absl::StatusOr<fsdp::DeviceMesh> mesh = fsdp::InitDeviceMesh("cpu", {kDp, kTp}, {"dp", "tp"}, ctx.env);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    const int dp = static_cast<int>(mesh->LocalRank(0));
+    GemmaForCausalLM model = TinyModel();
+    GemmaParallelOptions popts;
+    popts.param_dtype = std::nullopt;
+    popts.reduce_dtype = at::kFloat;
+    absl::StatusOr<fsdp::FsdpModule> root = ParallelizeGemma(model, *mesh, popts);
+    ASSERT_TRUE(root.ok()) << root.status();
+    const std::map<std::string, fsdp::TpParamPlacement> tp = fsdp::TensorParallelPlacements(*model);
+    ASSERT_EQ(tp.at(kGradProbe).dim, 0);
+    std::vector<at::Tensor> trainable;
+    for (const at::Tensor& p : model->parameters()) {
+      if (p.requires_grad()) trainable.push_back(p);
+    }
+    std::unique_ptr<torch::optim::Optimizer> opt = MakeOptimizer(trainable, /*sgd=*/true);
+    for (int s = 0; s < kSteps; ++s) {
+      opt->zero_grad();
+      at::Tensor ids = Ids(dp, s);
+      at::Tensor loss = model->forward(ids, {}, ids).loss;
+      loss.backward();
+      ASSERT_TRUE(fsdp::AllReducePartialGrads(*model).ok());
+      if (s == 0) {  // tp rows, then this dp rank's Shard(0) rows of those
+        at::Tensor want = oracle.grad0.chunk(kTp, 0)[mesh->LocalRank(1)].chunk(kDp, 0)[dp];
+        at::Tensor got = model->named_parameters()[kGradProbe].grad();
+        ASSERT_EQ(got.sizes(), want.sizes());
+        EXPECT_LE((got - want).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>());
+      }
+      opt->step();
+      std::lock_guard<std::mutex> l(mu);
+      losses[ctx.rank].push_back(loss.item<double>());
+    }
+    fsdp::StateDictOptions sd;
+    sd.ignore_frozen_params = true;
+    absl::StatusOr<fsdp::DeviceMesh> dp_mesh = mesh->Slice("dp");
+    ASSERT_TRUE(dp_mesh.ok());
+    absl::StatusOr<fsdp::StateDict> dict = fsdp::GetModelStateDict(model.ptr(), *dp_mesh, sd);
+    ASSERT_TRUE(dict.ok()) << dict.status();
+    // The full dict lands on dp rank 0 only.
+    if (dp != 0) return;
+    ASSERT_FALSE(dict->empty());
+    int compared = 0;
+    for (const auto& [name, w] : oracle.weights) {
+      if (name == "model.embed_tokens_per_layer.weight") continue;
+      ASSERT_EQ(dict->count(name), 1u) << name;
+      const at::Tensor& got = dict->at(name);
+      at::Tensor want = w;
+      auto it = tp.find(name);
+      if (it != tp.end() && it->second.dim >= 0) want = w.narrow(it->second.dim, it->second.offset, got.size(it->second.dim));
+      ASSERT_EQ(got.sizes(), want.sizes()) << name;
+      // Measured: up to 4.5e-4 (model.embed_tokens.weight) after two SGD steps
+      // of lr 0.5, while the losses agree to 1e-5 relative; see the report of
+      // #15 item 3 — not yet explained, so bounded loosely here.
+      EXPECT_LE((got - want).abs().max().item<double>(), 1e-3) << name << " on rank " << ctx.rank;
+      ++compared;
+    }
+    EXPECT_EQ(compared + 1, static_cast<int>(oracle.weights.size()));
+  });
+  for (int r = 0; r < kDp * kTp; ++r) {
+    ASSERT_EQ(losses[r].size(), static_cast<size_t>(kSteps)) << "rank " << r;
+    for (int s = 0; s < kSteps; ++s) {
+      const double want = oracle.losses[s][r / kTp];  // dims (dp, tp): rank = dp * kTp + tp
+      EXPECT_LE(std::abs(losses[r][s] - want), 1e-5 * std::abs(want)) << "step " << s << " rank " << r;
+    }
+  }
 }
 
 }  // namespace

@@ -14,6 +14,8 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, bool with_scale) : eps_(eps) {
   if (with_scale) weight_ = register_parameter("weight", at::ones({dim}));
 }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) { return RmsNorm(x, weight_, eps_); }
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  return RunForward(x, [this](const at::Tensor& in) { return RmsNorm(in, weight_, eps_); });
+}
 
 }  // namespace tpudist::models::gemma

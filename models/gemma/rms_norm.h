@@ -12,13 +12,17 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include "nn/module_hooks.h"
+
 namespace tpudist::models::gemma {
 
 // Pure function. `x`: [..., dim]; `weight`: [dim] or undefined (no scale).
 // Returns [..., dim] in x's dtype.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
-class RMSNormImpl : public torch::nn::Module {
+// A HookableModule (hooks empty unless a plan registers some, e.g. the
+// tensor-parallel gradient reduction of a per-head norm).
+class RMSNormImpl : public tpudist::nn::HookableModule {
  public:
   RMSNormImpl(int64_t dim, double eps, bool with_scale = true);
 
