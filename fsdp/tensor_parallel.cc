@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fsdp/dtensor.h"
+#include "fsdp/global_layout.h"
 #include "fsdp/mesh_collectives.h"
 #include "fsdp/shard_math.h"
 #include "nn/layers.h"
@@ -31,6 +32,13 @@ absl::Status PartitionParam(const std::string& name, at::Tensor& param, const De
   absl::StatusOr<DTensor> d = DistributeTensor(param.detach(), mesh, {placement}, mesh.ranks()[0]);
   if (!d.ok()) return d.status();
   param.set_data(d->local());
+  if (placement.is_shard()) {
+    // The checkpoint reads where this piece lives (fsdp/global_layout.h).
+    std::vector<int64_t> offsets(where.full_shape.size(), 0);
+    offsets[where.dim] = where.offset;
+    absl::Status s = SetGlobalLayout(param, where.full_shape, std::move(offsets));
+    if (!s.ok()) return s;
+  }
   if (out != nullptr) out->emplace_back(name, std::move(where));
   return absl::OkStatus();
 }
