@@ -208,14 +208,17 @@ absl::Status LoadShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& mod
   if (!meta.ok()) {
     return absl::Status(meta.status().code(), absl::StrCat("LoadShardedCheckpoint: ", meta.status().message()));
   }
-  return io::WriteFileAtomically(dir + "/metadata.json", ShardedCheckpointMetadataToJson(*meta).dump(1));
+  const int64_t old_world = meta->world_size;
+  std::map<int64_t, io::SafetensorsContents> files;  // old rank -> contents, read on demand
+  auto get = [&](int64_t r, const std::string& name) -> absl::StatusOr<at::Tensor> {
     auto it = files.find(r);
     if (it == files.end()) {
       absl::StatusOr<io::SafetensorsContents> c = io::ReadSafetensors(ShardPath(dir, r, old_world));
       if (!c.ok()) return c.status();
       it = files.emplace(r, *std::move(c)).first;
     }
-  return io::WriteFileAtomically(dir + "/metadata.json", ShardedCheckpointMetadataToJson(*meta).dump(1));
+    auto t = it->second.tensors.find(name);
+    if (t == it->second.tensors.end()) {
       return absl::InvalidArgumentError(absl::StrCat("LoadShardedCheckpoint: ", ShardPath(dir, r, old_world),
                                                      " lacks ", name));
     }
