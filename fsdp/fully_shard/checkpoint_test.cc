@@ -60,6 +60,22 @@ StateDict PlainDict(torch::nn::Module& m) {
 
 // Full dict on rank 0 == the unsharded model's; Set on other values then
 // Get returns them; a missing key is rejected on every rank.
+// Loads `dir` on `world` ranks of plain (1-D) FullyShard into a model that
+// starts from `start`'s weights; rank 0's full state dict must equal `want`.
+void ExpectReloadsOnPlainFsdp(const std::string& dir, int world, testing::MlpStackImpl& start, const StateDict& want) {
+  RunRanks(world, [&](const Rank& r) {
+    DeviceMesh mesh = testing::MakeMesh(r);
+    MlpStack model;
+    testing::CopyParams(start, *model);
+    Shard(model, mesh);
+    absl::Status s = LoadShardedCheckpoint(model.ptr(), mesh, dir);
+    ASSERT_TRUE(s.ok()) << s;
+    absl::StatusOr<StateDict> sd = GetModelStateDict(model.ptr(), mesh);
+    ASSERT_TRUE(sd.ok());
+    if (r.rank == 0) ExpectSameDict(*sd, want);
+  });
+}
+
 TEST(StateDictTest, FullRoundTripOnThreeRanks) {
   torch::manual_seed(8);
   MlpStack a, b;
@@ -274,17 +290,7 @@ TEST(ShardedCheckpointTest, TpFsdpTwoDimReloadsOnOneDimFsdp) {
   for (int world : {1, 2, 3}) {
     torch::manual_seed(100 + world);
     MlpStack other;  // different initial weights
-    RunRanks(world, [&](const Rank& r) {
-      DeviceMesh mesh = testing::MakeMesh(r);
-      MlpStack model;
-      testing::CopyParams(*other, *model);
-      Shard(model, mesh);
-      absl::Status s = LoadShardedCheckpoint(model.ptr(), mesh, dir);
-      ASSERT_TRUE(s.ok()) << s;
-      absl::StatusOr<StateDict> sd = GetModelStateDict(model.ptr(), mesh);
-      ASSERT_TRUE(sd.ok());
-      if (r.rank == 0) ExpectSameDict(*sd, want);
-    });
+    ExpectReloadsOnPlainFsdp(dir, world, *other, want);
   }
   // Back onto TP x FSDP: every rank's local shards equal the pieces of the
   // full tensors that its records and dp chunk name.
@@ -336,17 +342,7 @@ TEST(ShardedCheckpointTest, FormatOneCheckpointStillLoads) {
   std::ofstream(dir + "/metadata.json") << meta.dump(1);
   torch::manual_seed(32);
   MlpStack other;
-  RunRanks(3, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
-    MlpStack model;
-    testing::CopyParams(*other, *model);
-    Shard(model, mesh);
-    absl::Status s = LoadShardedCheckpoint(model.ptr(), mesh, dir);
-    ASSERT_TRUE(s.ok()) << s;
-    absl::StatusOr<StateDict> sd = GetModelStateDict(model.ptr(), mesh);
-    ASSERT_TRUE(sd.ok());
-    if (r.rank == 0) ExpectSameDict(*sd, want);
-  });
+  ExpectReloadsOnPlainFsdp(dir, 3, *other, want);
   std::filesystem::remove_all(dir);
 }
 
