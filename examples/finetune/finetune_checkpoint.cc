@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/exception_message.h"
 #include "examples/finetune/checkpoint_metadata.h"
+#include "fsdp/fully_shard/mesh_agreement.h"
 #include "fsdp/fully_shard/optimizer_checkpoint.h"
 #include "fsdp/fully_shard/sharded_checkpoint.h"
 #include "fsdp/fully_shard/state_dict.h"
@@ -29,9 +30,9 @@ std::chrono::milliseconds Ms(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
+// Every rank of the mesh (dp x tp too) has arrived; times out with the mesh.
 absl::Status Barrier(const CheckpointTarget& t) {
-  t.mesh->Group(0)->barrier()->wait(Ms(t.timeout));
-  return absl::OkStatus();
+  return fsdp::AgreeOnStatus(*t.mesh, absl::OkStatus(), "checkpoint: waiting for every rank's files");
 }
 
 absl::Status WriteText(const std::string& path, const std::string& text) {

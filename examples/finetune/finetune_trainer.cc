@@ -30,6 +30,8 @@
 #include "examples/finetune/tokenized_dataset.h"
 #include "examples/finetune/training_flags.h"
 #include "fsdp/device_mesh.h"
+#include "fsdp/fully_shard/mesh_agreement.h"
+#include "fsdp/mesh_collectives.h"
 #include "fsdp/parallelize_module.h"
 #include "models/gemma/hf_checkpoint.h"
 #include "models/gemma/model_dir.h"
@@ -101,13 +103,16 @@ absl::StatusOr<TokenizedDataset> LoadData(const FineTuneConfig& c, const gemma::
   return TokenizedDataset::Create(*rows, encode, *t, c.include_context);
 }
 
-// Mean over ranks of `value` (all_reduce AVG).
-double AllReduceAvg(const fsdp::DeviceMesh& mesh, double value, absl::Duration timeout) {
-  std::vector<at::Tensor> t = {at::full({1}, value, at::kDouble)};  // [1]
-  c10d::AllreduceOptions o;
-  o.reduceOp = c10d::ReduceOp::AVG;
-  mesh.Group(0)->allreduce(t, o)->wait(Ms(timeout));
-  return t[0].item<double>();
+// Mean over every rank of the mesh of `value`: the mean along each dim in
+// turn (groups along one dim have equal sizes).
+absl::StatusOr<double> AllReduceAvg(const fsdp::DeviceMesh& mesh, double value) {
+  at::Tensor t = at::full({1}, value, at::kDouble);  // [1]
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    absl::StatusOr<at::Tensor> mean = fsdp::AllReduceAlongDim(mesh, d, t, fsdp::ReduceOp::kAvg);
+    if (!mean.ok()) return mean.status();
+    t = *mean;
+  }
+  return t.item<double>();
 }
 
 JobSpec SpecOf(const FineTuneConfig& c, int world, int64_t rows) {
@@ -125,6 +130,7 @@ JobSpec SpecOf(const FineTuneConfig& c, int world, int64_t rows) {
   spec.seed = c.seed;
   spec.bf16 = c.bf16;
   spec.world_size = world;
+  spec.tensor_parallel = c.tp;
   return spec;
 }
 
@@ -145,14 +151,6 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
     return s;
   }
   if (absl::Status s = ValidateTensorParallel(c.tp, world); !s.ok()) return s;
-  if (c.tp > 1) {
-    // The mesh, plan and sampler below handle (dp, tp); the epoch checkpoint
-    // (finetune_checkpoint -> fsdp/fully_shard/sharded_checkpoint) still
-    // assumes a 1-D mesh and does not record TP placements. Refuse rather
-    // than write a checkpoint that cannot be read back.
-    return absl::UnimplementedError(absl::StrCat(
-        "--tp ", c.tp, ": checkpoints of a (dp, tp) mesh are not supported yet (sharded_checkpoint is 1-D)"));
-  }
   // The data-parallel coordinates: the tp ranks of one replica see one batch.
   const int dp_world = static_cast<int>(world / c.tp), dp_rank = static_cast<int>(rank / c.tp);
   if (info.restart_count > c.max_failures) {
@@ -324,7 +322,9 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
       progress.EndEpoch();
       EpochMetrics m;
       m.epoch = epoch + 1;
-      m.loss = AllReduceAvg(*mesh, steps > 0 ? loss_sum / steps : 0.0, c.timeout);
+      absl::StatusOr<double> mean_loss = AllReduceAvg(*mesh, steps > 0 ? loss_sum / steps : 0.0);
+      if (!mean_loss.ok()) return Annotate(mean_loss.status(), rank, "epoch loss");
+      m.loss = *mean_loss;
       m.steps = steps;
       m.epoch_time_s = absl::ToDoubleSeconds(absl::Now() - t0);
       m.tokens_per_s = TokensPerSecond(steps, c.batch_size_per_device * dp_world, c.max_seq_len, m.epoch_time_s);
@@ -346,7 +346,9 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
       result.epochs.push_back(m);
       result.final_metrics = m;
     }
-    mesh->Group(0)->barrier()->wait(Ms(c.timeout));
+    if (absl::Status s = fsdp::AgreeOnStatus(*mesh, absl::OkStatus(), "end of training"); !s.ok()) {
+      return Annotate(s, rank, "final barrier");
+    }
     return result;
   };
   int exit_code = 0;

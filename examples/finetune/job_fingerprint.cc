@@ -59,6 +59,7 @@ absl::StatusOr<JobFingerprint> ComputeJobFingerprint(const JobSpec& s) {
   f["seed"] = absl::StrCat(s.seed);
   f["bf16"] = s.bf16 ? "true" : "false";
   f["world_size"] = absl::StrCat(s.world_size);
+  if (s.tensor_parallel != 1) f["tensor_parallel"] = absl::StrCat(s.tensor_parallel);
   return f;
 }
 

@@ -15,6 +15,9 @@
 //   include_context         "true" / "false"
 //   max_seq_len, batch_size_per_device, num_epochs, lr, weight_decay, seed,
 //   bf16, world_size        the hyper-parameters and the job shape
+//   tensor_parallel         --tp, only when > 1 (so checkpoints written
+//                           before --tp existed still match a --tp 1 run):
+//                           each rank's optimizer state is its (dp, tp) piece
 //
 // Not in it: storage path, run name, --num-to-keep, --max-failures,
 // --timeout, failure injection: they do not change what is trained.
@@ -52,6 +55,7 @@ struct JobSpec {
   uint64_t seed = 0;
   bool bf16 = true;
   int world_size = 1;
+  int64_t tensor_parallel = 1;
 };
 
 // Reads the model and data files' digests; errors name the file. A model

@@ -273,7 +273,7 @@ absl::Status SaveFullSafetensors(const std::shared_ptr<torch::nn::Module>& model
   o.full_state_dict = true;
   absl::StatusOr<StateDict> sd = GetModelStateDict(model, mesh, o);
   absl::Status s = sd.status();
-  if (s.ok() && mesh.LocalRank(0) == 0) {
+  if (s.ok() && HoldsFullStateDict(mesh)) {
     std::vector<std::pair<std::string, at::Tensor>> list(sd->begin(), sd->end());
     s = io::WriteSafetensors(path, list, {{"format", "pt"}});
   }

@@ -8,6 +8,9 @@
 #include "collectives/exception_message.h"
 #include "fsdp/fully_shard/flat_buffer.h"
 #include "fsdp/fully_shard/fully_shard.h"
+#include "fsdp/global_layout.h"
+#include "fsdp/mesh_collectives.h"
+#include "fsdp/shard_math.h"
 
 namespace tpudist::fsdp {
 namespace {
@@ -28,6 +31,51 @@ bool Skip(const at::Tensor& p, const StateDictOptions& o) {
   return o.ignore_frozen_params && !p.requires_grad();
 }
 
+// The tensor dim along which `param` is a tensor-parallel piece (its global
+// layout's local and full shapes differ there), -1 when it is whole.
+// Unimplemented unless the piece is torch.chunk piece `tp_rank` of `tp`
+// along exactly one dim (every TP style we have records that).
+absl::StatusOr<int64_t> TpShardDim(const std::string& name, const at::Tensor& param, int64_t tp,
+                                   int64_t tp_rank) {
+  std::optional<GlobalLayout> g = GetGlobalLayout(param);
+  if (!g || g->local_shape == g->full_shape) return -1;
+  int64_t dim = -1;
+  for (size_t d = 0; d < g->full_shape.size(); ++d) {
+    const bool whole = g->local_shape[d] == g->full_shape[d] && g->offsets[d] == 0;
+    if (whole) continue;
+    const ChunkExtent want = ChunkOf(g->full_shape[d], tp, tp_rank);
+    if (dim >= 0 || g->local_shape[d] != want.size || g->offsets[d] != want.offset) {
+      return absl::UnimplementedError(absl::StrCat(
+          "GetModelStateDict: ", name, " is the block ", g->ToString(), " on tp rank ", tp_rank, " of ", tp,
+          "; only a torch.chunk piece along one dim can be gathered over tp"));
+    }
+    dim = static_cast<int64_t>(d);
+  }
+  return dim;
+}
+
+// Replaces each tensor-parallel piece in `out` (parameters of `model`, each
+// already full over dp) by the full tensor, gathered over mesh dim `tp_dim`.
+// Collective over that dim: every member calls with the same parameters.
+absl::Status GatherTpPieces(const std::shared_ptr<torch::nn::Module>& model, const DeviceMesh& mesh,
+                            int tp_dim, const StateDictOptions& options, StateDict* out) {
+  for (const auto& item : model->named_parameters(/*recurse=*/true)) {
+    if (Skip(item.value(), options)) continue;
+    absl::StatusOr<int64_t> dim = TpShardDim(item.key(), item.value(), mesh.size(tp_dim), mesh.LocalRank(tp_dim));
+    if (!dim.ok()) return dim.status();
+    if (*dim < 0) continue;
+    at::Tensor& piece = out->at(item.key());
+    absl::StatusOr<at::Tensor> full =
+        AllGatherAlongDim(mesh, tp_dim, piece, *dim, GetGlobalLayout(item.value())->full_shape[*dim]);
+    if (!full.ok()) {
+      return absl::Status(full.status().code(),
+                          absl::StrCat("GetModelStateDict: gathering ", item.key(), " over tp: ", full.status().message()));
+    }
+    piece = *std::move(full);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 FsdpGroupIndex IndexFsdpGroups(const std::shared_ptr<torch::nn::Module>& model) {
@@ -45,6 +93,9 @@ FsdpGroupIndex IndexFsdpGroups(const std::shared_ptr<torch::nn::Module>& model) 
 absl::StatusOr<StateDict> GetModelStateDict(const std::shared_ptr<torch::nn::Module>& model,
                                             const DeviceMesh& mesh, const StateDictOptions& options) {
   const FsdpGroupIndex index = IndexFsdpGroups(model);
+  absl::StatusOr<int> tp_dim = TensorParallelDim(mesh);
+  if (!tp_dim.ok()) return tp_dim.status();
+  // With a tp dim, the dp row 0 first holds every piece full over dp.
   const bool keep = !options.full_state_dict || mesh.LocalRank(0) == 0;
   std::unordered_map<const FsdpParamGroup*, std::vector<at::Tensor>> full;
   if (options.full_state_dict) {
@@ -71,7 +122,28 @@ absl::StatusOr<StateDict> GetModelStateDict(const std::shared_ptr<torch::nn::Mod
   for (const auto& item : model->named_buffers(/*recurse=*/true)) {
     out[item.key()] = item.value().detach().cpu().clone();
   }
+  if (options.full_state_dict && *tp_dim > 0) {
+    if (absl::Status s = GatherTpPieces(model, mesh, *tp_dim, options, &out); !s.ok()) return s;
+    if (mesh.LocalRank(*tp_dim) != 0) out.clear();
+  }
   return out;
+}
+
+absl::StatusOr<int> TensorParallelDim(const DeviceMesh& mesh) {
+  if (mesh.ndim() == 1) return 0;
+  const std::vector<std::string> dp_tp = {"dp", "tp"};
+  if (mesh.ndim() != 2 || mesh.dim_names() != dp_tp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state dicts take a 1-D mesh (FullyShard's) or a (\"dp\", \"tp\") mesh, not ", mesh.ToString()));
+  }
+  return 1;
+}
+
+bool HoldsFullStateDict(const DeviceMesh& mesh) {
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    if (mesh.LocalRank(d) != 0) return false;
+  }
+  return true;
 }
 
 absl::Status SetModelStateDict(const std::shared_ptr<torch::nn::Module>& model,
@@ -80,6 +152,13 @@ absl::Status SetModelStateDict(const std::shared_ptr<torch::nn::Module>& model,
   const FsdpGroupIndex index = IndexFsdpGroups(model);
   const bool root_rank = mesh.LocalRank(0) == 0;
   const bool full = options.full_state_dict;
+  absl::StatusOr<int> tp_dim = TensorParallelDim(mesh);
+  if (!tp_dim.ok()) return tp_dim.status();
+  if (full && *tp_dim > 0) {
+    return absl::UnimplementedError(
+        "SetModelStateDict: a full state dict on a (dp, tp) mesh is not supported; load full weights before "
+        "parallelizing, or load a sharded checkpoint (LoadShardedCheckpoint reads any layout)");
+  }
   // Validate where the data is (rank 0 for full dicts, everywhere for
   // sharded ones), then agree on the verdict before touching anything.
   std::string error;
@@ -114,10 +193,12 @@ absl::Status SetModelStateDict(const std::shared_ptr<torch::nn::Module>& model,
     absl::Status s = Broadcast(mesh, verdict, "the verdict");
     if (!s.ok()) return s;
   } else {
-    std::vector<at::Tensor> v = {verdict};
-    c10d::AllreduceOptions o;
-    o.reduceOp = c10d::ReduceOp::MIN;
-    mesh.Group(0)->allreduce(v, o)->wait(mesh.collective_timeout_ms());
+    // MIN along every mesh dim in turn is MIN over the whole mesh.
+    for (int d = 0; d < mesh.ndim(); ++d) {
+      absl::StatusOr<at::Tensor> agreed = AllReduceAlongDim(mesh, d, verdict, ReduceOp::kMin);
+      if (!agreed.ok()) return agreed.status();
+      verdict = *agreed;
+    }
   }
   if (verdict.item<int>() == 0) {
     return absl::InvalidArgumentError(error.empty() ? "SetModelStateDict: rejected on another rank" : error);

@@ -13,6 +13,15 @@
 // Parameters not owned by any group (ignored) and buffers are taken as they
 // are on rank 0 and broadcast on Set. Collective over the mesh: all ranks
 // call with the same options. REQUIRES: parameters sharded (between steps).
+//
+// Meshes: FullyShard's 1-D mesh, or a 2-D ("dp", "tp") mesh (FullyShard over
+// dp, tensor parallelism over tp; fsdp/global_layout.h says where each TP
+// piece sits). On a 1-D mesh a tensor-parallel parameter is returned as this
+// rank's TP piece. On the 2-D mesh the full dict holds full tensors: dp row 0
+// gathers each TP piece over tp (torch.chunk pieces along one dim) and the
+// dict lands on mesh coordinate (0, 0) only (HoldsFullStateDict). Setting a
+// full dict on the 2-D mesh is Unimplemented (load before parallelizing, or
+// use LoadShardedCheckpoint).
 #ifndef TPU_DIST_FSDP_FULLY_SHARD_STATE_DICT_H_
 #define TPU_DIST_FSDP_FULLY_SHARD_STATE_DICT_H_
 
@@ -47,6 +56,14 @@ struct FsdpGroupIndex {
   std::unordered_map<const c10::TensorImpl*, std::pair<FsdpParamGroup*, size_t>> owner;
 };
 FsdpGroupIndex IndexFsdpGroups(const std::shared_ptr<torch::nn::Module>& model);
+
+// Mesh dim holding tensor parallelism: 0 for a 1-D mesh (none), 1 for a
+// ("dp", "tp") mesh; InvalidArgument naming the mesh otherwise.
+absl::StatusOr<int> TensorParallelDim(const DeviceMesh& mesh);
+
+// True on the one rank that a full GetModelStateDict returns the dict on
+// (mesh coordinate all zeros).
+bool HoldsFullStateDict(const DeviceMesh& mesh);
 
 absl::StatusOr<StateDict> GetModelStateDict(const std::shared_ptr<torch::nn::Module>& model,
                                             const DeviceMesh& mesh,

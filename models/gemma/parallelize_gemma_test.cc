@@ -15,6 +15,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include "fsdp/fully_shard/sharded_checkpoint.h"
 #include "fsdp/fully_shard/state_dict.h"
 #include "fsdp/parallelize_module.h"
 #include "fsdp/testing/rank_threads.h"
@@ -22,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/gemma_model.h"
+#include "models/gemma/gemma_test_util.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -233,15 +235,18 @@ TEST(GemmaTpPlanTest, KvHeadsDecideBetweenColwiseAndReplicatedKv) {
 // by hf_oracle_test) on the two dp batches. Plain SGD (lr 0.5) on both sides:
 // AdamW's sign-like first steps would turn the rounding-level differences of
 // split matmuls (o/down_proj partial sums) into lr-sized ones on near-zero
-// gradients. Losses within 1e-5 relative; every trained parameter after two
-// steps equals this rank's TP piece of the oracle's (TensorParallelPlacements
-// says which piece).
+// gradients. Losses within 1e-5 relative; the full weights after two steps
+// (GetModelStateDict on the 2-D mesh gathers the TP pieces) are bounded
+// against the oracle's; the sharded checkpoint of the 2-D run reloads on a
+// 1-D FullyShard mesh bit for bit.
 TEST(ParallelizeGemmaTest, DpTp2x2Fp32MatchesSingleProcess) {
   at::set_num_threads(1);
   const Oracle oracle = RunOracle(std::nullopt, /*sgd=*/true);
   constexpr int kDp = 2, kTp = 2;
   std::mutex mu;
   std::map<int, std::vector<double>> losses;  // global rank -> per step
+  fsdp::StateDict trained;                    // rank 0's full dict after training
+  const testing::TempDir ckpt;
   fsdp::testing::RunRanks(kDp * kTp, [&](const fsdp::testing::RankContext& ctx) {
     absl::StatusOr<fsdp::DeviceMesh> mesh = fsdp::InitDeviceMesh("cpu", {kDp, kTp}, {"dp", "tp"}, ctx.env);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
@@ -299,21 +304,19 @@ TEST(ParallelizeGemmaTest, DpTp2x2Fp32MatchesSingleProcess) {
     }
     fsdp::StateDictOptions sd;
     sd.ignore_frozen_params = true;
-    absl::StatusOr<fsdp::DeviceMesh> dp_mesh = mesh->Slice("dp");
-    ASSERT_TRUE(dp_mesh.ok());
-    absl::StatusOr<fsdp::StateDict> dict = fsdp::GetModelStateDict(model.ptr(), *dp_mesh, sd);
+    // The full dict on the (dp, tp) mesh: TP pieces gathered over tp, on
+    // mesh coordinate (0, 0) only.
+    absl::StatusOr<fsdp::StateDict> dict = fsdp::GetModelStateDict(model.ptr(), *mesh, sd);
     ASSERT_TRUE(dict.ok()) << dict.status();
-    // The full dict lands on dp rank 0 only.
-    if (dp != 0) return;
-    ASSERT_FALSE(dict->empty());
+    ASSERT_EQ(dict->empty(), ctx.rank != 0) << "rank " << ctx.rank;
+    // The sharded checkpoint of the 2-D run, reloaded below on a 1-D mesh.
+    ASSERT_TRUE(fsdp::SaveShardedCheckpoint(model.ptr(), *mesh, ckpt.path(), sd).ok());
+    if (ctx.rank != 0) return;
     int compared = 0;
-    for (const auto& [name, w] : oracle.weights) {
+    for (const auto& [name, want] : oracle.weights) {
       if (name == "model.embed_tokens_per_layer.weight") continue;
       ASSERT_EQ(dict->count(name), 1u) << name;
       const at::Tensor& got = dict->at(name);
-      at::Tensor want = w;
-      auto it = tp.find(name);
-      if (it != tp.end() && it->second.dim >= 0) want = w.narrow(it->second.dim, it->second.offset, got.size(it->second.dim));
       ASSERT_EQ(got.sizes(), want.sizes()) << name;
       // Measured: up to 4.5e-4 (model.embed_tokens.weight) after two SGD steps
       // of lr 0.5, while the losses agree to 1e-5 relative and every step-0
@@ -321,10 +324,33 @@ TEST(ParallelizeGemmaTest, DpTp2x2Fp32MatchesSingleProcess) {
       // rounding: in the single-process run alone, a 3e-6 perturbation of
       // the initial weights moved the weights after two steps by up to 0.38
       // (measured once by hand), so the weights are only bounded here.
-      EXPECT_LE((got - want).abs().max().item<double>(), 1e-3) << name << " on rank " << ctx.rank;
+      EXPECT_LE((got - want).abs().max().item<double>(), 1e-3) << name;
       ++compared;
     }
     EXPECT_EQ(compared + 1, static_cast<int>(oracle.weights.size()));
+    std::lock_guard<std::mutex> l(mu);
+    trained = *dict;
+  });
+  // The TP x FSDP checkpoint loads on plain FullyShard over 2 ranks (no TP):
+  // the reloaded full weights are bit for bit the ones the 2x2 run held.
+  fsdp::testing::RunRanks(2, [&](const fsdp::testing::RankContext& ctx) {
+    absl::StatusOr<fsdp::DeviceMesh> mesh = fsdp::InitDeviceMesh("cpu", {2}, {"dp"}, ctx.env);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    GemmaForCausalLM model = TinyModel();
+    GemmaParallelOptions popts;
+    popts.param_dtype = std::nullopt;
+    ASSERT_TRUE(ParallelizeGemma(model, *mesh, popts).ok());
+    ASSERT_TRUE(fsdp::LoadShardedCheckpoint(model.ptr(), *mesh, ckpt.path()).ok());
+    fsdp::StateDictOptions sd;
+    sd.ignore_frozen_params = true;
+    absl::StatusOr<fsdp::StateDict> dict = fsdp::GetModelStateDict(model.ptr(), *mesh, sd);
+    ASSERT_TRUE(dict.ok()) << dict.status();
+    if (ctx.rank != 0) return;
+    ASSERT_EQ(dict->size(), trained.size());
+    for (const auto& [name, want] : trained) {
+      ASSERT_EQ(dict->count(name), 1u) << name;
+      EXPECT_TRUE(at::equal(dict->at(name), want)) << name;
+    }
   });
   for (int r = 0; r < kDp * kTp; ++r) {
     ASSERT_EQ(losses[r].size(), static_cast<size_t>(kSteps)) << "rank " << r;
