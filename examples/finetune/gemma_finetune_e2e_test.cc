@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <cmath>
 #include <regex>
 #include <string>
 #include <vector>
@@ -187,8 +189,12 @@ TEST(GemmaFinetuneTpE2eTest, TensorParallelMatchesDataParallelAndResumes) {
   ASSERT_EQ(want->size(), 2u);
   for (size_t e = 0; e < 2; ++e) {
     EXPECT_EQ((*got)[e].steps, (*want)[e].steps) << "epoch " << e + 1;
-    // Measured: agree to TP_LOSS_MEASURED; a lost resume or a missing
-    // tp all-reduce moves the loss by far more (checked by hand: see README).
+    const double rel = std::abs((*got)[e].loss - (*want)[e].loss) / (*want)[e].loss;
+    std::cout << "[tp e2e] epoch " << e + 1 << ": --tp 2 loss " << (*got)[e].loss << ", --tp 1 loss "
+              << (*want)[e].loss << ", relative difference " << rel << "\n";
+    // Measured: 3.3e-5 (epoch 1) and 1.8e-5 (epoch 2) relative. Without the
+    // tp all-reduce of the q/k-norm gradients (AllReducePartialGrads) they
+    // were 1.2e-4 and 9.8e-4: the bound below catches that.
     EXPECT_NEAR((*got)[e].loss, (*want)[e].loss, 1e-4 * (*want)[e].loss) << "epoch " << e + 1;
   }
   CheckpointManagerOptions o;
