@@ -7,6 +7,12 @@
 // gradients of parameters no group owns (replicated: counted once).
 // If total > max_norm every gradient is scaled by max_norm / (total + 1e-6),
 // the same coefficient clip_grad_norm_ uses. Collective over the mesh.
+//
+// On a ("dp", "tp") mesh (FullyShard over dp, tensor parallelism over tp)
+// a tensor-parallel piece (fsdp/global_layout.h) is summed over tp as well,
+// and a parameter replicated over tp is counted once, so the norm is the
+// norm of the full model's gradient. REQUIRES there: partial gradients
+// already summed (AllReducePartialGrads), so replicas agree.
 #ifndef TPU_DIST_FSDP_FULLY_SHARD_GRAD_CLIP_H_
 #define TPU_DIST_FSDP_FULLY_SHARD_GRAD_CLIP_H_
 

@@ -13,8 +13,10 @@
 #include <memory>
 
 #include <torch/optim/adamw.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/sgd.h>
 
+#include "fsdp/fully_shard/grad_clip.h"
 #include "fsdp/fully_shard/sharded_checkpoint.h"
 #include "fsdp/fully_shard/state_dict.h"
 #include "fsdp/parallelize_module.h"
@@ -291,6 +293,16 @@ TEST(ParallelizeGemmaTest, DpTp2x2Fp32MatchesSingleProcess) {
           ++checked;
         }
         EXPECT_EQ(checked, static_cast<int>(oracle.grads0.size()));
+        // The global gradient norm over (dp, tp) pieces is torch's
+        // clip_grad_norm_ of the oracle's full gradients (max_norm huge:
+        // nothing is scaled).
+        std::vector<at::Tensor> full_grads;
+        for (const auto& [name, g] : oracle.grads0) full_grads.push_back(g.clone().requires_grad_());
+        for (at::Tensor& g : full_grads) g.mutable_grad() = g.detach().clone();
+        const double want_norm = torch::nn::utils::clip_grad_norm_(full_grads, 1e30);
+        absl::StatusOr<double> norm = fsdp::ClipGradNorm(model.ptr(), *mesh, 1e30);
+        ASSERT_TRUE(norm.ok()) << norm.status();
+        EXPECT_NEAR(*norm, want_norm, 1e-5 * want_norm) << "rank " << ctx.rank;
       }
       if (s == 0) {  // tp rows, then this dp rank's Shard(0) rows of those
         at::Tensor want = oracle.grad0.chunk(kTp, 0)[mesh->LocalRank(1)].chunk(kDp, 0)[dp];
