@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/core/bf16_reduce.h"
 #include "c10/util/Half.h"
 
 namespace tpudist::collectives {
@@ -112,30 +113,6 @@ __attribute__((target_clones("avx2", "default"))) void ReduceFloat32(
   ReduceSame<float>(kind, out, in, count, divide);
 }
 
-__attribute__((target_clones("avx2", "default"))) void WidenBf16(
-    float* __restrict dst, const uint16_t* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
-    std::memcpy(&dst[i], &bits, 4);
-  }
-}
-
-// Round-to-nearest-even fp32 -> bf16 bits, NaN -> canonical quiet NaN.
-// Branch-free and inline so the NarrowBf16 loop vectorizes (an out-of-line
-// call per element made bf16 reductions ~5x slower than fp32).
-inline uint16_t RoundToBf16Bits(float value) {
-  uint32_t u;
-  std::memcpy(&u, &value, 4);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
-  return static_cast<uint16_t>(is_nan ? 0x7fc0u : rounded);
-}
-
-__attribute__((target_clones("avx2", "default"))) void NarrowBf16(
-    uint16_t* __restrict dst, const float* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = RoundToBf16Bits(src[i]);
-}
-
 void WidenHalf(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     dst[i] = static_cast<float>(c10::Half(src[i], c10::Half::from_bits()));
@@ -177,14 +154,9 @@ bool IsFloating(DataType t) {
 
 }  // namespace
 
-float BFloat16BitsToFloat(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+float BFloat16BitsToFloat(uint16_t bits) { return Bf16BitsToFloatInline(bits); }
 
-uint16_t FloatToBFloat16Bits(float value) { return RoundToBf16Bits(value); }
+uint16_t FloatToBFloat16Bits(float value) { return FloatToBf16BitsInline(value); }
 
 size_t ElementSize(DataType type) {
   switch (type) {
@@ -277,8 +249,8 @@ void ReduceInto(DataType type, ReduceKind kind, void* out,
     case DataType::kInt16:
       return ReduceSame<int16_t>(kind, out, inputs, count, false);
     case DataType::kBFloat16:
-      return ReduceWidened<WidenBf16, NarrowBf16>(kind, out, inputs, count,
-                                                  divide);
+      // Convert-accumulate-convert, vectorized by hand (bf16_reduce.h).
+      return ReduceBf16(DefaultBf16Path(), kind, out, inputs, count);
     case DataType::kFloat16:
       return ReduceWidened<WidenHalf, NarrowHalf>(kind, out, inputs, count,
                                                   divide);
