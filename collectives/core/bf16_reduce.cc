@@ -64,9 +64,16 @@ inline __m256 Combine8(__m256 acc, __m256 x) {
   return _mm256_max_ps(x, acc);
 }
 
-inline __m256 Widen8(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+// 16 bf16 -> 2 x 8 fp32, zero low halves interleaved in by unpack (one op
+// per 8 elements). The lanes come out in unpack order: lo = elements
+// [0..3, 8..11], hi = [4..7, 12..15]; every input is widened alike, so the
+// element-wise combine does not care, and Avx2Range's packus (also per
+// 128-bit lane) puts them back in order.
+inline void Widen16(const uint16_t* p, __m256* lo, __m256* hi) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i zero = _mm256_setzero_si256();
+  *lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
+  *hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
 }
 
 // 8 fp32 -> 8 bf16 bit patterns in the low halves of the 32-bit lanes.
@@ -84,20 +91,21 @@ void Avx2Range(uint16_t* out, absl::Span<const void* const> in, int64_t end,
                bool divide) {
   const __m256 w = _mm256_set1_ps(static_cast<float>(in.size()));
   for (int64_t i = 0; i < end; i += 16) {
-    __m256 lo = Widen8(In(in, 0) + i);
-    __m256 hi = Widen8(In(in, 0) + i + 8);
+    __m256 lo, hi, x_lo, x_hi;
+    Widen16(In(in, 0) + i, &lo, &hi);
     for (size_t k = 1; k < in.size(); ++k) {
-      lo = Combine8<K>(lo, Widen8(In(in, k) + i));
-      hi = Combine8<K>(hi, Widen8(In(in, k) + i + 8));
+      Widen16(In(in, k) + i, &x_lo, &x_hi);
+      lo = Combine8<K>(lo, x_lo);
+      hi = Combine8<K>(hi, x_hi);
     }
     if (divide) {
       lo = _mm256_div_ps(lo, w);
       hi = _mm256_div_ps(hi, w);
     }
-    // packus interleaves 128-bit lanes: [lo0..3 hi0..3 lo4..7 hi4..7].
-    const __m256i packed = _mm256_packus_epi32(Round8(lo), Round8(hi));
+    // Narrow: per 128-bit lane, packus takes lo's 4 then hi's 4 elements,
+    // which undoes Widen16's order.
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
-                        _mm256_permute4x64_epi64(packed, 0xD8));
+                        _mm256_packus_epi32(Round8(lo), Round8(hi)));
   }
 }
 
