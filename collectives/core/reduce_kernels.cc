@@ -1,7 +1,8 @@
 // Reduction loops. Strategy: work in blocks of kBlock elements; keep a block
-// accumulator in the widened type (fp32 for bf16/fp16, the type itself
+// accumulator in the widened type (fp32 for fp16, the type itself
 // otherwise), fold each input into it with a simple contiguous loop that GCC
-// auto-vectorizes at -O3, then narrow once into the output.
+// auto-vectorizes at -O3, then narrow once into the output. bf16 has its own
+// hand-vectorized kernels (bf16_reduce.h).
 #include "collectives/core/reduce_kernels.h"
 
 #include <algorithm>
@@ -123,7 +124,7 @@ void NarrowHalf(uint16_t* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = c10::Half(src[i]).x;
 }
 
-// 16-bit floats: widen each block of every input to fp32, fold, narrow once.
+// fp16: widen each block of every input to fp32, fold, narrow once.
 template <void (*Widen)(float*, const uint16_t*, int64_t),
           void (*Narrow)(uint16_t*, const float*, int64_t)>
 void ReduceWidened(ReduceKind kind, void* out,
