@@ -94,11 +94,12 @@ TEST_P(Bf16PathTest, TwoInputsMatchTorchBitForBit) {
       Unaligned ua(a), ub(b), out(std::vector<uint16_t>(n, 0x1234));
       const void* ins[2] = {ua.data(), ub.data()};
       ReduceBf16(GetParam(), kind, out.data(), ins, n);
+      const at::Tensor avg = ((ta.to(at::kFloat) + tb.to(at::kFloat)) / 2).to(at::kBFloat16);
       const at::Tensor want = kind == ReduceKind::kSum       ? ta + tb
                               : kind == ReduceKind::kProduct ? ta * tb
-                                                             : ((ta.to(at::kFloat) + tb.to(at::kFloat)) / 2).to(at::kBFloat16);
-      EXPECT_EQ(Mismatches(out.data(), want, std::string(ReduceKindName(kind)) + " n=" +
-                                                 std::to_string(n)), 0);
+                                                             : avg;
+      const std::string what = std::string(ReduceKindName(kind)) + " n=" + std::to_string(n);
+      EXPECT_EQ(Mismatches(out.data(), want, what), 0);
     }
     // In place, as the TCP ring folds a received segment: dst = dst + src.
     Unaligned dst(a), src(b);
@@ -138,16 +139,20 @@ TEST_P(Bf16PathTest, ManyInputsAccumulateInFp32AndRoundOnce) {
 TEST_P(Bf16PathTest, MinMaxMatchTorchWithoutNaNAndPortableWithIt) {
   for (int64_t n : kCounts) {
     for (bool with_nan : {false, true}) {
-      const std::vector<uint16_t> a = RandomBf16(n, 7 + n, with_nan), b = RandomBf16(n, 8 + n, with_nan);
+      const std::vector<uint16_t> a = RandomBf16(n, 7 + n, with_nan);
+      const std::vector<uint16_t> b = RandomBf16(n, 8 + n, with_nan);
       const at::Tensor ta = ToTensor(a), tb = ToTensor(b);
       for (ReduceKind kind : {ReduceKind::kMin, ReduceKind::kMax}) {
-        Unaligned ua(a), ub(b), out(std::vector<uint16_t>(n, 0)), ref(std::vector<uint16_t>(n, 0));
+        Unaligned ua(a), ub(b);
+        Unaligned out(std::vector<uint16_t>(n, 0)), ref(std::vector<uint16_t>(n, 0));
         const void* ins[2] = {ua.data(), ub.data()};
         ReduceBf16(GetParam(), kind, out.data(), ins, n);
         ReduceBf16(Bf16Path::kPortable, kind, ref.data(), ins, n);
-        EXPECT_EQ(std::memcmp(out.data(), ref.data(), n * 2), 0) << ReduceKindName(kind) << " n=" << n;
+        EXPECT_EQ(std::memcmp(out.data(), ref.data(), n * 2), 0)
+            << ReduceKindName(kind) << " n=" << n;
         if (with_nan) continue;
-        const at::Tensor want = kind == ReduceKind::kMin ? at::minimum(ta, tb) : at::maximum(ta, tb);
+        const at::Tensor want =
+            kind == ReduceKind::kMin ? at::minimum(ta, tb) : at::maximum(ta, tb);
         const at::Tensor got = ToTensor(std::vector<uint16_t>(out.data(), out.data() + n));
         // Value equality (+0 == -0), not bits.
         EXPECT_TRUE(at::eq(got.to(at::kFloat), want.to(at::kFloat)).all().item<bool>())
