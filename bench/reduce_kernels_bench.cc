@@ -36,21 +36,17 @@ double LoadAverage() {
   return l;
 }
 
-// Seconds per call by case name, filled by the benchmark bodies.
-std::map<std::string, double>& Seconds() {
-  static auto* m = new std::map<std::string, double>;
-  return *m;
-}
-
-// Registers `name`, timing `body` over a fixed iteration count.
+// Registers `name`, timing `body` over a fixed iteration count; the seconds
+// per call land in (*seconds)[name]. `seconds` outlives the run.
 template <typename Body>
-void Register(const std::string& name, int64_t iters, Body body) {
-  benchmark::RegisterBenchmark(name.c_str(), [name, body](benchmark::State& state) {
+void Register(const std::string& name, int64_t iters, Body body,
+              std::map<std::string, double>* seconds) {
+  benchmark::RegisterBenchmark(name.c_str(), [name, body, seconds](benchmark::State& state) {
     body();  // warm-up: page faults, caches
     const Clock::time_point start = Clock::now();
     for (auto _ : state) body();
     const double s = std::chrono::duration<double>(Clock::now() - start).count();
-    Seconds()[name] = s / static_cast<double>(state.iterations());
+    (*seconds)[name] = s / static_cast<double>(state.iterations());
   })->Iterations(iters)->UseRealTime();
 }
 
@@ -76,9 +72,10 @@ int main(int argc, char** argv) {
   }
   const tc::CpuFeatures cpu = tc::DetectCpuFeatures();
   std::vector<std::string> order;
+  std::map<std::string, double> seconds;  // by case name
   auto add = [&](const std::string& name, auto body) {
     order.push_back(name);
-    Register(name, iters, body);
+    Register(name, iters, body, &seconds);
   };
   add("memcpy", [&] {
     std::memcpy(bufs["fp32"][0].data_ptr(), bufs["fp32"][1].data_ptr(), bytes);
@@ -114,12 +111,12 @@ int main(int argc, char** argv) {
   std::printf("%-28s %10s %8s %14s\n", "case", "us", "GB/s", "vs fp32 same");
   bool measured = true;
   for (const std::string& name : order) {
-    const double s = Seconds().count(name) ? Seconds()[name] : -1;
+    const double s = seconds.count(name) ? seconds[name] : -1;
     measured = measured && s > 0;
     std::string ratio = "";
     if (name.rfind("bf16/", 0) == 0) {
       const std::string shape = name.substr(5, name.find('/', 5) - 5);
-      const double f = Seconds()["fp32/" + shape];
+      const double f = seconds.count("fp32/" + shape) ? seconds["fp32/" + shape] : -1;
       if (f > 0 && s > 0) ratio = std::to_string(s / f).substr(0, 5) + "x time";
     }
     std::printf("%-28s %10.1f %8.2f %14s\n", name.c_str(), s * 1e6, bytes / s / 1e9,
