@@ -1,7 +1,8 @@
 // Reduction loops. Strategy: work in blocks of kBlock elements; keep a block
-// accumulator in the widened type (fp32 for bf16/fp16, the type itself
+// accumulator in the widened type (fp32 for fp16, the type itself
 // otherwise), fold each input into it with a simple contiguous loop that GCC
-// auto-vectorizes at -O3, then narrow once into the output.
+// auto-vectorizes at -O3, then narrow once into the output. bf16 has its own
+// hand-vectorized kernels (bf16_reduce.h).
 #include "collectives/core/reduce_kernels.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/core/bf16_reduce.h"
 #include "c10/util/Half.h"
 
 namespace tpudist::collectives {
@@ -112,30 +114,6 @@ __attribute__((target_clones("avx2", "default"))) void ReduceFloat32(
   ReduceSame<float>(kind, out, in, count, divide);
 }
 
-__attribute__((target_clones("avx2", "default"))) void WidenBf16(
-    float* __restrict dst, const uint16_t* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
-    std::memcpy(&dst[i], &bits, 4);
-  }
-}
-
-// Round-to-nearest-even fp32 -> bf16 bits, NaN -> canonical quiet NaN.
-// Branch-free and inline so the NarrowBf16 loop vectorizes (an out-of-line
-// call per element made bf16 reductions ~5x slower than fp32).
-inline uint16_t RoundToBf16Bits(float value) {
-  uint32_t u;
-  std::memcpy(&u, &value, 4);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
-  return static_cast<uint16_t>(is_nan ? 0x7fc0u : rounded);
-}
-
-__attribute__((target_clones("avx2", "default"))) void NarrowBf16(
-    uint16_t* __restrict dst, const float* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = RoundToBf16Bits(src[i]);
-}
-
 void WidenHalf(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     dst[i] = static_cast<float>(c10::Half(src[i], c10::Half::from_bits()));
@@ -146,7 +124,7 @@ void NarrowHalf(uint16_t* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = c10::Half(src[i]).x;
 }
 
-// 16-bit floats: widen each block of every input to fp32, fold, narrow once.
+// fp16: widen each block of every input to fp32, fold, narrow once.
 template <void (*Widen)(float*, const uint16_t*, int64_t),
           void (*Narrow)(uint16_t*, const float*, int64_t)>
 void ReduceWidened(ReduceKind kind, void* out,
@@ -177,14 +155,9 @@ bool IsFloating(DataType t) {
 
 }  // namespace
 
-float BFloat16BitsToFloat(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+float BFloat16BitsToFloat(uint16_t bits) { return Bf16BitsToFloatInline(bits); }
 
-uint16_t FloatToBFloat16Bits(float value) { return RoundToBf16Bits(value); }
+uint16_t FloatToBFloat16Bits(float value) { return FloatToBf16BitsInline(value); }
 
 size_t ElementSize(DataType type) {
   switch (type) {
@@ -277,8 +250,8 @@ void ReduceInto(DataType type, ReduceKind kind, void* out,
     case DataType::kInt16:
       return ReduceSame<int16_t>(kind, out, inputs, count, false);
     case DataType::kBFloat16:
-      return ReduceWidened<WidenBf16, NarrowBf16>(kind, out, inputs, count,
-                                                  divide);
+      // Convert-accumulate-convert, vectorized by hand (bf16_reduce.h).
+      return ReduceBf16(DefaultBf16Path(), kind, out, inputs, count);
     case DataType::kFloat16:
       return ReduceWidened<WidenHalf, NarrowHalf>(kind, out, inputs, count,
                                                   divide);

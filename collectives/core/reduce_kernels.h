@@ -9,8 +9,10 @@
 // bfloat16 / float16 widen to fp32, combine all W inputs in fp32 and round to
 // nearest-even once at the end. Integer SUM / PRODUCT wrap modulo 2^bits (as
 // torch and Gloo do). AVG is SUM followed by one division by W (floating
-// types only). This file is compiled with -O3; the hot fp32 / bf16 loops are
-// additionally cloned for AVX2 and picked at load time by the CPU.
+// types only). This file is compiled with -O3; the hot fp32 loop is
+// additionally cloned for AVX2 and picked at load time by the CPU; bf16 runs
+// the hand-vectorized kernels of bf16_reduce.h (AVX-512 BF16 / AVX2 /
+// portable, chosen once per process).
 //
 // Thread-safety: pure functions over caller-owned memory.
 #ifndef TPU_DIST_COLLECTIVES_CORE_REDUCE_KERNELS_H_
