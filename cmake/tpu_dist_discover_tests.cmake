@@ -1,11 +1,14 @@
 # Run by ctest (never by the build), through the include file that
 # tpu_dist_cc_test writes for each test binary: lists the binary's GoogleTest
-# cases (--gtest_list_tests) and writes one ctest entry per case into
-# ${_tdd_out}, with the labels, timeout and environment tpu_dist_cc_test was
-# given. All instances of one value-parameterized test (Suite.Case/<param>)
-# are one entry, "Suite.Case/*": each entry is one process that loads
-# libtorch (about half a CPU-second), and one parameterized test can have
-# dozens of instances of a few milliseconds each.
+# cases (--gtest_list_tests) and writes ctest entries into ${_tdd_out}, with
+# the labels, timeout and environment tpu_dist_cc_test was given. Each entry
+# is one process, and a process that loads libtorch costs about 0.4
+# CPU-seconds before its first case, so:
+#   - a suite labelled only `unit` (in-process) is one entry,
+#     "<binary>.<Suite>" (filter "Suite.*");
+#   - every other case is its own entry, "<binary>.<Suite>.<Case>", except
+#     that all instances of one value-parameterized test (Suite.Case/<param>)
+#     are one entry, "Suite.Case/*" (dozens of instances of milliseconds).
 #
 # Inputs (variables set by the caller): _tdd_name, _tdd_exe, _tdd_out,
 # _tdd_args, _tdd_default_labels, _tdd_suite_labels ("Suite=l1,l2;..."),
@@ -58,17 +61,6 @@ foreach(_tdd_line IN LISTS _tdd_lines)
   if(_tdd_suite MATCHES "(^|/)DISABLED_" OR _tdd_case MATCHES "^DISABLED_")
     continue()
   endif()
-  set(_tdd_single TRUE)
-  if(_tdd_case MATCHES "^([^/]+)/")
-    set(_tdd_case "${CMAKE_MATCH_1}/*")
-    set(_tdd_single FALSE)
-  endif()
-  set(_tdd_test "${_tdd_suite}.${_tdd_case}")
-  if("${_tdd_test}" IN_LIST _tdd_seen)
-    continue()
-  endif()
-  list(APPEND _tdd_seen "${_tdd_test}")
-  math(EXPR _tdd_count "${_tdd_count} + 1")
   # The suite's own name: "Inst/Suite" (TEST_P), "Suite/0" (TYPED_TEST).
   set(_tdd_base "")
   string(REPLACE "/" ";" _tdd_parts "${_tdd_suite}")
@@ -81,15 +73,33 @@ foreach(_tdd_line IN LISTS _tdd_lines)
   if("${_tdd_base}" IN_LIST _tdd_suites)
     set(_tdd_labels "${_tdd_labels_of_${_tdd_base}}")
   endif()
+  set(_tdd_single TRUE)
+  if(_tdd_labels STREQUAL "unit")
+    # In-process suites: one entry per suite ("Suite.*"), so `-L unit` pays
+    # the libtorch load once per suite rather than once per case.
+    set(_tdd_case "*")
+    set(_tdd_single FALSE)
+  elseif(_tdd_case MATCHES "^([^/]+)/")
+    set(_tdd_case "${CMAKE_MATCH_1}/*")
+    set(_tdd_single FALSE)
+  endif()
+  set(_tdd_test "${_tdd_suite}.${_tdd_case}")
+  if("${_tdd_test}" IN_LIST _tdd_seen)
+    continue()
+  endif()
+  list(APPEND _tdd_seen "${_tdd_test}")
+  math(EXPR _tdd_count "${_tdd_count} + 1")
   set(_tdd_serial FALSE)
   if("serial" IN_LIST _tdd_labels)
     set(_tdd_serial TRUE)
   endif()
   set(_tdd_t "${_tdd_timeout}")
-  if("unit" IN_LIST _tdd_labels AND _tdd_t GREATER 120)
-    set(_tdd_t 120)
+  if("unit" IN_LIST _tdd_labels AND _tdd_t GREATER 300)
+    set(_tdd_t 300)
   endif()
-  _tdd_quote(_tdd_qname "${_tdd_name}.${_tdd_test}")
+  set(_tdd_ename "${_tdd_name}.${_tdd_test}")
+  string(REGEX REPLACE "\\.\\*$" "" _tdd_ename "${_tdd_ename}")
+  _tdd_quote(_tdd_qname "${_tdd_ename}")
   _tdd_quote(_tdd_qfilter "--gtest_filter=${_tdd_test}")
   set(_tdd_qargs "")
   foreach(_tdd_a IN LISTS _tdd_args)
