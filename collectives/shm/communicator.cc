@@ -42,7 +42,22 @@ bool ProcessDead(int pid) {
   return state == 'Z' || state == 'X';
 }
 
+// `options` with the automatic choices (0 / nullopt) made for `size` ranks.
+CommOptions Resolve(CommOptions options, int size) {
+  const int cores = UsableCores();
+  const SlotGeometry g = ChooseSlotGeometry(size, cores);
+  if (options.slot_bytes == 0) options.slot_bytes = g.slot_bytes;
+  if (options.num_slots == 0) options.num_slots = g.num_slots;
+  if (!options.wait) options.wait = ChooseWaitPolicy(size, cores);
+  return options;
+}
+
 }  // namespace
+
+SlotGeometry ChooseSlotGeometry(int local_ranks, int usable_cores) {
+  if (local_ranks > usable_cores) return {2 << 20, 2};
+  return {256 << 10, 8};
+}
 
 struct Communicator::Control {
   uint64_t magic;
@@ -62,13 +77,15 @@ Communicator::Communicator(int rank, int size, CommOptions options)
     : rank_(rank),
       size_(size),
       options_(std::move(options)),
+      wait_(options_.wait.value_or(WaitPolicy{})),
       slot_stride_(kHeaderBytes + ((options_.slot_bytes + 63) & ~int64_t{63})),
       segments_(size) {}
 
 Communicator::~Communicator() = default;
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
-    c10d::Store& store, int rank, int size, const CommOptions& options) {
+    c10d::Store& store, int rank, int size, const CommOptions& requested) {
+  const CommOptions options = Resolve(requested, size);
   static_assert(sizeof(Control) <= kControlBytes, "Control too large");
   if (options.num_slots < 2 || options.slot_bytes < 64 * size) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -178,7 +195,7 @@ absl::Status Communicator::WaitPeer(int r, uint32_t target, const OpContext& ctx
                                     const char* what) {
   Control* c = control(r);
   absl::Status s = WaitForSeq(&c->phase, &c->waiters, target, ctx.deadline(),
-                              options_.wait, [&] {
+                              wait_, [&] {
                                 if (abort_requested_.load(std::memory_order_acquire)) {
                                   return absl::AbortedError("abort requested");
                                 }

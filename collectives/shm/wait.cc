@@ -22,6 +22,20 @@ long Futex(const std::atomic<uint32_t>* word, int op, uint32_t val,
 
 }  // namespace
 
+WaitPolicy ChooseWaitPolicy(int local_ranks, int usable_cores) {
+  WaitPolicy p;
+  p.yield_iters = 0;
+  p.spin_iters = local_ranks > usable_cores ? 0 : 32;
+  return p;
+}
+
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
 absl::Status WaitForSeq(const std::atomic<uint32_t>* word,
                         std::atomic<uint32_t>* waiters, uint32_t target,
                         absl::Time deadline, const WaitPolicy& policy,
@@ -38,10 +52,12 @@ absl::Status WaitForSeq(const std::atomic<uint32_t>* word,
     }
     sched_yield();
   }
-  while (true) {
+  for (bool slept = false;; slept = true) {
     const uint32_t seen = word->load(std::memory_order_acquire);
     if (SeqReached(seen, target)) return absl::OkStatus();
-    if (absl::Status s = check(); !s.ok()) return s;
+    if (slept) {
+      if (absl::Status s = check(); !s.ok()) return s;
+    }
     const absl::Time now = absl::Now();
     if (now >= deadline) return absl::DeadlineExceededError("deadline passed");
     const absl::Duration slice = std::min(policy.futex_slice, deadline - now);
