@@ -69,6 +69,12 @@ struct Communicator::Control {
   alignas(64) std::atomic<uint32_t> phase;
   alignas(64) std::atomic<uint32_t> waiters;
   alignas(64) std::atomic<uint32_t> abort;
+  // Used in rank 0's segment only: publishes so far, over all ranks (phase p
+  // is complete at p * world, mod 2^32), and sleepers on that count. One
+  // futex word for the whole group: a waiting rank sleeps at most once per
+  // phase however many peers are late, and the last to arrive wakes all.
+  alignas(64) std::atomic<uint32_t> arrivals;
+  alignas(64) std::atomic<uint32_t> arrival_waiters;
   char reason[1024];
 };
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex needs 32-bit words");
@@ -234,15 +240,36 @@ absl::Status Communicator::PublishAndWait(const OpContext& ctx) {
   if (abort_requested_.load(std::memory_order_acquire)) return FailRequested(ctx);
   ++phase_;
   Control* me = control(rank_);
-  PublishSeq(&me->phase, &me->waiters, static_cast<uint32_t>(phase_));
+  const uint32_t phase = static_cast<uint32_t>(phase_);
+  PublishSeq(&me->phase, &me->waiters, phase);
+  if (size_ == 1) return absl::OkStatus();
+  Control* hub = control(0);
+  const uint32_t target = phase * static_cast<uint32_t>(size_);
+  if (hub->arrivals.fetch_add(1, std::memory_order_seq_cst) + 1 == target) {
+    if (hub->arrival_waiters.load(std::memory_order_seq_cst) != 0) WakeAll(&hub->arrivals);
+    return absl::OkStatus();
+  }
+  const absl::Status all = WaitForSeq(
+      &hub->arrivals, &hub->arrival_waiters, target, ctx.deadline(), wait_, [&] {
+        if (abort_requested_.load(std::memory_order_acquire)) {
+          return absl::AbortedError("abort requested");
+        }
+        for (int r = 0; r < size_; ++r) {
+          if (r == rank_) continue;
+          if (absl::Status h = PeerHealth(r); !h.ok()) return h;
+        }
+        return absl::OkStatus();
+      });
+  if (all.ok()) return all;
+  // Failed (deadline, abort, a peer died or aborted): redo the wait on each
+  // peer's own word, which fails at once for the same cause and names the
+  // peer, the op, the bytes and the elapsed time.
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    if (absl::Status s = WaitPeer(r, static_cast<uint32_t>(phase_), ctx, "to publish");
-        !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = WaitPeer(r, phase, ctx, "to publish"); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return Poison(absl::Status(all.code(), absl::StrCat(ctx.name, " on rank ", Label(rank_),
+                                                      ": ", all.message())));
 }
 
 absl::Status Communicator::CheckHeaders(const OpContext& ctx) {
@@ -277,6 +304,7 @@ absl::Status Communicator::Poison(absl::Status status) {
     me->reason[n] = '\0';
     me->abort.store(1, std::memory_order_release);
     WakeAll(&me->phase);
+    WakeAll(&control(0)->arrivals);  // peers asleep in PublishAndWait
   }
   return poison_;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <ctime>
 
@@ -52,7 +53,11 @@ absl::Status WaitForSeq(const std::atomic<uint32_t>* word,
     }
     sched_yield();
   }
-  for (bool slept = false;; slept = true) {
+  // A sleep that ended without the target (a slice ran out, a wake such as
+  // Poison's) calls for a check; EAGAIN (the word moved, e.g. another
+  // rank's arrival) or EINTR does not.
+  bool slept = false;
+  while (true) {
     const uint32_t seen = word->load(std::memory_order_acquire);
     if (SeqReached(seen, target)) return absl::OkStatus();
     if (slept) {
@@ -69,7 +74,8 @@ absl::Status WaitForSeq(const std::atomic<uint32_t>* word,
       waiters->fetch_sub(1, std::memory_order_seq_cst);
       return absl::OkStatus();
     }
-    Futex(word, FUTEX_WAIT, seen, &ts);
+    const long rc = Futex(word, FUTEX_WAIT, seen, &ts);
+    slept = rc == 0 || errno == ETIMEDOUT;
     waiters->fetch_sub(1, std::memory_order_seq_cst);
   }
 }
