@@ -3,7 +3,8 @@
 //
 // Segment layout (per rank):
 //   Control   {magic, pid, rank, phase word, sleeper count, abort word,
-//              abort reason}                       -- one 4 KiB page
+//              arrival count and its sleepers (rank 0's only), abort
+//              reason}                             -- one 4 KiB page
 //   Slot[K]   {OpHeader (256 B), data (slot_bytes)} -- K = options.num_slots
 //
 // Phase protocol. Every collective is a sequence of phases; every rank runs
@@ -12,8 +13,10 @@
 //   1. BeginPhase(): waits until every peer has published phase p-K+1, i.e.
 //      has finished reading phase p-K, whose slot (p mod K) we now reuse;
 //   2. writes its header/data into slot p mod K;
-//   3. PublishAndWait(): stores p into its phase word (waking sleepers) and
-//      waits until every peer's phase word reaches p;
+//   3. PublishAndWait(): stores p into its phase word, adds one to rank 0's
+//      arrival count and waits until that reaches p * W (the last rank to
+//      arrive wakes the sleepers: one futex word per group, so a rank
+//      sleeps at most once per phase), i.e. every peer has published p;
 //   4. reads peers' slot p mod K (peer_data) until it next publishes.
 // Reading phase p always happens before publishing p+1, which is what makes
 // step 1 safe. With K >= 2 slots there is no trailing barrier: a fast rank
