@@ -1,5 +1,6 @@
 // Unit tests of the benchmarks' pure math and report formatting, and of the
 // forked-rank helper. The benchmarks themselves run as ctest smoke entries.
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 
 #include "bench/bench_math.h"
 #include "bench/bench_report.h"
+#include "bench/busy_load.h"
 #include "bench/forked_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -139,6 +141,23 @@ TEST(ForkedRanksTest, ReportsExitCodesAndKillsHangs) {
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 exited 3"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("rank 2 still running"));
+}
+
+// The load really runs (one busy process per usable core and per_core) and
+// Stop() leaves none behind, reaped (kill(pid, 0) then fails with ESRCH).
+TEST(ForkedRanksTest, BusyLoadStartsAndStops) {
+  absl::StatusOr<BusyLoad> load = BusyLoad::Start(1);
+  ASSERT_TRUE(load.ok()) << load.status();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_EQ(load->processes(), CPU_COUNT(&set));
+  const std::vector<pid_t> pids = load->pids();
+  for (pid_t pid : pids) EXPECT_EQ(kill(pid, 0), 0) << pid;
+  load->Stop();
+  EXPECT_EQ(load->processes(), 0);
+  for (pid_t pid : pids) EXPECT_NE(kill(pid, 0), 0) << pid;
+  EXPECT_EQ(BusyLoad::Start(0)->processes(), 0);
 }
 
 }  // namespace

@@ -22,6 +22,8 @@
 //   collectives_bench --ops=all_reduce --dtypes=fp32 --min_bytes=8 --max_bytes=16777216
 //   collectives_bench --gloo=0 | --gloo_max_bytes=N   # skip Gloo (above N)
 //   collectives_bench --slot_bytes=N --slots=K --spin=N --yield=M  # shm experiments
+//   collectives_bench --busy_threads_per_core=2  # with a competing load that the
+//                                              # bench starts and stops itself
 //   collectives_bench --world=4 --hosts=2      # 2 emulated hosts x 2 ranks (host id
 //                                              # per rank, as TPU_DIST_HOST_ID): shm
 //                                              # inside a host, TCP between hosts
@@ -44,8 +46,10 @@
 #include "absl/time/time.h"
 #include "bench/bench_math.h"
 #include "bench/bench_report.h"
+#include "bench/busy_load.h"
 #include "bench/forked_ranks.h"
 #include "collectives/process_group_tpu_dist.h"
+#include "collectives/shm/wait.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
@@ -74,6 +78,7 @@ struct Flags {
   int slots = 0;           // 0: the group's default
   int spin = -1;           // -1: the group's default
   int yield = -1;
+  int busy_per_core = 0;   // busy processes per usable core (bench/busy_load.h)
 };
 
 // Parses our flags out of argv, leaving Google Benchmark's.
@@ -101,6 +106,7 @@ Flags ParseAndStrip(int* argc, char** argv) {
     else if ((v = value(a, "--slots="))) f.slots = std::stoi(v);
     else if ((v = value(a, "--spin="))) f.spin = std::stoi(v);
     else if ((v = value(a, "--yield="))) f.yield = std::stoi(v);
+    else if ((v = value(a, "--busy_threads_per_core="))) f.busy_per_core = std::stoi(v);
     else if (a == "--quick" || a == "--smoke") f.quick = true;
     else argv[out++] = argv[i];
   }
@@ -346,6 +352,12 @@ int main(int argc, char** argv) {
   env.flags = ParseAndStrip(&argc, argv);
   benchmark::Initialize(&argc, argv);
   const double load_before = LoadAverage();
+  // Before ForkRanks: no threads yet. Only rank 0 owns (and stops) it.
+  absl::StatusOr<tb::BusyLoad> busy = tb::BusyLoad::Start(env.flags.busy_per_core);
+  if (!busy.ok()) {
+    std::fprintf(stderr, "%s\n", busy.status().ToString().c_str());
+    return 2;
+  }
   char dir_template[] = "/tmp/tpud_bench_XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   const std::string job = "bench" + std::to_string(getpid());
@@ -363,8 +375,13 @@ int main(int argc, char** argv) {
   }
   if (env.flags.slot_bytes > 0) options.shm_slot_bytes = env.flags.slot_bytes;
   if (env.flags.slots > 0) options.shm_num_slots = env.flags.slots;
-  if (env.flags.spin >= 0) options.wait.spin_iters = env.flags.spin;
-  if (env.flags.yield >= 0) options.wait.yield_iters = env.flags.yield;
+  if (env.flags.spin >= 0 || env.flags.yield >= 0) {  // else the group chooses
+    namespace shm = tpudist::collectives::shm;
+    shm::WaitPolicy wait = shm::ChooseWaitPolicy(env.flags.world, shm::UsableCores());
+    if (env.flags.spin >= 0) wait.spin_iters = env.flags.spin;
+    if (env.flags.yield >= 0) wait.yield_iters = env.flags.yield;
+    options.wait = wait;
+  }
   env.ours = c10::make_intrusive<ProcessGroupTpuDist>(store, env.rank, env.flags.world, options);
   auto gloo_opts = c10d::ProcessGroupGloo::Options::create();
   gloo_opts->timeout = std::chrono::seconds(120);
@@ -389,6 +406,12 @@ int main(int argc, char** argv) {
   }
   const std::vector<tb::CollectiveRow> rows = CollectRows(env);
   const double load_after = LoadAverage();
+  if (busy->processes() > 0) {
+    std::printf("\nbusy load: %d spinning processes (%d per core x %d usable cores), "
+                "started and stopped by this run\n",
+                busy->processes(), env.flags.busy_per_core,
+                tpudist::collectives::shm::UsableCores());
+  }
   const std::string hosts =
       env.flags.hosts > 1 ? " on " + std::to_string(env.flags.hosts) + " emulated hosts" : "";
   std::printf("\n== collectives, %d ranks%s (load average %.2f -> %.2f) ==\n%s", env.flags.world,
@@ -400,11 +423,13 @@ int main(int argc, char** argv) {
                         {"hosts", env.flags.hosts},
                         {"load_before", load_before},
                         {"load_after", load_after},
+                        {"busy_processes", busy->processes()},
                         {"quick", env.flags.quick},
                         {"rows", tb::ToJson(rows)}};
     std::ofstream(env.flags.json_out) << j.dump(1) << "\n";
   }
   benchmark::Shutdown();
+  busy->Stop();
   const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(60));
   if (!waited.ok()) std::fprintf(stderr, "%s\n", waited.ToString().c_str());
   env.gloo.reset();

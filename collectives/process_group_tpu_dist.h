@@ -58,6 +58,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,15 +98,19 @@ class ProcessGroupTpuDist : public c10d::Backend {
     // connections (tpu_runtime/job_secret.h); "" -> none (unauthenticated; a
     // warning when listening on a non-loopback address).
     std::string job_secret;
-    int64_t shm_slot_bytes = 256 << 10;  // per rank per slot (measured best; L2-sized chunks)
-    int shm_num_slots = 8;  // measured: 8 beat 4 and 16 at 16 MiB
+    // Per rank: bytes per slot and slots; 0: shm::ChooseSlotGeometry(ranks on
+    // this host, usable cores) -- 8 x 256 KiB, or 2 x 2 MiB when ranks
+    // outnumber cores.
+    int64_t shm_slot_bytes = 0;
+    int shm_num_slots = 0;
     int64_t small_allreduce_bytes = 64 << 10;  // one-shot allreduce limit
     // Collectives of at most this many bytes run on the calling thread when
     // the group's queue is idle (their Work is complete on return); larger
     // ones always run on the worker thread so they overlap compute. -1: never.
     int64_t inline_max_bytes = 16 << 10;
-    // Spin / yield / futex back-off of the shm waits (collectives/shm/wait.h).
-    shm::WaitPolicy wait;
+    // Spin / yield / futex back-off of the shm waits (collectives/shm/wait.h);
+    // nullopt: shm::ChooseWaitPolicy(ranks on this host, usable cores).
+    std::optional<shm::WaitPolicy> wait;
   };
 
   // Collective over `store`; see the file comment. Throws c10::Error when the

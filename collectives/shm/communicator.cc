@@ -42,7 +42,22 @@ bool ProcessDead(int pid) {
   return state == 'Z' || state == 'X';
 }
 
+// `options` with the automatic choices (0 / nullopt) made for `size` ranks.
+CommOptions Resolve(CommOptions options, int size) {
+  const int cores = UsableCores();
+  const SlotGeometry g = ChooseSlotGeometry(size, cores);
+  if (options.slot_bytes == 0) options.slot_bytes = g.slot_bytes;
+  if (options.num_slots == 0) options.num_slots = g.num_slots;
+  if (!options.wait) options.wait = ChooseWaitPolicy(size, cores);
+  return options;
+}
+
 }  // namespace
+
+SlotGeometry ChooseSlotGeometry(int local_ranks, int usable_cores) {
+  if (local_ranks > usable_cores) return {2 << 20, 2};
+  return {256 << 10, 8};
+}
 
 struct Communicator::Control {
   uint64_t magic;
@@ -54,6 +69,12 @@ struct Communicator::Control {
   alignas(64) std::atomic<uint32_t> phase;
   alignas(64) std::atomic<uint32_t> waiters;
   alignas(64) std::atomic<uint32_t> abort;
+  // Used in rank 0's segment only: publishes so far, over all ranks (phase p
+  // is complete at p * world, mod 2^32), and sleepers on that count. One
+  // futex word for the whole group: a waiting rank sleeps at most once per
+  // phase however many peers are late, and the last to arrive wakes all.
+  alignas(64) std::atomic<uint32_t> arrivals;
+  alignas(64) std::atomic<uint32_t> arrival_waiters;
   char reason[1024];
 };
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex needs 32-bit words");
@@ -62,13 +83,15 @@ Communicator::Communicator(int rank, int size, CommOptions options)
     : rank_(rank),
       size_(size),
       options_(std::move(options)),
+      wait_(options_.wait.value_or(WaitPolicy{})),
       slot_stride_(kHeaderBytes + ((options_.slot_bytes + 63) & ~int64_t{63})),
       segments_(size) {}
 
 Communicator::~Communicator() = default;
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
-    c10d::Store& store, int rank, int size, const CommOptions& options) {
+    c10d::Store& store, int rank, int size, const CommOptions& requested) {
+  const CommOptions options = Resolve(requested, size);
   static_assert(sizeof(Control) <= kControlBytes, "Control too large");
   if (options.num_slots < 2 || options.slot_bytes < 64 * size) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -178,7 +201,7 @@ absl::Status Communicator::WaitPeer(int r, uint32_t target, const OpContext& ctx
                                     const char* what) {
   Control* c = control(r);
   absl::Status s = WaitForSeq(&c->phase, &c->waiters, target, ctx.deadline(),
-                              options_.wait, [&] {
+                              wait_, [&] {
                                 if (abort_requested_.load(std::memory_order_acquire)) {
                                   return absl::AbortedError("abort requested");
                                 }
@@ -217,15 +240,36 @@ absl::Status Communicator::PublishAndWait(const OpContext& ctx) {
   if (abort_requested_.load(std::memory_order_acquire)) return FailRequested(ctx);
   ++phase_;
   Control* me = control(rank_);
-  PublishSeq(&me->phase, &me->waiters, static_cast<uint32_t>(phase_));
+  const uint32_t phase = static_cast<uint32_t>(phase_);
+  PublishSeq(&me->phase, &me->waiters, phase);
+  if (size_ == 1) return absl::OkStatus();
+  Control* hub = control(0);
+  const uint32_t target = phase * static_cast<uint32_t>(size_);
+  if (hub->arrivals.fetch_add(1, std::memory_order_seq_cst) + 1 == target) {
+    if (hub->arrival_waiters.load(std::memory_order_seq_cst) != 0) WakeAll(&hub->arrivals);
+    return absl::OkStatus();
+  }
+  const absl::Status all = WaitForSeq(
+      &hub->arrivals, &hub->arrival_waiters, target, ctx.deadline(), wait_, [&] {
+        if (abort_requested_.load(std::memory_order_acquire)) {
+          return absl::AbortedError("abort requested");
+        }
+        for (int r = 0; r < size_; ++r) {
+          if (r == rank_) continue;
+          if (absl::Status h = PeerHealth(r); !h.ok()) return h;
+        }
+        return absl::OkStatus();
+      });
+  if (all.ok()) return all;
+  // Failed (deadline, abort, a peer died or aborted): redo the wait on each
+  // peer's own word, which fails at once for the same cause and names the
+  // peer, the op, the bytes and the elapsed time.
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    if (absl::Status s = WaitPeer(r, static_cast<uint32_t>(phase_), ctx, "to publish");
-        !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = WaitPeer(r, phase, ctx, "to publish"); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return Poison(absl::Status(all.code(), absl::StrCat(ctx.name, " on rank ", Label(rank_),
+                                                      ": ", all.message())));
 }
 
 absl::Status Communicator::CheckHeaders(const OpContext& ctx) {
@@ -260,6 +304,7 @@ absl::Status Communicator::Poison(absl::Status status) {
     me->reason[n] = '\0';
     me->abort.store(1, std::memory_order_release);
     WakeAll(&me->phase);
+    WakeAll(&control(0)->arrivals);  // peers asleep in PublishAndWait
   }
   return poison_;
 }

@@ -3,7 +3,8 @@
 //
 // Segment layout (per rank):
 //   Control   {magic, pid, rank, phase word, sleeper count, abort word,
-//              abort reason}                       -- one 4 KiB page
+//              arrival count and its sleepers (rank 0's only), abort
+//              reason}                             -- one 4 KiB page
 //   Slot[K]   {OpHeader (256 B), data (slot_bytes)} -- K = options.num_slots
 //
 // Phase protocol. Every collective is a sequence of phases; every rank runs
@@ -12,8 +13,10 @@
 //   1. BeginPhase(): waits until every peer has published phase p-K+1, i.e.
 //      has finished reading phase p-K, whose slot (p mod K) we now reuse;
 //   2. writes its header/data into slot p mod K;
-//   3. PublishAndWait(): stores p into its phase word (waking sleepers) and
-//      waits until every peer's phase word reaches p;
+//   3. PublishAndWait(): stores p into its phase word, adds one to rank 0's
+//      arrival count and waits until that reaches p * W (the last rank to
+//      arrive wakes the sleepers: one futex word per group, so a rank
+//      sleeps at most once per phase), i.e. every peer has published p;
 //   4. reads peers' slot p mod K (peer_data) until it next publishes.
 // Reading phase p always happens before publishing p+1, which is what makes
 // step 1 safe. With K >= 2 slots there is no trailing barrier: a fast rank
@@ -38,6 +41,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,13 +60,30 @@ class Store;
 
 namespace tpudist::collectives::shm {
 
+// Slot size and count for `local_ranks` ranks sharing `usable_cores` cores
+// (pure). Every phase is a barrier that needs each rank to run once, so when
+// ranks outnumber cores (each barrier costs context switches) the slots are
+// big and few: 2 of 2 MiB (16 MiB all_reduce: 16 phases instead of 128).
+// Otherwise 8 of 256 KiB (L2-sized chunks; 8 beat 4 and 16 at 16 MiB).
+// Measured: bench/README.md, "Waiting under load".
+struct SlotGeometry {
+  int64_t slot_bytes;
+  int num_slots;
+};
+SlotGeometry ChooseSlotGeometry(int local_ranks, int usable_cores);
+
 struct CommOptions {
   std::string job_id;      // rank 0's value prefixes segment names (+ nonce)
   std::string group_name = "default";
-  int64_t slot_bytes = 256 << 10;  // data bytes per slot; >= 64 * world
-  int num_slots = 8;             // >= 2
+  // Data bytes per slot (>= 64 * world) and slots (>= 2); 0 for either:
+  // ChooseSlotGeometry(world, UsableCores()). Every rank must end up with the
+  // same values (Create fails otherwise), so ranks with different CPU
+  // affinity masks must pass them explicitly.
+  int64_t slot_bytes = 0;
+  int num_slots = 0;
   absl::Duration setup_timeout = absl::Minutes(5);
-  WaitPolicy wait;
+  // nullopt: ChooseWaitPolicy(world, UsableCores()).
+  std::optional<WaitPolicy> wait;
   // Rank numbers used in error messages: rank_labels[r] names local rank r
   // (the multi-host path passes group ranks); empty = local numbering.
   std::vector<int> rank_labels;
@@ -78,6 +99,7 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   int64_t slot_bytes() const { return options_.slot_bytes; }
+  const WaitPolicy& wait_policy() const { return wait_; }
 
   // OK, or the status that poisoned this communicator.
   const absl::Status& poison() const { return poison_; }
@@ -120,6 +142,7 @@ class Communicator {
   int rank_;
   int size_;
   CommOptions options_;
+  WaitPolicy wait_;  // options_.wait or the chosen one
   size_t slot_stride_;
   std::vector<std::unique_ptr<Segment>> segments_;  // [size]; own at rank_
   uint64_t phase_ = 0;  // last published phase; phases start at 1

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "collectives/shm/communicator.h"
 #include "collectives/shm/segment.h"
 #include "collectives/shm/wait.h"
 #include "gmock/gmock.h"
@@ -81,6 +82,63 @@ TEST(WaitTest, DeadlineAndCheckEndTheWait) {
     return ++calls == 3 ? absl::UnavailableError("peer died") : absl::OkStatus();
   });
   EXPECT_EQ(s.message(), "peer died");
+}
+
+// The choice is a pure function of (ranks, cores): no yield stage ever;
+// a short spin only when every rank has a core of its own.
+TEST(WaitPolicyTest, SpinsOnlyWhenEveryRankHasACore) {
+  for (int cores : {1, 2, 8, 64}) {
+    for (int ranks : {1, 2, 3, 8, 16, 64}) {
+      const WaitPolicy p = ChooseWaitPolicy(ranks, cores);
+      EXPECT_EQ(p.yield_iters, 0) << ranks << " ranks on " << cores << " cores";
+      EXPECT_GE(p.futex_slice, absl::Milliseconds(1));
+      EXPECT_LE(p.futex_slice, absl::Milliseconds(50));
+      if (ranks > cores) {
+        EXPECT_EQ(p.spin_iters, 0) << ranks << " ranks on " << cores << " cores";
+      } else {
+        EXPECT_GT(p.spin_iters, 0) << ranks << " ranks on " << cores << " cores";
+        EXPECT_LE(p.spin_iters, 4096) << "a bounded spin";
+      }
+    }
+  }
+  EXPECT_GE(UsableCores(), 1);
+}
+
+// Oversubscribed: few big slots (fewer barrier phases per op); otherwise the
+// cache-sized default. Always a valid layout (>= 2 slots, >= 64 B per rank).
+TEST(WaitPolicyTest, SlotGeometryFollowsOversubscription) {
+  for (int cores : {1, 2, 8}) {
+    for (int ranks : {1, 2, 4, 16, 64}) {
+      const SlotGeometry g = ChooseSlotGeometry(ranks, cores);
+      EXPECT_GE(g.num_slots, 2);
+      EXPECT_GE(g.slot_bytes, 64 * ranks);
+      const SlotGeometry fit = ChooseSlotGeometry(1, 1);
+      if (ranks > cores) {
+        EXPECT_GT(g.slot_bytes, fit.slot_bytes) << ranks << " ranks on " << cores;
+      } else {
+        EXPECT_EQ(g.slot_bytes, fit.slot_bytes);
+        EXPECT_EQ(g.num_slots, fit.num_slots);
+      }
+    }
+  }
+}
+
+// With no spin and no yield the first check comes only after a sleep: a
+// wait released by its first wake never pays for one.
+TEST(WaitTest, NoCheckWhenTheFirstWakeReleases) {
+  std::atomic<uint32_t> word{0}, waiters{0};
+  WaitPolicy policy = ChooseWaitPolicy(16, 2);
+  policy.futex_slice = absl::Seconds(5);
+  int calls = 0;
+  std::thread writer([&] {
+    while (waiters.load() == 0) std::this_thread::yield();
+    PublishSeq(&word, &waiters, 1);
+  });
+  absl::Status s = WaitForSeq(&word, &waiters, 1, absl::Now() + absl::Seconds(10), policy,
+                              [&] { ++calls; return absl::OkStatus(); });
+  writer.join();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(calls, 0);
 }
 
 }  // namespace

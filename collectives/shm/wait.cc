@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <ctime>
 
@@ -21,6 +22,20 @@ long Futex(const std::atomic<uint32_t>* word, int op, uint32_t val,
 }
 
 }  // namespace
+
+WaitPolicy ChooseWaitPolicy(int local_ranks, int usable_cores) {
+  WaitPolicy p;
+  p.yield_iters = 0;
+  p.spin_iters = local_ranks > usable_cores ? 0 : 1000;
+  return p;
+}
+
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
 
 absl::Status WaitForSeq(const std::atomic<uint32_t>* word,
                         std::atomic<uint32_t>* waiters, uint32_t target,
@@ -38,10 +53,16 @@ absl::Status WaitForSeq(const std::atomic<uint32_t>* word,
     }
     sched_yield();
   }
+  // A sleep that ended without the target (a slice ran out, a wake such as
+  // Poison's) calls for a check; EAGAIN (the word moved, e.g. another
+  // rank's arrival) or EINTR does not.
+  bool slept = false;
   while (true) {
     const uint32_t seen = word->load(std::memory_order_acquire);
     if (SeqReached(seen, target)) return absl::OkStatus();
-    if (absl::Status s = check(); !s.ok()) return s;
+    if (slept) {
+      if (absl::Status s = check(); !s.ok()) return s;
+    }
     const absl::Time now = absl::Now();
     if (now >= deadline) return absl::DeadlineExceededError("deadline passed");
     const absl::Duration slice = std::min(policy.futex_slice, deadline - now);
@@ -53,7 +74,8 @@ absl::Status WaitForSeq(const std::atomic<uint32_t>* word,
       waiters->fetch_sub(1, std::memory_order_seq_cst);
       return absl::OkStatus();
     }
-    Futex(word, FUTEX_WAIT, seen, &ts);
+    const long rc = Futex(word, FUTEX_WAIT, seen, &ts);
+    slept = rc == 0 || errno == ETIMEDOUT;
     waiters->fetch_sub(1, std::memory_order_seq_cst);
   }
 }

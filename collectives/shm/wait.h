@@ -1,13 +1,15 @@
 // Waiting on a 32-bit sequence word in shared memory without starving peers.
 //
-// With 16 ranks on 2 cores a pure spin-wait steals the CPU from the very peer
-// we are waiting for, so WaitForSeq backs off in three stages:
+// A spin-wait steals the CPU from the very peer we are waiting for whenever
+// that peer has no core of its own (16 ranks on 2 cores, or any ranks next to
+// a busy load), so WaitForSeq backs off in three stages:
 //   1. a bounded spin (policy.spin_iters iterations with _mm_pause),
 //   2. a bounded run of sched_yield calls (policy.yield_iters),
 //   3. FUTEX_WAIT on the shared word (non-private: the word lives in a
 //      MAP_SHARED mapping seen by other processes), in slices of at most
 //      policy.futex_slice so that `check` (peer liveness, abort flags) and the
 //      deadline are looked at regularly.
+// ChooseWaitPolicy picks the stages from how many ranks share the cores.
 // Writers publish with PublishSeq, which issues FUTEX_WAKE only when the
 // word's sleeper count is non-zero, so the fast path costs no syscall.
 //
@@ -27,15 +29,32 @@
 
 namespace tpudist::collectives::shm {
 
-// Defaults measured with collectives_bench on the shared 2-core box: short
-// spins win (8 B allreduce, 2 ranks: ~3.5 us at 16-32 spins vs ~10 us at
-// 256 and ~57 us at 2048; 16 ranks: 120 us vs 176 us at 256), because
-// yielding hands the core to the peer being waited for.
+// The stages of a wait. Build one with ChooseWaitPolicy; the fields are
+// public for experiments (collectives_bench --spin / --yield).
 struct WaitPolicy {
   int spin_iters = 32;
-  int yield_iters = 64;
+  int yield_iters = 0;
   absl::Duration futex_slice = absl::Milliseconds(5);
 };
+
+// The policy for `local_ranks` ranks sharing `usable_cores` cores (pure; the
+// one place the choice is made). Measured with collectives_bench on the
+// 2-core box (bench/README.md, "Waiting under load"):
+//   - sched_yield is never worth it: under CFS/EEVDF a yielding rank next to
+//     busy competitors gives away whole time slices while the peer it waits
+//     for is already done, whereas a futex sleeper is woken and preempts
+//     them. So there is no yield stage.
+//   - ranks > cores: a waiting rank can only make progress by leaving the
+//     core, so no spin either: straight to the futex.
+//   - ranks <= cores: a bounded spin of 1000 pauses catches a peer that is
+//     running right now before paying a futex wake (2 ranks, idle: 8 B
+//     all_reduce 1.5 us vs 5.5 us with 32 spins; with 2 busy processes per
+//     core 8.6 us vs 42 us; 4000 spins: 1.2 us idle but 247 us under load).
+// REQUIRES: local_ranks >= 1, usable_cores >= 1.
+WaitPolicy ChooseWaitPolicy(int local_ranks, int usable_cores);
+
+// Cores this process may run on (sched_getaffinity), at least 1.
+int UsableCores();
 
 // True when `value` is at or past `target` in wrapping sequence order.
 inline bool SeqReached(uint32_t value, uint32_t target) {
@@ -43,9 +62,11 @@ inline bool SeqReached(uint32_t value, uint32_t target) {
 }
 
 // Blocks until SeqReached(word, target). `waiters` counts sleepers on `word`
-// (shared with the writer). `check` is called in the slow path (after the
-// spin and yield stages, then once per futex slice); a non-OK result ends
-// the wait with that status. Returns DeadlineExceeded (bare message; callers
+// (shared with the writer). `check` is called after every futex sleep that
+// ended without the target reached (a slice ran out, or a wake such as the
+// one Communicator::Poison sends), never on the way in, so a wait that ends
+// on its first wake costs no check; a non-OK result ends the wait with that
+// status. Returns DeadlineExceeded (bare message; callers
 // add op / rank / peer context) when `deadline` passes first.
 absl::Status WaitForSeq(const std::atomic<uint32_t>* word,
                         std::atomic<uint32_t>* waiters, uint32_t target,
