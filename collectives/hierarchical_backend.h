@@ -12,8 +12,11 @@
 //   allreduce, reduce, reduce_scatter, broadcast, allgather, barrier:
 //     hierarchical (intra-host shm step -> leaders over TCP -> intra-host shm
 //     step); leaders exchange op headers over the leaders mesh first.
-//   gather, scatter, alltoall: flat mesh (every rank exchanges its header and
-//     split sizes with every rank, then tcp::AllToAll).
+//   gather, scatter: flat mesh (every rank exchanges its header and split
+//     sizes with every rank, then tcp::AllToAll).
+//   alltoall: the same header/split exchange, then shm::AllToAll among a
+//     host's ranks and tcp::PairwiseExchange of the cross-host blocks over
+//     the flat mesh, each rank with its peers directly.
 //
 // Errors: cross-rank mismatches are detected inside a host by the shm headers
 // and across hosts by the leaders' (or flat) header exchange; the message
