@@ -30,11 +30,7 @@
 //   and receive byte counts} over the flat ring and checks headers and that
 //   every pair agrees. Gather/scatter then run tcp::AllToAll over the flat
 //   mesh (all-to-alls with one non-empty column/row, staged in packed
-//   buffers). All-to-all moves the blocks among a host's ranks with
-//   shm::AllToAll, then every rank exchanges its blocks for other hosts'
-//   ranks directly with them (tcp::PairwiseExchange over the flat mesh,
-//   from the caller's input blocks into its output blocks: no leader
-//   funnel, no packing copies, no staging buffers to fault in).
+//   buffers). All-to-all: hierarchical_backend_all_to_all.cc.
 #include "collectives/hierarchical_backend.h"
 
 #include <algorithm>
@@ -46,7 +42,6 @@
 #include "collectives/core/op_header.h"
 #include "collectives/core/reduce_kernels.h"
 #include "collectives/shm/algorithms.h"
-#include "collectives/tcp/pairwise_exchange.h"
 #include "collectives/tcp/ring_algorithms.h"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 
@@ -455,48 +450,6 @@ absl::Status HierarchicalBackend::Scatter(const OpSpec& spec, int root,
   if (absl::Status s = FlatAllToAll(spec, input, send_u, &output, recv_u); !s.ok()) return s;
   if (bytes > 0) std::memcpy(out, output.data(), bytes);
   return absl::OkStatus();
-}
-
-absl::Status HierarchicalBackend::AllToAll(const OpSpec& spec,
-                                           absl::Span<const void* const> ins,
-                                           absl::Span<const int64_t> in_bytes,
-                                           absl::Span<void* const> outs,
-                                           absl::Span<const int64_t> out_bytes) {
-  if (absl::Status p = poison(); !p.ok()) return p;
-  const OpHeader mine = MakeHeader(spec, OpKind::kAlltoall, ReduceKind{}, -1, false);
-  if (absl::Status s = CheckFlat(spec, mine, in_bytes, out_bytes); !s.ok()) return s;
-  // Blocks for this host's ranks (own included) through shm.
-  const std::vector<int>& locals = layout_.hosts[host_];
-  if (local_size() > 1) {
-    std::vector<const void*> local_ins;
-    std::vector<void*> local_outs;
-    std::vector<int64_t> local_in_bytes, local_out_bytes;
-    for (int r : locals) {
-      local_ins.push_back(ins[r]);
-      local_in_bytes.push_back(in_bytes[r]);
-      local_outs.push_back(outs[r]);
-      local_out_bytes.push_back(out_bytes[r]);
-    }
-    absl::Status s =
-        shm::AllToAll(*local_, spec, local_ins, local_in_bytes, local_outs, local_out_bytes);
-    if (!s.ok()) return FailLocal(s);
-  } else if (in_bytes[rank_] > 0) {
-    std::memcpy(outs[rank_], ins[rank_], in_bytes[rank_]);
-  }
-  // Blocks for other hosts' ranks: straight from ins[p] into outs[p] over
-  // the flat mesh (CheckFlat has matched every pair's sizes).
-  std::vector<absl::Span<const uint8_t>> send(size_);
-  std::vector<absl::Span<uint8_t>> recv(size_);
-  std::unique_ptr<bool[]> remote(new bool[size_]);
-  for (int r = 0; r < size_; ++r) {
-    remote[r] = layout_.host_of_rank[r] != host_;
-    send[r] = absl::Span<const uint8_t>(static_cast<const uint8_t*>(ins[r]), in_bytes[r]);
-    recv[r] = absl::Span<uint8_t>(static_cast<uint8_t*>(outs[r]), out_bytes[r]);
-  }
-  absl::Status s = tcp::PairwiseExchange(*flat_, send, recv,
-                                         absl::MakeConstSpan(remote.get(), size_),
-                                         spec.ctx.deadline());
-  return s.ok() ? s : FailFlat(s);
 }
 
 }  // namespace tpudist::collectives

@@ -110,6 +110,17 @@ class HierarchicalBackend final : public CollectiveBackend {
   // flat mesh and checks headers and the split matrix.
   absl::Status CheckFlat(const OpSpec& spec, const OpHeader& mine,
                          absl::Span<const int64_t> send, absl::Span<const int64_t> recv);
+  // All-to-all pieces (hierarchical_backend_all_to_all.cc). LocalAllToAll:
+  // the blocks among this host's ranks other than this rank's own, through
+  // shm; its errors are returned unwrapped (the caller poisons).
+  // ins/outs: [W] caller blocks of in_bytes/out_bytes[r] bytes.
+  absl::Status LocalAllToAll(const OpSpec& spec, absl::Span<const void* const> ins,
+                             absl::Span<const int64_t> in_bytes, absl::Span<void* const> outs,
+                             absl::Span<const int64_t> out_bytes);
+  // The blocks for other hosts' ranks over the flat mesh; errors unwrapped.
+  absl::Status RemoteAllToAll(const OpSpec& spec, absl::Span<const void* const> ins,
+                              absl::Span<const int64_t> in_bytes, absl::Span<void* const> outs,
+                              absl::Span<const int64_t> out_bytes);
   // Exchange over the flat mesh after CheckFlat.
   absl::Status FlatAllToAll(const OpSpec& spec, const std::vector<uint8_t>& input,
                             const std::vector<size_t>& send, std::vector<uint8_t>* output,

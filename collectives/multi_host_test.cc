@@ -146,8 +146,10 @@ TEST(MultiHostFaultTest, MismatchInsideAHostFailsEveryRank) {
 // Forked ranks on 2 emulated hosts over a FileStore; the parent SIGKILLs
 // `victim` mid-loop. Survivors must fail well within the 10 s op timeout,
 // naming the victim (directly via shm or TCP, or as a rank of the failed
-// host via its leader).
-void KillRemoteRank(int victim) {
+// host via its leader). all_to_all: the loop runs 2 MiB alltoall_base
+// instead (shm and TCP parts overlapped); survivors must fail as promptly,
+// with whatever peer their part noticed first.
+void KillRemoteRank(int victim, bool all_to_all = false) {
   const std::string dir = testing::TempDir();
   const std::string job = UniqueJob("mhk");
   const std::string ready = dir + "/ready";
@@ -161,8 +163,13 @@ void KillRemoteRank(int victim) {
         auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 4, o);
         for (int i = 0; i < 1000000; ++i) {
           std::vector<at::Tensor> t = {at::ones({20000}, at::kFloat)};
+          at::Tensor a2a_in = at::ones({4 * 131072}, at::kFloat);  // [4 * 128 Ki]: 2 MiB
+          at::Tensor a2a_out = at::empty_like(a2a_in);
+          std::vector<int64_t> even;
           const auto start = Clock::now();
-          const std::string err = ErrorOf(pg->allreduce(t));
+          const std::string err = all_to_all
+                                      ? ErrorOf(pg->alltoall_base(a2a_out, a2a_in, even, even))
+                                      : ErrorOf(pg->allreduce(t));
           if (i == 3 && rank == victim) close(open(ready.c_str(), O_CREAT | O_WRONLY, 0600));
           if (err.empty()) continue;
           const double took = SecondsSince(start);
@@ -172,7 +179,7 @@ void KillRemoteRank(int victim) {
           const bool same_host = hosts[rank] == hosts[victim];
           const std::string name = same_host || victim == 2 ? absl::StrCat("rank ", victim)
                                                             : "ranks 2,3";
-          if (err.find(name) == std::string::npos) return 3;
+          if (!all_to_all && err.find(name) == std::string::npos) return 3;
           if (took > 5.0) return 4;
           return 0;
         }
@@ -196,6 +203,7 @@ void KillRemoteRank(int victim) {
 
 TEST(MultiHostFaultTest, KilledLeaderOnAnotherHostFailsSurvivorsNamingIt) { KillRemoteRank(2); }
 TEST(MultiHostFaultTest, KilledNonLeaderOnAnotherHostFailsSurvivors) { KillRemoteRank(3); }
+TEST(MultiHostFaultTest, KilledRankDuringAllToAllFailsSurvivors) { KillRemoteRank(3, true); }
 
 // --- Real network namespaces -------------------------------------------
 
