@@ -1,9 +1,8 @@
 #include "collectives/tcp/pairwise_exchange.h"
 
-#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/tcp/ring_schedule.h"
 
 namespace tpudist::collectives::tcp {
 
@@ -19,26 +18,14 @@ absl::Status PairwiseExchange(Transport& transport,
         "PairwiseExchange on rank ", r, " of ", w, ": ", send.size(), " send blocks, ",
         recv.size(), " receive blocks, ", exchange_with.size(), " peer flags; want ", w, " each"));
   }
-  for (int step = 1; step < w; ++step) {
-    const int to = AllToAllSendPeer(r, w, step);
-    const int from = AllToAllRecvPeer(r, w, step);
-    const bool do_send = exchange_with[to] && !send[to].empty();
-    const bool do_recv = exchange_with[from] && !recv[from].empty();
-    absl::Status s;
-    if (do_send && do_recv) {
-      s = transport.SendRecv(to, send[to], from, recv[from], deadline);
-    } else if (do_send) {
-      s = transport.Send(to, send[to], deadline);
-    } else if (do_recv) {
-      s = transport.Recv(from, recv[from], deadline);
-    }
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("PairwiseExchange step ", step, " of ", w - 1,
-                                                 " (to rank ", to, ", from rank ", from,
-                                                 "): ", s.message()));
-    }
+  std::vector<SendBlock> sends;
+  std::vector<RecvBlock> recvs;
+  for (int p = 0; p < w; ++p) {
+    if (p == r || !exchange_with[p]) continue;
+    if (!send[p].empty()) sends.push_back({p, send[p]});
+    if (!recv[p].empty()) recvs.push_back({p, recv[p]});
   }
-  return absl::OkStatus();
+  return transport.Exchange(sends, recvs, deadline);
 }
 
 }  // namespace tpudist::collectives::tcp

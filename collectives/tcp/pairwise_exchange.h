@@ -8,13 +8,15 @@
 // staging buffers. Here every block is sent from and received into the
 // caller's memory directly, and peers the caller excludes are never touched.
 //
-// Schedule: the pairwise exchange of ring_schedule.h: at step s in [1, W-1]
-// rank r sends send[r+s] to rank r+s and receives recv[r-s] from rank r-s
-// (mod W). A step's send (receive) is skipped when that peer is excluded or
-// its block is empty; the step is then a plain Recv (Send), or nothing.
-// Both sides of a pair skip together because they agree on the sizes and on
-// the exclusion (see REQUIRES), so the messages stay matched; every ordered
-// pair meets once, steps run in the same order everywhere, so the exchange
+// The blocks of included peers that are not empty go to Transport::Exchange
+// in one call: TcpMesh moves them all at once from one poll loop (every
+// socket busy, no step waits for the slowest pair), other transports run the
+// pairwise schedule of ring_schedule.h (step s in [1, W-1]: send to r+s,
+// receive from r-s, mod W; a step whose send or receive is excluded or empty
+// is a plain Recv or Send, or nothing). Both sides of a pair leave a block
+// out together because they agree on the sizes and on the exclusion (see
+// REQUIRES), so the messages stay matched; in the step schedule every
+// ordered pair meets once and steps run in the same order everywhere, so it
 // cannot deadlock (a rank at the lowest step only waits for ranks that are
 // at that step or have already handed their bytes to the transport).
 //
@@ -41,7 +43,8 @@ namespace tpudist::collectives::tcp {
 // included pair (a caller that cannot guarantee it must check first: a
 // non-empty vs empty disagreement leaves a receiver waiting until
 // `deadline`); no send block overlaps a receive block.
-// Errors: the transport's (naming rank, peer, bytes), prefixed with the step.
+// Errors: the transport's (naming rank, peer, bytes; the step schedule
+// prefixes the step).
 absl::Status PairwiseExchange(Transport& transport,
                               absl::Span<const absl::Span<const uint8_t>> send,
                               absl::Span<const absl::Span<uint8_t>> recv,

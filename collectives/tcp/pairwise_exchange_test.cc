@@ -119,5 +119,34 @@ TEST(PairwiseExchangeArgsTest, RejectsWrongBlockCount) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 
+// TcpMesh::Exchange (every block at once): a receiver expecting a different
+// size than its peer sends fails with the frame check, naming the peer; a
+// repeated peer is rejected before any I/O.
+TEST(TcpExchangeTest, SizeMismatchAndRepeatedPeerAreReported) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  TcpMeshOptions options;
+  options.group_key = testing::UniqueKey("exchange");
+  auto meshes = testing::ConnectAll(*store, 3, options);
+  ASSERT_TRUE(meshes.ok()) << meshes.status();
+  std::vector<uint8_t> a(64, 1), b(64, 2);  // [64] each
+  const SendBlock twice[2] = {{1, a}, {1, b}};
+  absl::Status s = (*meshes)[0]->Exchange(twice, {}, absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  RunRanks(3, [&](int r) {
+    std::vector<uint8_t> out(r == 2 ? 32 : 100);  // rank 2 expects 32 of rank 0's 100 bytes
+    std::vector<uint8_t> in(100, static_cast<uint8_t>(r));
+    std::vector<SendBlock> sends;
+    std::vector<RecvBlock> recvs;
+    if (r == 0) sends = {{1, in}, {2, in}};
+    if (r != 0) recvs = {{0, absl::MakeSpan(out)}};
+    absl::Status st = (*meshes)[r]->Exchange(sends, recvs, absl::Now() + absl::Seconds(10));
+    if (r == 1) EXPECT_TRUE(st.ok()) << st;
+    if (r == 2) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+      EXPECT_NE(st.message().find("frame from peer rank 0"), absl::string_view::npos) << st;
+    }
+  });
+}
+
 }  // namespace
 }  // namespace tpudist::collectives::tcp
