@@ -26,8 +26,9 @@
 // Broadcast: shm::Broadcast on the root's host from the root, leaders
 //   tcp::RingBroadcast from the root's host, shm::Broadcast on the others.
 // Barrier: local barrier, leaders' header exchange, local barrier.
-// Gather / scatter / all-to-all: every rank all-gathers {header, its send
-//   and receive byte counts} over the flat ring and checks headers and that
+// Gather / scatter / all-to-all: every rank sends {header, its send and
+//   receive byte counts} to every rank over the flat mesh (one
+//   TcpMesh::Exchange round) and checks headers and that
 //   every pair agrees. Gather/scatter then run tcp::AllToAll over the flat
 //   mesh (all-to-alls with one non-empty column/row, staged in packed
 //   buffers). All-to-all: hierarchical_backend_all_to_all.cc.
@@ -193,8 +194,17 @@ absl::Status HierarchicalBackend::CheckFlat(const OpSpec& spec, const OpHeader& 
     counts[r] = send.empty() ? 0 : send[r];
     counts[size_ + r] = recv.empty() ? 0 : recv[r];
   }
-  if (absl::Status s = tcp::RingAllGather(*flat_, absl::MakeSpan(all), spec.ctx.deadline());
-      !s.ok()) {
+  // Every rank's block straight from every rank, all at once (one round;
+  // a ring all-gather would take W-1 dependent steps, each a scheduling
+  // round trip when ranks outnumber cores).
+  std::vector<tcp::SendBlock> sends;
+  std::vector<tcp::RecvBlock> recvs;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    sends.push_back({r, absl::Span<const uint8_t>(own, block)});
+    recvs.push_back({r, absl::Span<uint8_t>(all.data() + block * r, block)});
+  }
+  if (absl::Status s = flat_->Exchange(sends, recvs, spec.ctx.deadline()); !s.ok()) {
     return FailFlat(s);
   }
   auto header_of = [&](int r) {

@@ -107,7 +107,8 @@ class HierarchicalBackend final : public CollectiveBackend {
   // that every host called the same op.
   absl::Status CheckLeaders(const OpSpec& spec, const OpHeader& mine);
   // Every rank: all-gathers {header, send bytes [W], recv bytes [W]} over the
-  // flat mesh and checks headers and the split matrix.
+  // flat mesh (one Exchange round, every rank with every rank) and checks
+  // headers and the split matrix.
   absl::Status CheckFlat(const OpSpec& spec, const OpHeader& mine,
                          absl::Span<const int64_t> send, absl::Span<const int64_t> recv);
   // All-to-all pieces (hierarchical_backend_all_to_all.cc). LocalAllToAll:

@@ -2,7 +2,7 @@
 // hierarchical_backend.cc).
 //
 // Every rank first all-gathers {header, its send and receive byte counts}
-// over the flat mesh (CheckFlat): headers and every pair's sizes are checked
+// over the flat mesh (CheckFlat, one round of TcpMesh::Exchange): headers and every pair's sizes are checked
 // on every rank before any data moves. Then each rank moves its blocks in
 // three parts, none through a leader and none through a staging buffer:
 //   * its own block: one memcpy from its input block to its output block;
