@@ -8,7 +8,8 @@
 // output, then a table (bench_report.h) with time, algBw, busBw (nccl-tests
 // conventions, bench_math.h), Gloo's time and busBw, the Gloo/tpu_dist
 // speedup and the fraction of the memcpy limit; then the goals as
-// measured (never asserted); --json_out writes the rows as JSON.
+// measured (never asserted; with --hosts > 1 also the cross-host goal and
+// the loopback TCP bandwidth as its limit); --json_out writes the rows as JSON.
 //
 // Ops: all_reduce (SUM), all_gather (_allgather_base; Gloo: allgather into
 // views of the output), reduce_scatter (_reduce_scatter_base; Gloo:
