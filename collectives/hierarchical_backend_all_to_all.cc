@@ -87,8 +87,9 @@ absl::Status HierarchicalBackend::AllToAll(const OpSpec& spec,
     if (r == rank_) continue;
     (layout_.host_of_rank[r] == host_ ? local_bytes : remote_bytes) += in_bytes[r] + out_bytes[r];
   }
-  // Every rank of the host decides alike whether to run the shm part (the
-  // layout is shared), so all or none of them call shm::AllToAll.
+  // local_size() is the same on every rank of a host, so all or none of its
+  // ranks call shm::AllToAll; whether to overlap is each rank's own choice
+  // (it changes no message).
   if (local_size() == 1) {
     absl::Status s = RemoteAllToAll(spec, ins, in_bytes, outs, out_bytes);
     return s.ok() ? s : FailFlat(s);

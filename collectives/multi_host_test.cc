@@ -320,11 +320,23 @@ int NetnsRank(int host, int hosts, int local, const std::string& addr, const std
   at::Tensor rs_in = at::ones({rs_n * world}, at::kFloat), rs_o = at::empty({rs_n});
   pg->_reduce_scatter_base(rs_o, rs_in)->wait();  // warm-up
   const double rs16 = MeanMs([&] { pg->_reduce_scatter_base(rs_o, rs_in)->wait(); }, 5);
+  // all_to_all of 16 MiB per rank (alltoall_base, even splits; rounded
+  // down to a multiple of the world).
+  at::Tensor a2a_in = at::ones({(4 << 20) / world * world}, at::kFloat);  // [~4 Mi]
+  at::Tensor a2a_out = at::empty_like(a2a_in);
+  std::vector<int64_t> even;
+  pg->alltoall_base(a2a_out, a2a_in, even, even)->wait();  // warm-up
+  gloo->alltoall_base(a2a_out, a2a_in, even, even)->wait();
+  const double ta16 = MeanMs([&] { pg->alltoall_base(a2a_out, a2a_in, even, even)->wait(); }, 5);
+  const double ga16 =
+      MeanMs([&] { gloo->alltoall_base(a2a_out, a2a_in, even, even)->wait(); }, 5);
   if (rank == 0) {
     fprintf(stdout,
             "%s %d hosts x 2: all_reduce 16 MiB tpu_dist %.2f ms gloo %.2f ms; "
-            "8 B tpu_dist %.1f us gloo %.1f us; reduce_scatter 16 MiB in %.2f ms\n",
-            addr == "127.0.0.1" ? "emulated" : "netns", hosts, tb16, gb16, t8 * 1e3, g8 * 1e3, rs16);
+            "8 B tpu_dist %.1f us gloo %.1f us; reduce_scatter 16 MiB in %.2f ms; "
+            "all_to_all 16 MiB tpu_dist %.2f ms gloo %.2f ms\n",
+            addr == "127.0.0.1" ? "emulated" : "netns", hosts, tb16, gb16, t8 * 1e3, g8 * 1e3, rs16,
+            ta16, ga16);
     fflush(stdout);
   }
   return 0;
