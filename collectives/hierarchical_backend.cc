@@ -26,10 +26,12 @@
 // Broadcast: shm::Broadcast on the root's host from the root, leaders
 //   tcp::RingBroadcast from the root's host, shm::Broadcast on the others.
 // Barrier: local barrier, leaders' header exchange, local barrier.
-// Gather / scatter / all-to-all: flat mesh; every rank all-gathers
-//   {header, its send and receive byte counts} over the flat ring, checks
-//   headers and that every pair agrees, then tcp::AllToAll (pairwise
-//   exchange; gather/scatter are all-to-alls with one non-empty column/row).
+// Gather / scatter / all-to-all: every rank sends {header, its send and
+//   receive byte counts} to every rank over the flat mesh (one
+//   TcpMesh::Exchange round) and checks headers and that
+//   every pair agrees. Gather/scatter then run tcp::AllToAll over the flat
+//   mesh (all-to-alls with one non-empty column/row, staged in packed
+//   buffers). All-to-all: hierarchical_backend_all_to_all.cc.
 #include "collectives/hierarchical_backend.h"
 
 #include <algorithm>
@@ -192,8 +194,17 @@ absl::Status HierarchicalBackend::CheckFlat(const OpSpec& spec, const OpHeader& 
     counts[r] = send.empty() ? 0 : send[r];
     counts[size_ + r] = recv.empty() ? 0 : recv[r];
   }
-  if (absl::Status s = tcp::RingAllGather(*flat_, absl::MakeSpan(all), spec.ctx.deadline());
-      !s.ok()) {
+  // Every rank's block straight from every rank, all at once (one round;
+  // a ring all-gather would take W-1 dependent steps, each a scheduling
+  // round trip when ranks outnumber cores).
+  std::vector<tcp::SendBlock> sends;
+  std::vector<tcp::RecvBlock> recvs;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    sends.push_back({r, absl::Span<const uint8_t>(own, block)});
+    recvs.push_back({r, absl::Span<uint8_t>(all.data() + block * r, block)});
+  }
+  if (absl::Status s = flat_->Exchange(sends, recvs, spec.ctx.deadline()); !s.ok()) {
     return FailFlat(s);
   }
   auto header_of = [&](int r) {
@@ -448,33 +459,6 @@ absl::Status HierarchicalBackend::Scatter(const OpSpec& spec, int root,
   std::vector<size_t> send_u(send.begin(), send.end()), recv_u(recv.begin(), recv.end());
   if (absl::Status s = FlatAllToAll(spec, input, send_u, &output, recv_u); !s.ok()) return s;
   if (bytes > 0) std::memcpy(out, output.data(), bytes);
-  return absl::OkStatus();
-}
-
-absl::Status HierarchicalBackend::AllToAll(const OpSpec& spec,
-                                           absl::Span<const void* const> ins,
-                                           absl::Span<const int64_t> in_bytes,
-                                           absl::Span<void* const> outs,
-                                           absl::Span<const int64_t> out_bytes) {
-  if (absl::Status p = poison(); !p.ok()) return p;
-  const OpHeader mine = MakeHeader(spec, OpKind::kAlltoall, ReduceKind{}, -1, false);
-  if (absl::Status s = CheckFlat(spec, mine, in_bytes, out_bytes); !s.ok()) return s;
-  std::vector<size_t> send(in_bytes.begin(), in_bytes.end());
-  std::vector<size_t> recv(out_bytes.begin(), out_bytes.end());
-  std::vector<uint8_t> input, output;
-  for (int r = 0; r < size_; ++r) {
-    const auto* p = static_cast<const uint8_t*>(ins[r]);
-    input.insert(input.end(), p, p + in_bytes[r]);
-  }
-  int64_t total = 0;
-  for (int64_t b : out_bytes) total += b;
-  output.resize(total);
-  if (absl::Status s = FlatAllToAll(spec, input, send, &output, recv); !s.ok()) return s;
-  int64_t off = 0;
-  for (int r = 0; r < size_; ++r) {
-    if (out_bytes[r] > 0) std::memcpy(outs[r], output.data() + off, out_bytes[r]);
-    off += out_bytes[r];
-  }
   return absl::OkStatus();
 }
 

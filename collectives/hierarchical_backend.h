@@ -12,8 +12,11 @@
 //   allreduce, reduce, reduce_scatter, broadcast, allgather, barrier:
 //     hierarchical (intra-host shm step -> leaders over TCP -> intra-host shm
 //     step); leaders exchange op headers over the leaders mesh first.
-//   gather, scatter, alltoall: flat mesh (every rank exchanges its header and
-//     split sizes with every rank, then tcp::AllToAll).
+//   gather, scatter: flat mesh (every rank exchanges its header and split
+//     sizes with every rank, then tcp::AllToAll).
+//   alltoall: the same header/split exchange, then shm::AllToAll among a
+//     host's ranks and tcp::PairwiseExchange of the cross-host blocks over
+//     the flat mesh, each rank with its peers directly.
 //
 // Errors: cross-rank mismatches are detected inside a host by the shm headers
 // and across hosts by the leaders' (or flat) header exchange; the message
@@ -104,9 +107,21 @@ class HierarchicalBackend final : public CollectiveBackend {
   // that every host called the same op.
   absl::Status CheckLeaders(const OpSpec& spec, const OpHeader& mine);
   // Every rank: all-gathers {header, send bytes [W], recv bytes [W]} over the
-  // flat mesh and checks headers and the split matrix.
+  // flat mesh (one Exchange round, every rank with every rank) and checks
+  // headers and the split matrix.
   absl::Status CheckFlat(const OpSpec& spec, const OpHeader& mine,
                          absl::Span<const int64_t> send, absl::Span<const int64_t> recv);
+  // All-to-all pieces (hierarchical_backend_all_to_all.cc). LocalAllToAll:
+  // the blocks among this host's ranks other than this rank's own, through
+  // shm; its errors are returned unwrapped (the caller poisons).
+  // ins/outs: [W] caller blocks of in_bytes/out_bytes[r] bytes.
+  absl::Status LocalAllToAll(const OpSpec& spec, absl::Span<const void* const> ins,
+                             absl::Span<const int64_t> in_bytes, absl::Span<void* const> outs,
+                             absl::Span<const int64_t> out_bytes);
+  // The blocks for other hosts' ranks over the flat mesh; errors unwrapped.
+  absl::Status RemoteAllToAll(const OpSpec& spec, absl::Span<const void* const> ins,
+                              absl::Span<const int64_t> in_bytes, absl::Span<void* const> outs,
+                              absl::Span<const int64_t> out_bytes);
   // Exchange over the flat mesh after CheckFlat.
   absl::Status FlatAllToAll(const OpSpec& spec, const std::vector<uint8_t>& input,
                             const std::vector<size_t>& send, std::vector<uint8_t>* output,

@@ -66,6 +66,62 @@ TEST(MultiHostFaultTest, MismatchAcrossHostsFailsEveryRank) {
   EXPECT_THAT(ShmEntries("tpud_" + job), IsEmpty());
 }
 
+// Rows rank `src` sends rank `dst` in the uneven all-to-all tests: uneven,
+// zero for some pairs (also across hosts), up to a few thousand rows so the
+// blocks span many shm slots and TCP socket buffers.
+int64_t AllToAllRows(int src, int dst, int64_t scale) {
+  return ((3 * src + 2 * dst + 1) % 5) * scale + (src + dst) % 2;
+}
+
+// alltoall_base with uneven input/output split sizes (rows of 3 floats) and
+// with even splits, on hosts given by `hosts` (host id per rank; hosts may
+// hold non-contiguous ranks and differ in size): ProcessGroupGloo over the
+// same ranks is the oracle, and the results must be bit-identical.
+void AllToAllMatchesGloo(const std::string& hosts, int64_t scale) {
+  const int world = static_cast<int>(hosts.size());
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("mha2a");
+  RunThreads(world, [&](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world,
+                                                       HostOptions(job, hosts, rank));
+    auto gloo = testing::MakeGloo(store, rank, world);
+    std::vector<int64_t> in_split(world), out_split(world);
+    for (int p = 0; p < world; ++p) {
+      in_split[p] = AllToAllRows(rank, p, scale);
+      out_split[p] = AllToAllRows(p, rank, scale);
+    }
+    int64_t in_rows = 0, out_rows = 0;
+    for (int p = 0; p < world; ++p) {
+      in_rows += in_split[p];
+      out_rows += out_split[p];
+    }
+    at::Tensor in = at::randn({in_rows, 3}, at::kFloat);  // [in_rows, 3]
+    at::Tensor ours = at::full({out_rows, 3}, -7.0f);     // [out_rows, 3]
+    at::Tensor oracle = at::full({out_rows, 3}, 7.0f);    // [out_rows, 3]
+    std::vector<int64_t> is = in_split, os = out_split, is2 = in_split, os2 = out_split;
+    pg->alltoall_base(ours, in, os, is)->wait();
+    gloo->alltoall_base(oracle, in, os2, is2)->wait();
+    EXPECT_TRUE(at::equal(ours, oracle)) << "uneven, rank " << rank << " hosts " << hosts;
+    at::Tensor even_in = at::randn({world * scale, 3}, at::kFloat);  // [W * scale, 3]
+    at::Tensor even_ours = at::zeros_like(even_in), even_oracle = at::ones_like(even_in);
+    std::vector<int64_t> none;
+    pg->alltoall_base(even_ours, even_in, none, none)->wait();
+    gloo->alltoall_base(even_oracle, even_in, none, none)->wait();
+    EXPECT_TRUE(at::equal(even_ours, even_oracle)) << "even, rank " << rank << " hosts " << hosts;
+  });
+  EXPECT_THAT(ShmEntries("tpud_" + job), IsEmpty());
+}
+
+TEST(MultiHostAllToAllTest, UnevenSplitsTwoHostsTimesTwoMatchGloo) {
+  AllToAllMatchesGloo("0011", 1000);
+}
+TEST(MultiHostAllToAllTest, UnevenSplitsInterleavedHostsMatchGloo) {
+  AllToAllMatchesGloo("0110", 1000);
+}
+TEST(MultiHostAllToAllTest, UnevenSplitsUnequalHostsMatchGloo) {
+  AllToAllMatchesGloo("00121", 700);
+}
+
 // A mismatch inside host 1 (rank 3 differs from rank 2): host 1's ranks name
 // group ranks in the shm message; host 0 fails through the TCP shutdown.
 TEST(MultiHostFaultTest, MismatchInsideAHostFailsEveryRank) {
@@ -90,8 +146,10 @@ TEST(MultiHostFaultTest, MismatchInsideAHostFailsEveryRank) {
 // Forked ranks on 2 emulated hosts over a FileStore; the parent SIGKILLs
 // `victim` mid-loop. Survivors must fail well within the 10 s op timeout,
 // naming the victim (directly via shm or TCP, or as a rank of the failed
-// host via its leader).
-void KillRemoteRank(int victim) {
+// host via its leader). all_to_all: the loop runs 2 MiB alltoall_base
+// instead (shm and TCP parts overlapped); survivors must fail as promptly,
+// with whatever peer their part noticed first.
+void KillRemoteRank(int victim, bool all_to_all = false) {
   const std::string dir = testing::TempDir();
   const std::string job = UniqueJob("mhk");
   const std::string ready = dir + "/ready";
@@ -105,8 +163,13 @@ void KillRemoteRank(int victim) {
         auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 4, o);
         for (int i = 0; i < 1000000; ++i) {
           std::vector<at::Tensor> t = {at::ones({20000}, at::kFloat)};
+          at::Tensor a2a_in = at::ones({4 * 131072}, at::kFloat);  // [4 * 128 Ki]: 2 MiB
+          at::Tensor a2a_out = at::empty_like(a2a_in);
+          std::vector<int64_t> even;
           const auto start = Clock::now();
-          const std::string err = ErrorOf(pg->allreduce(t));
+          const std::string err = all_to_all
+                                      ? ErrorOf(pg->alltoall_base(a2a_out, a2a_in, even, even))
+                                      : ErrorOf(pg->allreduce(t));
           if (i == 3 && rank == victim) close(open(ready.c_str(), O_CREAT | O_WRONLY, 0600));
           if (err.empty()) continue;
           const double took = SecondsSince(start);
@@ -116,7 +179,7 @@ void KillRemoteRank(int victim) {
           const bool same_host = hosts[rank] == hosts[victim];
           const std::string name = same_host || victim == 2 ? absl::StrCat("rank ", victim)
                                                             : "ranks 2,3";
-          if (err.find(name) == std::string::npos) return 3;
+          if (!all_to_all && err.find(name) == std::string::npos) return 3;
           if (took > 5.0) return 4;
           return 0;
         }
@@ -140,6 +203,7 @@ void KillRemoteRank(int victim) {
 
 TEST(MultiHostFaultTest, KilledLeaderOnAnotherHostFailsSurvivorsNamingIt) { KillRemoteRank(2); }
 TEST(MultiHostFaultTest, KilledNonLeaderOnAnotherHostFailsSurvivors) { KillRemoteRank(3); }
+TEST(MultiHostFaultTest, KilledRankDuringAllToAllFailsSurvivors) { KillRemoteRank(3, true); }
 
 // --- Real network namespaces -------------------------------------------
 
@@ -219,6 +283,23 @@ int NetnsRank(int host, int hosts, int local, const std::string& addr, const std
     pg->alltoall_base(ta, ti, none, none)->wait();
     gloo->alltoall_base(tb, ti, none, none)->wait();
     if (!at::equal(ta, tb)) return 14;
+    // Uneven splits (some pairs empty, across hosts too), rows of 2 floats.
+    std::vector<int64_t> is(world), os(world);
+    for (int p = 0; p < world; ++p) {
+      is[p] = (3 * rank + 2 * p + 1) % 5 * 300 + (rank + p) % 2;
+      os[p] = (3 * p + 2 * rank + 1) % 5 * 300 + (rank + p) % 2;
+    }
+    int64_t in_rows = 0, out_rows = 0;
+    for (int p = 0; p < world; ++p) {
+      in_rows += is[p];
+      out_rows += os[p];
+    }
+    at::Tensor ui = input(in_rows * 2, 6).view({in_rows, 2});  // [in_rows, 2]
+    at::Tensor ua = at::full({out_rows, 2}, -9.0f), ub = at::full({out_rows, 2}, 9.0f);
+    std::vector<int64_t> is2 = is, os2 = os;
+    pg->alltoall_base(ua, ui, os, is)->wait();
+    gloo->alltoall_base(ub, ui, os2, is2)->wait();
+    if (!at::equal(ua, ub)) return 16;
     at::Tensor rs_out = at::empty({100}, at::kFloat);
     pg->_reduce_scatter_base(rs_out, ti)->wait();
     std::vector<at::Tensor> full = {ti.clone()};
@@ -239,11 +320,23 @@ int NetnsRank(int host, int hosts, int local, const std::string& addr, const std
   at::Tensor rs_in = at::ones({rs_n * world}, at::kFloat), rs_o = at::empty({rs_n});
   pg->_reduce_scatter_base(rs_o, rs_in)->wait();  // warm-up
   const double rs16 = MeanMs([&] { pg->_reduce_scatter_base(rs_o, rs_in)->wait(); }, 5);
+  // all_to_all of 16 MiB per rank (alltoall_base, even splits; rounded
+  // down to a multiple of the world).
+  at::Tensor a2a_in = at::ones({(4 << 20) / world * world}, at::kFloat);  // [~4 Mi]
+  at::Tensor a2a_out = at::empty_like(a2a_in);
+  std::vector<int64_t> even;
+  pg->alltoall_base(a2a_out, a2a_in, even, even)->wait();  // warm-up
+  gloo->alltoall_base(a2a_out, a2a_in, even, even)->wait();
+  const double ta16 = MeanMs([&] { pg->alltoall_base(a2a_out, a2a_in, even, even)->wait(); }, 5);
+  const double ga16 =
+      MeanMs([&] { gloo->alltoall_base(a2a_out, a2a_in, even, even)->wait(); }, 5);
   if (rank == 0) {
     fprintf(stdout,
             "%s %d hosts x 2: all_reduce 16 MiB tpu_dist %.2f ms gloo %.2f ms; "
-            "8 B tpu_dist %.1f us gloo %.1f us; reduce_scatter 16 MiB in %.2f ms\n",
-            addr == "127.0.0.1" ? "emulated" : "netns", hosts, tb16, gb16, t8 * 1e3, g8 * 1e3, rs16);
+            "8 B tpu_dist %.1f us gloo %.1f us; reduce_scatter 16 MiB in %.2f ms; "
+            "all_to_all 16 MiB tpu_dist %.2f ms gloo %.2f ms\n",
+            addr == "127.0.0.1" ? "emulated" : "netns", hosts, tb16, gb16, t8 * 1e3, g8 * 1e3, rs16,
+            ta16, ga16);
     fflush(stdout);
   }
   return 0;

@@ -173,6 +173,127 @@ absl::Status TcpMesh::SendRecvOverlapped(int send_peer, absl::Span<const uint8_t
   return s;
 }
 
+absl::Status TcpMesh::Exchange(absl::Span<const SendBlock> sends,
+                               absl::Span<const RecvBlock> recvs, absl::Time deadline) {
+  constexpr absl::string_view kOp = "Exchange";
+  const absl::Time start = absl::Now();
+  std::vector<OutFrame> outs(sends.size());
+  std::vector<InFrame> ins(recvs.size());
+  std::vector<bool> seen_out(size_, false), seen_in(size_, false);
+  for (size_t i = 0; i < sends.size(); ++i) {
+    if (absl::Status s = CheckOp(kOp, sends[i].peer); !s.ok()) return s;
+    if (seen_out[sends[i].peer]) {
+      return absl::InvalidArgumentError(absl::StrCat("TcpMesh rank ", rank_,
+                                                     ": Exchange sends twice to ", sends[i].peer));
+    }
+    seen_out[sends[i].peer] = true;
+    outs[i].peer = sends[i].peer;
+    outs[i].payload = sends[i].data;
+    outs[i].header = FrameHeader{kFrameMagic, peers_[outs[i].peer].send_seq, sends[i].data.size()};
+  }
+  for (size_t i = 0; i < recvs.size(); ++i) {
+    if (absl::Status s = CheckOp(kOp, recvs[i].peer); !s.ok()) return s;
+    if (seen_in[recvs[i].peer]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TcpMesh rank ", rank_, ": Exchange receives twice from ", recvs[i].peer));
+    }
+    seen_in[recvs[i].peer] = true;
+    ins[i].peer = recvs[i].peer;
+    ins[i].payload = recvs[i].data;
+  }
+  std::vector<bool> header_checked(ins.size(), false);
+  std::vector<pollfd> fds;
+  while (true) {
+    // Push and pull on every socket until all would block.
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (OutFrame& out : outs) {
+        if (out.done()) continue;
+        const Io io = out.Step(peers_[out.peer].fd.get());
+        if (io == Io::kProgress) progress = true;
+        if (io == Io::kEof || io == Io::kError) {
+          const bool gone = IsPeerGoneErrno(out.err);
+          return Fail(gone ? absl::StatusCode::kUnavailable : absl::StatusCode::kInternal, kOp,
+                      absl::StrCat(gone ? "peer rank " : "sending to peer rank ", out.peer,
+                                   gone ? " is gone (send: " : " failed (",
+                                   ErrnoString(out.err), ")"),
+                      &out, nullptr, start, deadline);
+        }
+      }
+      for (size_t i = 0; i < ins.size(); ++i) {
+        InFrame& in = ins[i];
+        if (in.done()) continue;
+        const Io io = in.Step(peers_[in.peer].fd.get());
+        if (io == Io::kProgress) progress = true;
+        if (io == Io::kEof) {
+          return Fail(absl::StatusCode::kUnavailable, kOp,
+                      absl::StrCat("peer rank ", in.peer,
+                                   " closed the connection (EOF; process exited or aborted)"),
+                      nullptr, &in, start, deadline);
+        }
+        if (io == Io::kError) {
+          const bool gone = IsPeerGoneErrno(in.err);
+          return Fail(gone ? absl::StatusCode::kUnavailable : absl::StatusCode::kInternal, kOp,
+                      absl::StrCat(gone ? "peer rank " : "receiving from peer rank ", in.peer,
+                                   gone ? " is gone (recv: " : " failed (",
+                                   ErrnoString(in.err), ")"),
+                      nullptr, &in, start, deadline);
+        }
+        if (!header_checked[i] && in.header_done == sizeof(FrameHeader)) {
+          header_checked[i] = true;
+          const FrameHeader& h = in.header;
+          const uint32_t want_seq = peers_[in.peer].recv_seq;
+          if (h.magic != kFrameMagic || h.seq != want_seq || h.nbytes != in.payload.size()) {
+            return Fail(absl::StatusCode::kInvalidArgument, kOp,
+                        absl::StrCat("frame from peer rank ", in.peer, " has magic 0x",
+                                     absl::Hex(h.magic), ", seq ", h.seq, ", ", h.nbytes,
+                                     " bytes; expected seq ", want_seq, " and ",
+                                     in.payload.size(),
+                                     " bytes (ranks disagree on the collective's sizes?)"),
+                        nullptr, &in, start, deadline);
+          }
+        }
+      }
+    }
+    // Wait for any socket that still has work (one entry per fd).
+    fds.clear();
+    auto want = [&fds](int fd, short events) {
+      for (pollfd& p : fds) {
+        if (p.fd == fd) {
+          p.events |= events;
+          return;
+        }
+      }
+      fds.push_back({fd, events, 0});
+    };
+    for (const OutFrame& out : outs) {
+      if (!out.done()) want(peers_[out.peer].fd.get(), POLLOUT);
+    }
+    for (const InFrame& in : ins) {
+      if (!in.done()) want(peers_[in.peer].fd.get(), POLLIN);
+    }
+    if (fds.empty()) break;
+    if (absl::Now() >= deadline) {
+      const OutFrame* out = nullptr;
+      for (const OutFrame& o : outs) out = (out == nullptr && !o.done()) ? &o : out;
+      const InFrame* in = nullptr;
+      for (const InFrame& f : ins) in = (in == nullptr && !f.done()) ? &f : in;
+      return Fail(absl::StatusCode::kDeadlineExceeded, kOp, "deadline exceeded", out, in, start,
+                  deadline);
+    }
+    const int rc = poll(fds.data(), fds.size(), PollTimeoutMs(deadline));
+    if (rc < 0 && errno != EINTR) {
+      return Fail(absl::StatusCode::kInternal, kOp, absl::StrCat("poll: ", ErrnoString(errno)),
+                  nullptr, nullptr, start, deadline);
+    }
+    // Timeouts and POLLERR/POLLHUP are reported by the next pass.
+  }
+  for (const OutFrame& out : outs) ++peers_[out.peer].send_seq;
+  for (const InFrame& in : ins) ++peers_[in.peer].recv_seq;
+  return absl::OkStatus();
+}
+
 absl::Status TcpMesh::Transfer(absl::string_view op, OutFrame* out, InFrame* in,
                                absl::Time deadline, absl::FunctionRef<void()>** overlap) {
   const absl::Time start = absl::Now();

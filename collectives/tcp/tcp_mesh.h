@@ -44,8 +44,9 @@
 // ranks is reported instead of corrupting later messages. SendRecv drives the
 // outgoing and incoming frame together from one poll() loop, so a ring where
 // everyone sends multi-MiB buffers at once cannot deadlock on full socket
-// buffers. Byte order is native: all ranks must share endianness (a mismatch
-// shows up as a bad magic at the handshake).
+// buffers; Exchange does the same for any number of peers at once. Byte
+// order is native: all ranks must share endianness (a mismatch shows up as
+// a bad magic at the handshake).
 //
 // Errors: messages name this rank, the peer(s), the op, bytes done/total and
 // the time elapsed vs the deadline. A peer that closes or resets its socket
@@ -131,6 +132,12 @@ class TcpMesh final : public Transport {
   absl::Status SendRecvOverlapped(int send_peer, absl::Span<const uint8_t> send, int recv_peer,
                                   absl::Span<uint8_t> recv, absl::FunctionRef<void()> overlap,
                                   absl::Time deadline) override;
+  // Moves every block at once: all frames progress from one poll() loop
+  // over the listed sockets (no step waits for the slowest pair). Errors
+  // name the peer whose frame failed; on a deadline, the first unfinished
+  // send and receive.
+  absl::Status Exchange(absl::Span<const SendBlock> sends, absl::Span<const RecvBlock> recvs,
+                        absl::Time deadline) override;
 
   // Poisons the mesh with Aborted(`reason`) and shuts every connection down:
   // a blocked operation on this mesh fails promptly, and peers see this rank

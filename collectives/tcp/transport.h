@@ -36,6 +36,16 @@
 
 namespace tpudist::collectives::tcp {
 
+// One block of an Exchange: the bytes for (from) `peer`.
+struct SendBlock {
+  int peer = -1;
+  absl::Span<const uint8_t> data;
+};
+struct RecvBlock {
+  int peer = -1;
+  absl::Span<uint8_t> data;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -70,6 +80,19 @@ class Transport {
     overlap();
     return s;
   }
+
+  // Sends every block of `sends` to its peer and receives every block of
+  // `recvs` from its peer, one message each; a collective step in which
+  // every rank calls Exchange. The default runs the pairwise schedule
+  // (pairwise_exchange.h): step s in [1, W-1] sends to rank + s and
+  // receives from rank - s where listed, one SendRecv / Send / Recv per
+  // step. An implementation may instead move all blocks at once (TcpMesh:
+  // one poll loop over every listed socket).
+  // REQUIRES: each peer at most once per list, none == rank(); the lists
+  // match across ranks (r lists p in sends iff p lists r in recvs, with the
+  // same size); no send block overlaps a receive block.
+  virtual absl::Status Exchange(absl::Span<const SendBlock> sends,
+                                absl::Span<const RecvBlock> recvs, absl::Time deadline);
 };
 
 }  // namespace tpudist::collectives::tcp
