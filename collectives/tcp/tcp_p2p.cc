@@ -202,29 +202,55 @@ absl::Status TcpP2p::Recv(int src, int tag, absl::Span<uint8_t> data, absl::Time
     return absl::InvalidArgumentError(absl::StrCat(Context(), ": recv from invalid rank ", src));
   }
   const absl::Time start = absl::Now();
+  const std::string what =
+      absl::StrCat(Context(), ": recv from peer rank ", src, " (tag ", tag, ", ", data.size(),
+                   " bytes)");
   Message m;
+  Posted posted;
+  posted.tag = tag;
+  posted.data = data;
+  posted.deadline = deadline;
   {
     absl::MutexLock lock(&mu_);
+    InPeer& in = in_[src];
+    if (in.posted == nullptr) in.posted = &posted;
+    auto unpost = [&] {
+      if (in.posted == &posted) in.posted = nullptr;
+    };
     while (true) {
-      if (!aborted_.ok()) return aborted_;
-      std::deque<Message>& q = in_[src].queues[tag];
-      if (!q.empty()) {
-        m = std::move(q.front());
-        q.pop_front();
-        break;
+      if (posted.state == Posted::kDone) {
+        unpost();
+        if (!posted.status.ok()) return absl::Status(posted.status.code(), absl::StrCat(
+            what, ": reading the message: ", posted.status.message()));
+        return absl::OkStatus();
       }
-      if (!in_[src].closed.ok()) {
-        return absl::UnavailableError(absl::StrCat(
-            Context(), ": recv from peer rank ", src, " (tag ", tag, ", ", data.size(),
-            " bytes): ", in_[src].closed.message()));
+      // Once the reader fills our buffer we must wait for it to finish (its
+      // read is bounded by our deadline, and Abort/close end it too).
+      if (posted.state != Posted::kFilling) {
+        if (!aborted_.ok()) {
+          unpost();
+          return aborted_;
+        }
+        std::deque<Message>& q = in.queues[tag];
+        if (!q.empty()) {
+          unpost();
+          m = std::move(q.front());
+          q.pop_front();
+          break;
+        }
+        if (!in.closed.ok()) {
+          unpost();
+          return absl::UnavailableError(absl::StrCat(what, ": ", in.closed.message()));
+        }
+        if (absl::Now() >= deadline) {
+          unpost();
+          return absl::DeadlineExceededError(absl::StrCat(
+              what, " timed out after ", absl::FormatDuration(absl::Now() - start),
+              in.connected ? " (connected; no message with this tag)"
+                           : " (the peer never connected: has it sent anything?)"));
+        }
       }
-      if (cv_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            Context(), ": recv from peer rank ", src, " (tag ", tag, ", ", data.size(),
-            " bytes) timed out after ", absl::FormatDuration(absl::Now() - start),
-            in_[src].connected ? " (connected; no message with this tag)"
-                               : " (the peer never connected: has it sent anything?)"));
-      }
+      cv_.WaitWithDeadline(&mu_, deadline);
     }
   }
   if (m.size != data.size()) {
@@ -294,6 +320,25 @@ void TcpP2p::ReadLoop(int fd, std::string from) {
     if (h.magic != kFrameMagic) {
       s = absl::DataLossError(absl::StrCat("bad frame magic 0x", absl::Hex(h.magic)));
       break;
+    }
+    Posted* direct = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      Posted* p = in_[src].posted;
+      if (p != nullptr && p->state == Posted::kWaiting && p->tag == h.tag &&
+          p->data.size() == h.bytes && aborted_.ok()) {
+        p->state = Posted::kFilling;
+        direct = p;
+      }
+    }
+    if (direct != nullptr) {
+      s = ReadAll(fd, direct->data, direct->deadline);
+      absl::MutexLock lock(&mu_);
+      direct->status = s;
+      direct->state = Posted::kDone;
+      cv_.SignalAll();
+      if (!s.ok()) break;  // mid-frame: the stream cannot be resynchronised
+      continue;
     }
     Message m;
     m.size = h.bytes;

@@ -21,10 +21,10 @@
 // Data path: a frame is a 16-byte header {magic, tag, byte count} and the
 // payload. The reader thread drains its socket continuously into per-(peer,
 // tag) queues, so Send returns once the bytes are in the kernel and never
-// waits for the matching Recv (sends are buffered, as c10d's Gloo behaves
-// for the sizes the store path handled; two ranks that both send before
-// they receive do not deadlock at any size). Recv takes the oldest queued
-// message of (peer, tag) and copies it out.
+// waits for the matching Recv (sends are buffered; two ranks that both send
+// before they receive do not deadlock at any size). Recv takes the oldest
+// queued message of (peer, tag) and copies it out; a Recv already waiting
+// when its frame arrives gets the payload read straight into its buffer.
 //
 // Errors name this rank, the peer, the tag, the bytes and the deadline. A
 // peer whose connection closes (its process died, or it destroyed its group)
@@ -102,7 +102,17 @@ class TcpP2p {
     std::unique_ptr<uint8_t[]> bytes;
     uint64_t size = 0;
   };
+  // A Recv waiting with nothing queued: the reader thread may read the
+  // next frame of that tag and size straight into `data` (no second copy).
+  struct Posted {
+    int tag = 0;
+    absl::Span<uint8_t> data;
+    absl::Time deadline;
+    enum State { kWaiting, kFilling, kDone } state = kWaiting;
+    absl::Status status;  // of the read, once kDone
+  };
   struct InPeer {
+    Posted* posted = nullptr;                   // at most one (recvs are serial per peer)
     std::map<int, std::deque<Message>> queues;  // by tag
     absl::Status closed;                        // OK while connected / not yet
     bool connected = false;
