@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/process_group_tpu_dist.h"
+#include "collectives/tcp/tcp_socket.h"
 #include "collectives/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -186,6 +187,37 @@ TEST_P(P2pTest, DifferentJobSecretIsRefused) {
     if (rank == 0) {
       std::vector<at::Tensor> t = {at::ones({4})};
       EXPECT_THAT(ErrorOf(pg->send(t, 1, 0)), HasSubstr("failed to prove the job secret"));
+    }
+    pg->barrier()->wait();
+  });
+}
+
+// A stranger dials rank 1's p2p port (address from the store) and sends
+// garbage that claims to be rank 0: rank 1 drops it (one stderr line) and
+// the real rank 0's messages still arrive.
+TEST_P(P2pTest, StrangerOnThePortIsDroppedAndRealPeerServed) {
+  const std::string hosts = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("p2px");
+  std::atomic<bool> stranger_done{false};
+  RunThreads(2, [&](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, P2pOptions(job, hosts, rank));
+    if (rank == 0) {
+      const std::vector<uint8_t> v = store->get("tpu_dist/default/p2p/addr/1");
+      auto hp = tcp::SplitHostPort(std::string(v.begin(), v.end()));
+      ASSERT_TRUE(hp.ok()) << hp.status();
+      auto fd = tcp::ConnectUntil(hp->first, hp->second, absl::Now() + absl::Seconds(5));
+      ASSERT_TRUE(fd.ok()) << fd.status();
+      std::vector<uint8_t> garbage(300, 0x5a);
+      ASSERT_TRUE(tcp::WriteAll(fd->get(), garbage, absl::Now() + absl::Seconds(5)).ok());
+      stranger_done = true;
+      std::vector<at::Tensor> t = {Message(0, 1, 0, 1000)};
+      pg->send(t, 1, 1)->wait();
+    } else {
+      while (!stranger_done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      std::vector<at::Tensor> t = {at::empty({1000}, at::kInt)};
+      pg->recv(t, 0, 1)->wait();
+      EXPECT_TRUE(at::equal(t[0], Message(0, 1, 0, 1000)));
     }
     pg->barrier()->wait();
   });
