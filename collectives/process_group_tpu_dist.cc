@@ -61,6 +61,18 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
   comm_options.num_slots = options_.shm_num_slots;
   comm_options.setup_timeout = absl::FromChrono(options_.timeout);
   comm_options.wait = options_.wait;
+  tcp::TcpP2pOptions p2p_options;
+  p2p_options.group_key = absl::StrCat(options_.job_id, "/", options_.group_name);
+  p2p_options.secret = options_.job_secret;
+  if (!layout_.single_host()) {
+    const BindAddress addr =
+        ResolveBindAddress(options_.bind_address, options_.worker_hostname, host_id);
+    p2p_options.bind_address = addr.bind;
+    p2p_options.advertise_address = addr.advertise;
+  }
+  if (!options_.p2p_over_store) {
+    p2p_ = ValueOrThrow(tcp::TcpP2p::Start(*store_, rank, size, p2p_options));
+  }
   if (layout_.single_host()) {
     backend_ = std::make_unique<ShmBackend>(
         ValueOrThrow(shm::Communicator::Create(*store_, rank, size, comm_options)),
@@ -87,7 +99,11 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
 ProcessGroupTpuDist::~ProcessGroupTpuDist() {
   UnregisterGroup(this);
   worker_.reset();
+  // Recvs still pending fail now instead of waiting out their timeout.
+  if (p2p_) p2p_->Abort(absl::CancelledError(absl::StrCat(
+      "tpu_dist group '", options_.group_name, "' destroyed with this recv pending")));
   p2p_worker_.reset();
+  p2p_.reset();
 }
 
 c10::intrusive_ptr<ProcessGroupTpuDist> ProcessGroupTpuDist::NewSubgroup(
@@ -112,7 +128,9 @@ absl::Status ProcessGroupTpuDist::status() const {
 }
 
 void ProcessGroupTpuDist::Abort(const absl::Status& cause) {
-  backend_->Abort(cause.ok() ? absl::AbortedError("tpu_dist: Abort(OK)") : cause);
+  const absl::Status c = cause.ok() ? absl::AbortedError("tpu_dist: Abort(OK)") : cause;
+  if (p2p_) p2p_->Abort(c);
+  backend_->Abort(c);
 }
 
 void ProcessGroupTpuDist::abort() {
@@ -246,7 +264,8 @@ int64_t ProcessGroupTpuDist::NextP2pIndex(const std::string& channel) {
   return p2p_counters_[channel]++;
 }
 
-// Point-to-point goes through the group's store: the sender sets a key named
+// Point-to-point over TcpP2p (tcp_p2p.h), or, with Options::p2p_over_store,
+// through the group's store: the sender sets a key named
 // after (src, dst, tag, message index); the receiver waits for it, reads it
 // and deletes it. Message indices count per (src, dst, tag) channel on both
 // sides, so the n-th send matches the n-th recv. Buffered: send completes
@@ -258,6 +277,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
               "tpu_dist: send to invalid rank ", dst_rank);
   at::Tensor t = tensors[0];
   ValueOrThrow(ToDataType(t.scalar_type(), "send"));
+  if (p2p_) {
+    auto work = c10::make_intrusive<TpuDistWork>(rank_, c10d::OpType::SEND, tensors,
+                                                 options_.timeout);
+    absl::Status s;
+    try {
+      at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
+      s = p2p_->Send(*store_, dst_rank, tag,
+                     absl::MakeConstSpan(static_cast<const uint8_t*>(buf.data_ptr()), buf.nbytes()),
+                     absl::Now() + absl::FromChrono(options_.timeout));
+    } catch (const std::exception& e) {
+      s = absl::InternalError(absl::StrCat("send on rank ", rank_, " to rank ", dst_rank, ": ",
+                                           ::tpudist::collectives::ExceptionMessage(e)));
+    }
+    work->Finish(s);
+    return work;
+  }
   std::string key;
   {
     std::lock_guard<std::mutex> lock(issue_mu_);
@@ -288,6 +323,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
   at::Tensor t = tensors[0];
   ValueOrThrow(ToDataType(t.scalar_type(), "recv"));
   std::lock_guard<std::mutex> lock(issue_mu_);
+  if (p2p_) {
+    tcp::TcpP2p* p2p = p2p_.get();
+    return Enqueue("recv", c10d::OpType::RECV, options_.timeout, t.nbytes(), tensors,
+                   [t, src_rank, tag, p2p](CollectiveBackend&, const OpContext& ctx) mutable {
+                     at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
+                     absl::Status s = p2p->Recv(
+                         src_rank, tag,
+                         absl::MakeSpan(static_cast<uint8_t*>(buf.data_ptr()), buf.nbytes()),
+                         ctx.start + ctx.timeout);
+                     if (s.ok()) CopyBackIfNeeded(t, buf);
+                     return s;
+                   });
+  }
   const std::string channel = absl::StrCat("p2p/", src_rank, "/", rank_, "/", tag);
   const std::string key = absl::StrCat(channel, "/", NextP2pIndex(channel));
   const int me = rank_;

@@ -38,12 +38,17 @@
 // (cross-rank mismatch, peer death, timeout) fail the Work on every rank and
 // poison the group: later ops fail fast with the same cause.
 //
-// send/recv go through the store (correct, not fast), on one host or many,
-// and never occupy the collective queue: send is buffered and completes on
-// the calling thread once its bytes are in the store; each recv waits on a
-// second worker thread of its own (p2p), in issue order. So a pending recv
-// delays neither collectives nor sends (batch_isend_irecv with the irecv
-// first completes on every rank).
+// send/recv use a TCP connection per ordered pair of ranks, made at the
+// first send between them (collectives/tcp/tcp_p2p.h; loopback inside a
+// host), authenticated with the job secret like the mesh, and never occupy
+// the collective queue: send is buffered (the receiver drains its sockets
+// into per-(peer, tag) queues) and completes on the calling thread once its
+// bytes are in the kernel; each recv waits on a second worker thread of its
+// own (p2p), in issue order. So a pending recv delays neither collectives
+// nor sends (batch_isend_irecv with the irecv first completes on every
+// rank). Messages of one (peer, tag) arrive in send order. With
+// Options::p2p_over_store they go through the store instead (the former
+// path: correct, not fast; kept as a fallback and for the benchmark).
 //
 // Thread-safety: op methods may be called from any thread; the group orders
 // them by call order.
@@ -68,6 +73,7 @@
 #include "collectives/host_layout.h"
 #include "collectives/op_worker.h"
 #include "collectives/shm/communicator.h"
+#include "collectives/tcp/tcp_p2p.h"
 #include "torch/csrc/distributed/c10d/Backend.hpp"
 #include "torch/csrc/distributed/c10d/Store.hpp"
 
@@ -111,6 +117,10 @@ class ProcessGroupTpuDist : public c10d::Backend {
     // Spin / yield / futex back-off of the shm waits (collectives/shm/wait.h);
     // nullopt: shm::ChooseWaitPolicy(ranks on this host, usable cores).
     std::optional<shm::WaitPolicy> wait;
+    // send/recv through the store (keys per message) instead of TCP p2p
+    // connections: slower by 10x or more; for stores-only environments and
+    // the benchmark's comparison.
+    bool p2p_over_store = false;
   };
 
   // Collective over `store`; see the file comment. Throws c10::Error when the
@@ -268,6 +278,9 @@ class ProcessGroupTpuDist : public c10d::Backend {
   int64_t monitored_barrier_seq_ = 0;         // GUARDED_BY(issue_mu_)
   std::mutex issue_mu_;
   std::map<std::string, int64_t> p2p_counters_;  // GUARDED_BY(issue_mu_)
+  // send/recv connections; null with Options::p2p_over_store. Outlives
+  // p2p_worker_ (the destructor resets it last).
+  std::unique_ptr<tcp::TcpP2p> p2p_;
   std::unique_ptr<OpWorker> p2p_worker_;      // recv waits; joined after worker_
   std::unique_ptr<OpWorker> worker_;          // last: joined first
 };

@@ -1,0 +1,268 @@
+// send/recv over TcpP2p (collectives/tcp/tcp_p2p.h) through the process
+// group: order per (peer, tag), interleaved tags, irecv before isend, 0-byte
+// and multi-MiB messages, both ranks sending first, Gloo's bytes as the
+// oracle, a different job secret, and a peer that dies. Parameterized over
+// one host ("00") and two emulated hosts ("01": host id per rank, loopback).
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "collectives/process_group_tpu_dist.h"
+#include "collectives/tcp/tcp_socket.h"
+#include "collectives/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tpudist::collectives {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using testing::ErrorOf;
+using testing::RunForked;
+using testing::RunThreads;
+using testing::SecondsSince;
+using testing::ShmEntries;
+using testing::UniqueJob;
+using Clock = std::chrono::steady_clock;
+
+// `hosts[r]` is rank r's emulated host.
+ProcessGroupTpuDist::Options P2pOptions(const std::string& job, const std::string& hosts,
+                                        int rank) {
+  auto o = testing::SmallOptions(job);
+  o.host_id = std::string("p2ph") + hosts[rank];
+  o.bind_address = "127.0.0.1";
+  o.timeout = std::chrono::seconds(20);
+  return o;
+}
+
+// Distinct contents per (sender, tag, index, element).
+at::Tensor Message(int src, int tag, int index, int64_t numel) {
+  return at::arange(numel, at::kInt) * 7 + (src * 1000003 + tag * 10007 + index * 31);
+}
+
+class P2pTest : public ::testing::TestWithParam<std::string> {};
+
+// Rank 0 sends 40 messages on each of tags 1 and 2, interleaved, sizes from
+// 0 bytes to 3 MiB (past any socket buffer); rank 1 takes all of tag 2
+// first, then tag 1. Each must come in its send order with its bytes.
+TEST_P(P2pTest, ManyMessagesInOrderPerTagAcrossInterleavedTags) {
+  const std::string hosts = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("p2po");
+  constexpr int kMessages = 40;
+  auto numel = [](int i) -> int64_t { return i % 10 == 0 ? 0 : i % 10 == 5 ? 786432 : i * 13; };
+  RunThreads(2, [&](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, P2pOptions(job, hosts, rank));
+    if (rank == 0) {
+      for (int i = 0; i < kMessages; ++i) {
+        for (int tag : {1, 2}) {
+          std::vector<at::Tensor> t = {Message(0, tag, i, numel(i))};
+          pg->send(t, 1, tag)->wait();
+        }
+      }
+    } else {
+      for (int tag : {2, 1}) {
+        for (int i = 0; i < kMessages; ++i) {
+          std::vector<at::Tensor> t = {at::full({numel(i)}, -1, at::kInt)};
+          pg->recv(t, 0, tag)->wait();
+          ASSERT_TRUE(at::equal(t[0], Message(0, tag, i, numel(i)))) << "tag " << tag << " #" << i;
+        }
+      }
+    }
+    pg->barrier()->wait();
+  });
+}
+
+// Both ranks post irecv before isend, then both isend 8 MiB before they
+// irecv: neither order may deadlock (the receiver drains into its queues).
+TEST_P(P2pTest, IrecvFirstAndBothSendFirstLargeDoNotDeadlock) {
+  const std::string hosts = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("p2pd");
+  const auto start = Clock::now();
+  RunThreads(2, [&](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, P2pOptions(job, hosts, rank));
+    const int peer = 1 - rank;
+    const int64_t big = 2 << 20;  // ints: 8 MiB
+    std::vector<at::Tensor> in = {at::empty({big}, at::kInt)};
+    std::vector<at::Tensor> out = {Message(rank, 5, 0, big)};
+    auto r = pg->recv(in, peer, 5);
+    pg->send(out, peer, 5)->wait();
+    r->wait();
+    EXPECT_TRUE(at::equal(in[0], Message(peer, 5, 0, big)));
+    std::vector<at::Tensor> out2 = {Message(rank, 6, 1, big)};
+    pg->send(out2, peer, 6)->wait();
+    pg->recv(in, peer, 6)->wait();
+    EXPECT_TRUE(at::equal(in[0], Message(peer, 6, 1, big)));
+    // Non-contiguous in and out.
+    at::Tensor strided_out = Message(rank, 7, 2, 200).view({20, 10}).t();
+    std::vector<at::Tensor> s = {strided_out};
+    at::Tensor dst = at::empty({20, 10}, at::kInt).t();
+    std::vector<at::Tensor> d = {dst};
+    pg->send(s, peer, 7)->wait();
+    pg->recv(d, peer, 7)->wait();
+    EXPECT_TRUE(at::equal(dst, Message(peer, 7, 2, 200).view({20, 10}).t()));
+  });
+  EXPECT_LT(SecondsSince(start), 15.0);
+}
+
+// Oracle: Gloo's send/recv over the same ranks delivers the same bytes, for
+// a ring of 3 ranks, on two tags, 0 B .. 1 MiB, float64 and bfloat16.
+TEST_P(P2pTest, SameBytesAsGloo) {
+  const std::string hosts = GetParam() + GetParam().back();  // 3 ranks
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("p2pg");
+  RunThreads(3, [&](int rank) {
+    auto ours = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 3, P2pOptions(job, hosts, rank));
+    auto gloo = testing::MakeGloo(store, rank, 3);
+    const int next = (rank + 1) % 3, prev = (rank + 2) % 3;
+    for (int64_t numel : {int64_t{0}, int64_t{1}, int64_t{4099}, int64_t{131072}}) {
+      for (at::ScalarType type : {at::kDouble, at::kBFloat16}) {
+        at::Tensor src = at::randn({numel}, at::TensorOptions(type)) + rank;  // [numel]
+        std::vector<at::Tensor> s = {src};
+        std::vector<at::Tensor> a = {at::empty({numel}, type)}, b = {at::empty({numel}, type)};
+        for (int tag : {0, 9}) {
+          auto w = ours->send(s, next, tag);
+          ours->recv(a, prev, tag)->wait();
+          w->wait();
+          auto g = gloo->send(s, next, tag);
+          gloo->recv(b, prev, tag)->wait();
+          g->wait();
+          EXPECT_TRUE(at::equal(a[0], b[0])) << numel << " " << type << " tag " << tag;
+        }
+      }
+    }
+  });
+}
+
+// A recv whose size differs from the message fails naming both sizes; a
+// recv nobody sends to times out naming the peer and tag, within its timeout.
+TEST_P(P2pTest, SizeMismatchAndTimeoutNameThePeer) {
+  const std::string hosts = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("p2pm");
+  std::atomic<bool> done{false};  // rank 0 keeps its group until rank 1 is done
+  RunThreads(2, [&](int rank) {
+    auto o = P2pOptions(job, hosts, rank);
+    o.timeout = std::chrono::seconds(2);
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
+    if (rank == 0) {
+      std::vector<at::Tensor> t = {at::ones({10})};
+      pg->send(t, 1, 3)->wait();
+      while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    } else {
+      std::vector<at::Tensor> t = {at::ones({11})};
+      const std::string err = ErrorOf(pg->recv(t, 0, 3));
+      EXPECT_THAT(err, HasSubstr("expected 44 bytes, the sender sent 40"));
+      EXPECT_THAT(err, HasSubstr("peer rank 0"));
+      const auto start = Clock::now();
+      const std::string late = ErrorOf(pg->recv(t, 0, 4));
+      EXPECT_THAT(late, HasSubstr("p2p rank 1"));
+      EXPECT_THAT(late, HasSubstr("recv from peer rank 0 (tag 4, 44 bytes) timed out"));
+      EXPECT_LT(SecondsSince(start), 4.0);
+      done = true;
+    }
+  });
+}
+
+// Ranks given different job secrets: the connection is refused and the send
+// says why.
+TEST_P(P2pTest, DifferentJobSecretIsRefused) {
+  const std::string hosts = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("p2ps");
+  RunThreads(2, [&](int rank) {
+    auto o = P2pOptions(job, hosts, rank);
+    o.timeout = std::chrono::seconds(3);
+    o.job_secret = rank == 0 ? "secret-a" : "secret-b";
+    if (hosts == "01") o.job_secret = "same";  // the mesh itself needs one secret
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
+    if (hosts == "01") return;  // covered on one host only
+    if (rank == 0) {
+      std::vector<at::Tensor> t = {at::ones({4})};
+      EXPECT_THAT(ErrorOf(pg->send(t, 1, 0)), HasSubstr("failed to prove the job secret"));
+    }
+    pg->barrier()->wait();
+  });
+}
+
+// A stranger dials rank 1's p2p port (address from the store) and sends
+// garbage that claims to be rank 0: rank 1 drops it (one stderr line) and
+// the real rank 0's messages still arrive.
+TEST_P(P2pTest, StrangerOnThePortIsDroppedAndRealPeerServed) {
+  const std::string hosts = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("p2px");
+  std::atomic<bool> stranger_done{false};
+  RunThreads(2, [&](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, P2pOptions(job, hosts, rank));
+    if (rank == 0) {
+      const std::vector<uint8_t> v = store->get("tpu_dist/default/p2p/addr/1");
+      auto hp = tcp::SplitHostPort(std::string(v.begin(), v.end()));
+      ASSERT_TRUE(hp.ok()) << hp.status();
+      auto fd = tcp::ConnectUntil(hp->first, hp->second, absl::Now() + absl::Seconds(5));
+      ASSERT_TRUE(fd.ok()) << fd.status();
+      std::vector<uint8_t> garbage(300, 0x5a);
+      ASSERT_TRUE(tcp::WriteAll(fd->get(), garbage, absl::Now() + absl::Seconds(5)).ok());
+      stranger_done = true;
+      std::vector<at::Tensor> t = {Message(0, 1, 0, 1000)};
+      pg->send(t, 1, 1)->wait();
+    } else {
+      while (!stranger_done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      std::vector<at::Tensor> t = {at::empty({1000}, at::kInt)};
+      pg->recv(t, 0, 1)->wait();
+      EXPECT_TRUE(at::equal(t[0], Message(0, 1, 0, 1000)));
+    }
+    pg->barrier()->wait();
+  });
+}
+
+// Rank 1 sends one message and dies (_exit, sockets closed by the kernel):
+// rank 0 gets that message, then its next recv from rank 1 fails naming it,
+// long before the 30 s timeout. /dev/shm is clean afterwards.
+TEST_P(P2pTest, PeerThatDiesFailsRecvNamingIt) {
+  const std::string hosts = GetParam();
+  const std::string dir = testing::TempDir();
+  const std::string job = UniqueJob("p2pk");
+  const std::vector<int> codes = RunForked(
+      2,
+      [&](int rank) {
+        auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", 2);
+        auto o = P2pOptions(job, hosts, rank);
+        o.timeout = std::chrono::seconds(30);
+        auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
+        if (rank == 1) {
+          std::vector<at::Tensor> t = {at::full({3}, 5.0f)};
+          pg->send(t, 0, 1)->wait();
+          _exit(0);
+        }
+        std::vector<at::Tensor> t = {at::empty({3})};
+        pg->recv(t, 1, 1)->wait();
+        if (!at::equal(t[0], at::full({3}, 5.0f))) return 1;
+        const auto start = Clock::now();
+        const std::string err = ErrorOf(pg->recv(t, 1, 1));
+        if (err.find("peer rank 1") == std::string::npos) return 2;
+        if (err.find("closed") == std::string::npos) return 3;
+        if (SecondsSince(start) > 10.0) return 4;
+        return 0;
+      },
+      std::chrono::seconds(60));
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+  EXPECT_THAT(ShmEntries("tpud_" + job), IsEmpty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts, P2pTest, ::testing::Values("00", "01"),
+                         [](const auto& info) {
+                           return info.param == "00" ? std::string("OneHost")
+                                                     : std::string("TwoHosts");
+                         });
+
+}  // namespace
+}  // namespace tpudist::collectives
