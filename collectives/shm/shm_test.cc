@@ -84,6 +84,29 @@ TEST(WaitTest, DeadlineAndCheckEndTheWait) {
   EXPECT_EQ(s.message(), "peer died");
 }
 
+// The race a 16-rank run hit: the phase completes (the last peer arrives,
+// another leaves and exits) while this rank sits between reading the word
+// and checking peer health. The completed wait must win over the failed
+// check: the dead peer had already published.
+TEST(WaitTest, CompletionDuringAFailedCheckWins) {
+  std::atomic<uint32_t> word{0}, waiters{0};
+  WaitPolicy policy = ChooseWaitPolicy(16, 2);  // no spin: straight to futex
+  policy.futex_slice = absl::Milliseconds(1);
+  int calls = 0;
+  absl::Status s = WaitForSeq(&word, &waiters, 1, absl::Now() + absl::Seconds(10), policy, [&] {
+    ++calls;
+    word.store(1, std::memory_order_release);  // the phase completed meanwhile
+    return absl::UnavailableError("peer rank 2 (pid 1) died");
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(calls, 1);
+  // Not completed: the failure stands.
+  std::atomic<uint32_t> other{0};
+  s = WaitForSeq(&other, &waiters, 1, absl::Now() + absl::Seconds(10), policy,
+                 [] { return absl::UnavailableError("peer rank 2 (pid 1) died"); });
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+}
+
 // The choice is a pure function of (ranks, cores): no yield stage ever;
 // a short spin only when every rank has a core of its own.
 TEST(WaitPolicyTest, SpinsOnlyWhenEveryRankHasACore) {

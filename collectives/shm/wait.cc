@@ -61,7 +61,16 @@ absl::Status WaitForSeq(const std::atomic<uint32_t>* word,
     const uint32_t seen = word->load(std::memory_order_acquire);
     if (SeqReached(seen, target)) return absl::OkStatus();
     if (slept) {
-      if (absl::Status s = check(); !s.ok()) return s;
+      // A failed check loses to a wait that completed meanwhile: the last
+      // arrival may have come while this rank was preempted, and a peer that
+      // left the completed phase may have exited since (its death says
+      // nothing about a phase it already published).
+      if (absl::Status s = check(); !s.ok()) {
+        if (SeqReached(word->load(std::memory_order_acquire), target)) {
+          return absl::OkStatus();
+        }
+        return s;
+      }
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) return absl::DeadlineExceededError("deadline passed");
