@@ -142,7 +142,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--plan", choices=["layers", "mlp"], default="layers")
     ap.add_argument("--freeze-ple", action="store_true")
-    ap.add_argument("--loss-tol", type=float, default=1e-4,
+    ap.add_argument("--loss-tol", type=float, default=1e-5,
                     help="step-0 loss agreement, relative to max(1, |loss|)")
     ap.add_argument("--ours-backend", choices=["tpu_dist", "gloo"], default="tpu_dist")
     ap.add_argument("--start-method", choices=["fork", "spawn"], default="fork")
