@@ -182,11 +182,22 @@ int main(int argc, char** argv) {
   sum.reduceOp = c10d::ReduceOp::SUM;
   group->allreduce(losses, sum)->wait();
   losses[0].div_(f.world);
-  group->barrier()->wait();
+  // Leaving: through the store, not a last barrier. Every rank reports that
+  // it is out of the collectives; followers exit only when rank 0 has seen
+  // all reports. (With a last barrier + exit, a rank that had left the
+  // barrier and exited was once reported "died" by a slower peer still
+  // inside it: 16 ranks, load ~14; see bench/README.md, Goal 6.)
+  const auto store_timeout = std::chrono::milliseconds(1000LL * f.timeout_s);
   if (rank != 0) {
+    menv.store->set("tvt_done/" + std::to_string(rank), std::string("1"));
+    menv.store->wait({"tvt_release"}, store_timeout);
     mesh.reset();
     _exit(0);
   }
+  std::vector<std::string> done;
+  for (int r = 1; r < f.world; ++r) done.push_back("tvt_done/" + std::to_string(r));
+  if (!done.empty()) menv.store->wait(done, store_timeout);
+  menv.store->set("tvt_release", std::string("1"));
   const double mean_ms = total_ms / f.steps;
   const double min_ms = *std::min_element(ms.begin(), ms.end());
   const double tokens = static_cast<double>(f.global_batch * f.seq);
