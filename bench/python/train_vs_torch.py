@@ -17,8 +17,9 @@ seed), fp32, the same AdamW hyper-parameters, one process per rank and one intra
 
 Step = zero_grad + forward + shifted causal-LM cross-entropy + backward + optimizer step; --warmup
 untimed steps (step 0 among them), then --steps timed ones; rank 0 reports the mean and min. Per
-world (and repeat) the two sides run one after the other; the row shows the load average before and
-after. Prints a markdown table; --json-out writes every row. Exits 1 (loudly) when a side fails, when
+world, --repeats times, the two sides run one after the other (alternating which goes first); a row
+shows the load average before and after, the tokens/s ratio (mean step times) and the ratio of the
+min step times (less sensitive to the other load on a shared box). Prints a markdown table; --json-out writes every row. Exits 1 (loudly) when a side fails, when
 the step-0 losses (mean over ranks; same weights, same data) differ by more than --loss-tol relative,
 or when a side's loss after the last step is not below its step-0 loss. --quick: world 2, global
 batch 4 x seq 32, 1 warm-up + 2 timed steps (the ctest smoke; it must run, not meet a number).
@@ -111,17 +112,26 @@ def table(rows: list[dict[str, Any]], cfg: dict[str, Any], backend: str) -> str:
              f"{cfg['warmup']} warm-up + {cfg['steps']} timed steps; ours = C++ FullyShard over "
              f"{backend}, torch = Python FSDP2 over Gloo",
              "",
-             "| world | ours tokens/s | torch tokens/s | ours/torch | ours step ms mean (min) "
-             "| torch step ms mean (min) | loss0 ours / torch | loss last ours / torch "
-             "| load before | load after |",
-             "|---:|---:|---:|---:|---:|---:|---|---|---|---|"]
+             "| world | ours tokens/s | torch tokens/s | ours/torch | ours/torch (min step) "
+             "| ours step ms mean (min) | torch step ms mean (min) | loss0 ours / torch "
+             "| loss last ours / torch | load before | load after |",
+             "|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|"]
     for r in rows:
         o, t = r["ours"], r["torch"]
         lines.append(f"| {r['world']} | {o['tokens_per_s']:.0f} | {t['tokens_per_s']:.0f} | "
-                     f"{r['ratio']:.2f}x | {o['step_ms_mean']:.1f} ({o['step_ms_min']:.1f}) | "
+                     f"{r['ratio']:.2f}x | {r['ratio_min']:.2f}x | {o['step_ms_mean']:.1f} ({o['step_ms_min']:.1f}) | "
                      f"{t['step_ms_mean']:.1f} ({t['step_ms_min']:.1f}) | {o['loss0']:.5f} / "
                      f"{t['loss0']:.5f} | {o['loss_last']:.5f} / {t['loss_last']:.5f} | "
                      f"{r['load_before']} | {r['load_after']} |")
+    worlds = sorted({r["world"] for r in rows})
+    if any(sum(r["world"] == w for r in rows) > 1 for w in worlds):
+        lines.append("")
+        for w in worlds:
+            rs = sorted(r["ratio"] for r in rows if r["world"] == w)
+            ms = sorted(r["ratio_min"] for r in rows if r["world"] == w)
+            lines.append(f"world {w}: ours/torch tokens/s {rs[0]:.2f}x .. {rs[-1]:.2f}x "
+                         f"(median {rs[len(rs) // 2]:.2f}x), by min step {ms[0]:.2f}x .. {ms[-1]:.2f}x "
+                         f"over {len(rs)} repeats")
     return "\n".join(lines)
 
 
@@ -169,13 +179,18 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tpud_train_vs_torch_") as tmp_s:
         tmp = Path(tmp_s)
-        for rep in range(args.repeats):
-            for world in args.worlds:
+        for world in args.worlds:
+            for rep in range(args.repeats):
                 before = load()
-                ours = run_ours(args, cfg, world, tmp)
-                theirs = run_torch(cfg, model, world, tmp)
+                if rep % 2 == 0:  # alternate which side goes first
+                    ours = run_ours(args, cfg, world, tmp)
+                    theirs = run_torch(cfg, model, world, tmp)
+                else:
+                    theirs = run_torch(cfg, model, world, tmp)
+                    ours = run_ours(args, cfg, world, tmp)
                 row = dict(world=world, repeat=rep, ours=ours, torch=theirs, load_before=before,
-                           load_after=load(), ratio=ours["tokens_per_s"] / theirs["tokens_per_s"])
+                           load_after=load(), ratio=ours["tokens_per_s"] / theirs["tokens_per_s"],
+                           ratio_min=theirs["step_ms_min"] / ours["step_ms_min"])
                 rows.append(row)
                 print(f"world {world} (repeat {rep}): ours {ours['tokens_per_s']:.0f} tokens/s, torch "
                       f"{theirs['tokens_per_s']:.0f} tokens/s, ratio {row['ratio']:.2f}x, "
