@@ -23,11 +23,15 @@
 //   train_vs_torch --model_dir=data/tiny_gemma --world=4 --json_out=ours.json
 //
 // Rank 0 prints one line and writes JSON (--json_out): world, backend, plan,
-// step_ms_mean/min, tokens_per_s, loss0, loss_last, load_before/after.
+// step_ms_mean/min, tokens_per_s, loss0, loss_last, cpu_ms_per_step (process
+// CPU time of the timed steps, every thread, summed over the ranks, per
+// step: what the step costs the machine, less sensitive to other load than
+// wall time), load_before/after.
 // Exit 1 when a rank failed or a loss is not finite.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,6 +66,13 @@ using Clock = std::chrono::steady_clock;
   std::fprintf(stderr, "train_vs_torch rank %d: %s\n", rank, what.c_str());
   std::fflush(stderr);
   _exit(1);
+}
+
+// CPU time of this process, every thread (tpu_dist's helpers included).
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
 }
 
 std::string LoadAvg() {
@@ -171,17 +182,23 @@ int main(int argc, char** argv) {
   std::vector<double> ms;
   at::Tensor last = loss0;
   const auto start = Clock::now();
+  const double cpu_start = ProcessCpuSeconds();
   for (int i = 0; i < f.steps; ++i) {
     const auto t0 = Clock::now();
     last = step();
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   const double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  std::vector<at::Tensor> losses = {at::stack({loss0, last}).to(at::kFloat)};  // [2]
+  const double cpu_s = ProcessCpuSeconds() - cpu_start;
+  // [3]: loss0, last loss, CPU seconds of the timed steps; summed over ranks.
+  std::vector<at::Tensor> losses = {
+      at::cat({at::stack({loss0, last}).to(at::kDouble), at::full({1}, cpu_s, at::kDouble)})
+          .to(at::kFloat)};
   c10d::AllreduceOptions sum;
   sum.reduceOp = c10d::ReduceOp::SUM;
   group->allreduce(losses, sum)->wait();
-  losses[0].div_(f.world);
+  const double cpu_ms_all_ranks = losses[0][2].item<double>() * 1e3 / f.steps;
+  losses[0].narrow(0, 0, 2).div_(f.world);
   // Leaving: through the store, not a last barrier. Every rank reports that
   // it is out of the collectives; followers exit only when rank 0 has seen
   // all reports. (With a last barrier + exit, a rank that had left the
@@ -204,9 +221,9 @@ int main(int argc, char** argv) {
   const double l0 = losses[0][0].item<double>(), ln = losses[0][1].item<double>();
   const std::string load_after = LoadAvg();
   std::printf("ours (FullyShard/%s, plan %s) world %d: step mean %.2f ms min %.2f ms | %.0f "
-              "tokens/s | loss0 %.6f last %.6f | load %s -> %s\n",
+              "tokens/s | CPU %.1f ms per step (all ranks) | loss0 %.6f last %.6f | load %s -> %s\n",
               f.backend.c_str(), f.plan.c_str(), f.world, mean_ms, min_ms, tokens * 1e3 / mean_ms,
-              l0, ln, load_before.c_str(), load_after.c_str());
+              cpu_ms_all_ranks, l0, ln, load_before.c_str(), load_after.c_str());
   if (!f.json_out.empty()) {
     nlohmann::json j = {{"side", "ours"},          {"backend", f.backend},
                         {"plan", f.plan},           {"world", f.world},
@@ -215,6 +232,7 @@ int main(int argc, char** argv) {
                         {"step_ms", ms},            {"step_ms_mean", mean_ms},
                         {"step_ms_min", min_ms},    {"tokens_per_s", tokens * 1e3 / mean_ms},
                         {"loss0", l0},              {"loss_last", ln},
+                        {"cpu_ms_per_step", cpu_ms_all_ranks},
                         {"load_before", load_before}, {"load_after", load_after}};
     std::ofstream(f.json_out) << j.dump(1) << "\n";
   }

@@ -19,7 +19,9 @@ Step = zero_grad + forward + shifted causal-LM cross-entropy + backward + optimi
 untimed steps (step 0 among them), then --steps timed ones; rank 0 reports the mean and min. Per
 world, --repeats times, the two sides run one after the other (alternating which goes first); a row
 shows the load average before and after, the tokens/s ratio (mean step times) and the ratio of the
-min step times (less sensitive to the other load on a shared box). Prints a markdown table; --json-out writes every row. Exits 1 (loudly) when a side fails, when
+min step times, and the ratio of CPU time per step (process CPU time of the timed steps, every
+thread, summed over the ranks: what a step costs the machine; the least sensitive to the other
+load on a shared box). Prints a markdown table; --json-out writes every row. Exits 1 (loudly) when a side fails, when
 the step-0 losses (mean over ranks; same weights, same data) differ by more than --loss-tol relative,
 or when a side's loss after the last step is not below its step-0 loss. --quick: world 2, global
 batch 4 x seq 32, 1 warm-up + 2 timed steps (the ctest smoke; it must run, not meet a number).
@@ -113,14 +115,17 @@ def table(rows: list[dict[str, Any]], cfg: dict[str, Any], backend: str) -> str:
              f"{backend}, torch = Python FSDP2 over Gloo",
              "",
              "| world | ours tokens/s | torch tokens/s | ours/torch | ours/torch (min step) "
-             "| ours step ms mean (min) | torch step ms mean (min) | loss0 ours / torch "
-             "| loss last ours / torch | load before | load after |",
-             "|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|"]
+             "| torch/ours CPU per step | ours step ms mean (min) | torch step ms mean (min) "
+             "| CPU ms/step ours / torch | loss0 ours / torch | loss last ours / torch "
+             "| load before | load after |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|"]
     for r in rows:
         o, t = r["ours"], r["torch"]
         lines.append(f"| {r['world']} | {o['tokens_per_s']:.0f} | {t['tokens_per_s']:.0f} | "
-                     f"{r['ratio']:.2f}x | {r['ratio_min']:.2f}x | {o['step_ms_mean']:.1f} ({o['step_ms_min']:.1f}) | "
-                     f"{t['step_ms_mean']:.1f} ({t['step_ms_min']:.1f}) | {o['loss0']:.5f} / "
+                     f"{r['ratio']:.2f}x | {r['ratio_min']:.2f}x | {r['ratio_cpu']:.2f}x | "
+                     f"{o['step_ms_mean']:.1f} ({o['step_ms_min']:.1f}) | "
+                     f"{t['step_ms_mean']:.1f} ({t['step_ms_min']:.1f}) | "
+                     f"{o['cpu_ms_per_step']:.0f} / {t['cpu_ms_per_step']:.0f} | {o['loss0']:.5f} / "
                      f"{t['loss0']:.5f} | {o['loss_last']:.5f} / {t['loss_last']:.5f} | "
                      f"{r['load_before']} | {r['load_after']} |")
     worlds = sorted({r["world"] for r in rows})
@@ -129,9 +134,10 @@ def table(rows: list[dict[str, Any]], cfg: dict[str, Any], backend: str) -> str:
         for w in worlds:
             rs = sorted(r["ratio"] for r in rows if r["world"] == w)
             ms = sorted(r["ratio_min"] for r in rows if r["world"] == w)
+            cs = sorted(r["ratio_cpu"] for r in rows if r["world"] == w)
             lines.append(f"world {w}: ours/torch tokens/s {rs[0]:.2f}x .. {rs[-1]:.2f}x "
-                         f"(median {rs[len(rs) // 2]:.2f}x), by min step {ms[0]:.2f}x .. {ms[-1]:.2f}x "
-                         f"over {len(rs)} repeats")
+                         f"(median {rs[len(rs) // 2]:.2f}x), by min step {ms[0]:.2f}x .. {ms[-1]:.2f}x"
+                         f", CPU per step {cs[0]:.2f}x .. {cs[-1]:.2f}x over {len(rs)} repeats")
     return "\n".join(lines)
 
 
@@ -190,7 +196,8 @@ def main() -> int:
                     ours = run_ours(args, cfg, world, tmp)
                 row = dict(world=world, repeat=rep, ours=ours, torch=theirs, load_before=before,
                            load_after=load(), ratio=ours["tokens_per_s"] / theirs["tokens_per_s"],
-                           ratio_min=theirs["step_ms_min"] / ours["step_ms_min"])
+                           ratio_min=theirs["step_ms_min"] / ours["step_ms_min"],
+                           ratio_cpu=theirs["cpu_ms_per_step"] / ours["cpu_ms_per_step"])
                 rows.append(row)
                 print(f"world {world} (repeat {rep}): ours {ours['tokens_per_s']:.0f} tokens/s, torch "
                       f"{theirs['tokens_per_s']:.0f} tokens/s, ratio {row['ratio']:.2f}x, "

@@ -97,14 +97,18 @@ def rank_main(rank: int, world: int, init_file: str, cfg: dict[str, Any], model:
         ms: list[float] = []
         last = loss0
         start = time.perf_counter()
+        cpu_start = time.process_time()  # this process, every thread (Gloo's included)
         for _ in range(cfg["steps"]):
             t0 = time.perf_counter()
             last = step()
             ms.append((time.perf_counter() - t0) * 1e3)
         total_ms = (time.perf_counter() - start) * 1e3
-        losses = torch.stack([loss0, last]).float()
+        cpu_s = time.process_time() - cpu_start
+        # loss0, last loss, CPU seconds of the timed steps; summed over ranks (as ours).
+        losses = torch.cat([torch.stack([loss0, last]).double(), torch.tensor([cpu_s], dtype=torch.float64)]).float()
         dist.all_reduce(losses)
-        losses /= world
+        cpu_ms_all_ranks = float(losses[2]) * 1e3 / cfg["steps"]
+        losses[:2] /= world
         dist.barrier()
         if rank == 0:
             mean = total_ms / cfg["steps"]
@@ -112,7 +116,8 @@ def rank_main(rank: int, world: int, init_file: str, cfg: dict[str, Any], model:
                        global_batch=cfg["global_batch"], seq=cfg["seq"], warmup=cfg["warmup"],
                        steps=cfg["steps"], step_ms=ms, step_ms_mean=mean, step_ms_min=min(ms),
                        tokens_per_s=cfg["global_batch"] * cfg["seq"] * 1e3 / mean,
-                       loss0=float(losses[0]), loss_last=float(losses[1]), load_before=load_before,
+                       loss0=float(losses[0]), loss_last=float(losses[1]),
+                       cpu_ms_per_step=cpu_ms_all_ranks, load_before=load_before,
                        load_after=_load(), transformers=transformers.__version__,
                        torch=torch.__version__, model_class=model_class)
             Path(out).write_text(json.dumps(row, indent=1) + "\n")
