@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -136,7 +137,7 @@ def table(rows: list[dict[str, Any]], cfg: dict[str, Any], backend: str) -> str:
             ms = sorted(r["ratio_min"] for r in rows if r["world"] == w)
             cs = sorted(r["ratio_cpu"] for r in rows if r["world"] == w)
             lines.append(f"world {w}: ours/torch tokens/s {rs[0]:.2f}x .. {rs[-1]:.2f}x "
-                         f"(median {rs[len(rs) // 2]:.2f}x), by min step {ms[0]:.2f}x .. {ms[-1]:.2f}x"
+                         f"(median {statistics.median(rs):.2f}x), by min step {ms[0]:.2f}x .. {ms[-1]:.2f}x"
                          f", CPU per step {cs[0]:.2f}x .. {cs[-1]:.2f}x over {len(rs)} repeats")
     return "\n".join(lines)
 
