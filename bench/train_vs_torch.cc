@@ -201,9 +201,10 @@ int main(int argc, char** argv) {
   losses[0].narrow(0, 0, 2).div_(f.world);
   // Leaving: through the store, not a last barrier. Every rank reports that
   // it is out of the collectives; followers exit only when rank 0 has seen
-  // all reports. (With a last barrier + exit, a rank that had left the
-  // barrier and exited was once reported "died" by a slower peer still
-  // inside it: 16 ranks, load ~14; see bench/README.md, Goal 6.)
+  // all reports. (With a last barrier + exit, one 16-rank run at load ~14
+  // aborted: a peer was reported "died" inside the barrier; whether it had
+  // crashed or had already left the barrier is not established. See
+  // bench/README.md, Goal 6.)
   const auto store_timeout = std::chrono::milliseconds(1000LL * f.timeout_s);
   if (rank != 0) {
     menv.store->set("tvt_done/" + std::to_string(rank), std::string("1"));
