@@ -64,6 +64,15 @@ if [[ $run_train == 1 && -x "$build/bench/train_bench" ]]; then
     --json_out="$tmp/train_w2_bf16.json" | sed -n '/^== train/,$p'
   parts+=("$tmp/train_w2_bf16.json")
 fi
+if [[ $run_train == 1 && -x "$build/bench/train_vs_torch" ]]; then
+  # Goal 6: our FullyShard vs torch's Python FSDP2 + Gloo, same tiny Gemma.
+  tvt_worlds=(2 4 16)
+  [[ -n $quick ]] && tvt_worlds=(2)
+  timeout "$deadline" "$repo/.venv/bin/python" "$repo/bench/python/train_vs_torch.py" $quick \
+    --worlds "${tvt_worlds[@]}" --binary "$build/bench/train_vs_torch" \
+    --json-out "$tmp/train_vs_torch.json"
+  parts+=("$tmp/train_vs_torch.json")
+fi
 if [[ -x "$build/bench/gemma_bench" ]]; then
   smoke=""
   [[ -n $quick ]] && smoke="--smoke"
