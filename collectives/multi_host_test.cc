@@ -341,6 +341,8 @@ int NetnsRank(int host, int hosts, int local, const std::string& addr, const std
   gloo->_allgather_base(ag_out, ag_in)->wait();
   const double tag16 = MeanMs([&] { pg->_allgather_base(ag_out, ag_in)->wait(); }, 5);
   const double gag16 = MeanMs([&] { gloo->_allgather_base(ag_out, ag_in)->wait(); }, 5);
+  pg->broadcast(big)->wait();  // warm-up
+  gloo->broadcast(big)->wait();
   const double tbc16 = MeanMs([&] { pg->broadcast(big)->wait(); }, 5);
   const double gbc16 = MeanMs([&] { gloo->broadcast(big)->wait(); }, 5);
   if (rank == 0) {
