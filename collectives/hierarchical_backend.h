@@ -69,7 +69,7 @@ struct HierarchicalOptions {
   // largest buffer a rank touches) of at least this many bytes take the
   // multi-rail path when the layout is uniform; smaller ones, where the
   // extra shm steps cost more than the parallel rails gain, the leaders path.
-  int64_t multi_rail_min_bytes = 256 << 10;
+  int64_t multi_rail_min_bytes = 2 << 20;
   // Multi-rail ops are cut into chunks of about this many bytes (of the
   // largest per-rank buffer) so that the shm steps of one chunk overlap the
   // TCP step of another (hierarchical_backend_pipeline.h); >= the payload:

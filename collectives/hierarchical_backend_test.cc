@@ -81,7 +81,9 @@ TEST(RailPipelineTest, RunsEveryStageInDependencyOrder) {
   for (int k = 0; k < 5; ++k) {
     EXPECT_LT(pos(absl::StrCat("b", k)), pos(absl::StrCat("t", k))) << k;
     EXPECT_LT(pos(absl::StrCat("t", k)), pos(absl::StrCat("a", k))) << k;
-    if (k > 0) EXPECT_LT(pos(absl::StrCat("t", k - 1)), pos(absl::StrCat("t", k))) << k;
+    if (k > 0) {
+      EXPECT_LT(pos(absl::StrCat("t", k - 1)), pos(absl::StrCat("t", k))) << k;
+    }
     // The shm steps' order is fixed: b0 b1 a0 b2 a1 ... b4 a3 a4.
     if (k > 0 && k + 1 < 5) {
       EXPECT_LT(pos(absl::StrCat("a", k - 1)), pos(absl::StrCat("b", k + 1))) << k;
@@ -227,9 +229,10 @@ TEST(RailsFaultTest, MismatchAcrossHostsFailsEveryRank) {
   EXPECT_THAT(ShmEntries("tpud_" + job), IsEmpty());
 }
 
-// Forked ranks on 2 emulated hosts x 2 loop over 1 MiB rails ops (default
-// threshold); the parent SIGKILLs `victim`. Every survivor must fail well
-// within the 10 s op timeout.
+// Forked ranks on 2 emulated hosts x 2 loop over 1 MiB rails ops (threshold
+// lowered to 256 KiB, the real slot geometry, 4 pipelined chunks); the
+// parent SIGKILLs `victim`. Every survivor must fail well within the 10 s op
+// timeout.
 void KillDuringRails(int victim, bool all_gather) {
   const std::string dir = testing::TempDir();
   const std::string job = UniqueJob("railk");
