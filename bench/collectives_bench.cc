@@ -28,6 +28,9 @@
 //   collectives_bench --world=4 --hosts=2      # 2 emulated hosts x 2 ranks (host id
 //                                              # per rank, as TPU_DIST_HOST_ID): shm
 //                                              # inside a host, TCP between hosts
+//   collectives_bench --world=4 --hosts=2 --multi_rail_min_bytes=1099511627776
+//                                              # leaders path only (no multi-rail)
+//   collectives_bench --world=4 --hosts=2 --rail_chunk_bytes=N  # multi-rail chunk size
 //   tools/bench.sh                             # all worlds, table + JSON
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -77,6 +80,8 @@ struct Flags {
   int64_t gloo_max_bytes = int64_t{1} << 40;
   std::string json_out;
   int hosts = 1;           // emulated hosts (host id per rank), multi-host path
+  int64_t multi_rail_min_bytes = -1;  // -1: the group's default; huge: leaders path only
+  int64_t rail_chunk_bytes = -1;      // -1: the group's default
   int64_t slot_bytes = 0;  // 0: the group's default
   int slots = 0;           // 0: the group's default
   int spin = -1;           // -1: the group's default
@@ -105,6 +110,8 @@ Flags ParseAndStrip(int* argc, char** argv) {
     else if ((v = value(a, "--gloo_max_bytes="))) f.gloo_max_bytes = std::stoll(v);
     else if ((v = value(a, "--json_out="))) f.json_out = v;
     else if ((v = value(a, "--hosts="))) f.hosts = std::stoi(v);
+    else if ((v = value(a, "--multi_rail_min_bytes="))) f.multi_rail_min_bytes = std::stoll(v);
+    else if ((v = value(a, "--rail_chunk_bytes="))) f.rail_chunk_bytes = std::stoll(v);
     else if ((v = value(a, "--slot_bytes="))) f.slot_bytes = std::stoll(v);
     else if ((v = value(a, "--slots="))) f.slots = std::stoi(v);
     else if ((v = value(a, "--spin="))) f.spin = std::stoi(v);
@@ -402,6 +409,10 @@ int main(int argc, char** argv) {
     const int per_host = std::max(1, env.flags.world / env.flags.hosts);
     options.host_id = "bench_host" + std::to_string(env.rank / per_host);
     options.bind_address = "127.0.0.1";  // emulated hosts share loopback
+    if (env.flags.multi_rail_min_bytes >= 0) {
+      options.multi_rail_min_bytes = env.flags.multi_rail_min_bytes;
+    }
+    if (env.flags.rail_chunk_bytes > 0) options.rail_chunk_bytes = env.flags.rail_chunk_bytes;
   }
   if (env.flags.slot_bytes > 0) options.shm_slot_bytes = env.flags.slot_bytes;
   if (env.flags.slots > 0) options.shm_num_slots = env.flags.slots;

@@ -1,5 +1,10 @@
 // The multi-host algorithms. Notation: W group ranks on H hosts, host h has
-// n_h ranks; "leader" = local index 0 of a host.
+// n_h ranks; "leader" = local index 0 of a host. The all-reduce,
+// reduce-scatter, all-gather and broadcast below are the leaders paths: for
+// hosts of different sizes and for payloads under multi_rail_min_bytes.
+// Larger payloads on hosts of equal size take the multi-rail paths
+// (hierarchical_backend_rails.cc), where every local rank carries its share
+// over its own TCP rail.
 //
 // Hierarchical all-reduce (also reduce):
 //   1. intra-host: shm::Reduce of every local rank's buffer into the leader
@@ -53,6 +58,14 @@ std::string HostRanks(const HostLayout& layout, int h) {
   return absl::StrJoin(layout.hosts[h], ",");
 }
 
+// Whether every host has the same number of ranks (the rails exist).
+bool Uniform(const HostLayout& layout) {
+  for (const auto& h : layout.hosts) {
+    if (h.size() != layout.hosts[0].size()) return false;
+  }
+  return true;
+}
+
 absl::Status WithPrefix(const absl::Status& s, absl::string_view prefix) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
 }
@@ -62,8 +75,8 @@ absl::Status WithPrefix(const absl::Status& s, absl::string_view prefix) {
 absl::StatusOr<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     const HostLayout& layout, const HierarchicalOptions& options) {
-  std::unique_ptr<HierarchicalBackend> b(new HierarchicalBackend(
-      rank, size, layout, options.shm.group_name, options.small_allreduce_bytes));
+  std::unique_ptr<HierarchicalBackend> b(
+      new HierarchicalBackend(rank, size, layout, options.shm.group_name, options));
   const int h = b->host_;
   shm::CommOptions local_options = options.shm;
   local_options.group_name = absl::StrCat(options.shm.group_name, ".h", h);
@@ -79,11 +92,13 @@ absl::StatusOr<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create
   mesh_options.advertise_address = options.advertise_address;
   mesh_options.connect_timeout = options.connect_timeout;
   mesh_options.secret = options.job_secret;
-  if (b->leader()) {
-    mesh_options.group_key = absl::StrCat(options.shm.group_name, "/leaders");
+  if (b->leader() || b->uniform_) {
+    const int i = layout.local_index[rank];
+    mesh_options.group_key = i == 0 ? absl::StrCat(options.shm.group_name, "/leaders")
+                                    : absl::StrCat(options.shm.group_name, "/rail", i);
     auto mesh = tcp::TcpMesh::Connect(*store, h, layout.num_hosts(), mesh_options);
-    if (!mesh.ok()) return b->FailLeaders(mesh.status());
-    b->leaders_ = *std::move(mesh);
+    if (!mesh.ok()) return b->FailRail(mesh.status());
+    b->rail_ = *std::move(mesh);
   }
   mesh_options.group_key = absl::StrCat(options.shm.group_name, "/flat");
   auto flat = tcp::TcpMesh::Connect(*store, rank, size, mesh_options);
@@ -94,13 +109,16 @@ absl::StatusOr<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create
 
 HierarchicalBackend::HierarchicalBackend(int rank, int size, HostLayout layout,
                                          std::string group_name,
-                                         int64_t small_allreduce_bytes)
+                                         const HierarchicalOptions& options)
     : rank_(rank),
       size_(size),
       layout_(std::move(layout)),
       host_(layout_.host_of_rank[rank]),
       group_name_(std::move(group_name)),
-      small_allreduce_bytes_(small_allreduce_bytes) {}
+      small_allreduce_bytes_(options.small_allreduce_bytes),
+      multi_rail_min_bytes_(options.multi_rail_min_bytes),
+      rail_chunk_bytes_(std::max<int64_t>(1, options.rail_chunk_bytes)),
+      uniform_(Uniform(layout_)) {}
 
 int64_t HierarchicalBackend::HostMajorPos(int r) const {
   int64_t pos = 0;
@@ -121,7 +139,7 @@ absl::Status HierarchicalBackend::Poison(absl::Status status) {
   }
   const absl::Status p = poison();
   if (local_) (void)local_->Poison(p);
-  if (leaders_) leaders_->Abort(p.message());
+  if (rail_) rail_->Abort(p.message());
   if (flat_) flat_->Abort(p.message());
   return p;
 }
@@ -132,7 +150,7 @@ void HierarchicalBackend::Abort(const absl::Status& status) {
     if (poison_.ok()) poison_ = status;
   }
   if (local_) local_->RequestAbort(status);
-  if (leaders_) leaders_->Abort(status.message());
+  if (rail_) rail_->Abort(status.message());
   if (flat_) flat_->Abort(status.message());
 }
 
@@ -143,16 +161,20 @@ absl::Status HierarchicalBackend::FailLocal(const absl::Status& s) {
                       HostRanks(layout_, host_), ")] ")));
 }
 
-absl::Status HierarchicalBackend::FailLeaders(const absl::Status& s) {
+absl::Status HierarchicalBackend::FailRail(const absl::Status& s) {
   // The mesh numbers hosts; spell out which group ranks each one stands for.
+  const int i = layout_.local_index[rank_];
   std::vector<std::string> map;
   for (int h = 0; h < layout_.num_hosts(); ++h) {
-    map.push_back(absl::StrCat("mesh rank ", h, " = host ", h, " (leader group rank ",
-                               layout_.leaders[h], ", ranks ", HostRanks(layout_, h), ")"));
+    map.push_back(absl::StrCat("mesh rank ", h, " = host ", h, " (", i == 0 ? "leader " : "",
+                               "group rank ", layout_.hosts[h][i], ", ranks ",
+                               HostRanks(layout_, h), ")"));
   }
-  return Poison(WithPrefix(
-      s, absl::StrCat("[group '", group_name_, "' rank ", rank_,
-                      ", inter-host TCP among host leaders; ", absl::StrJoin(map, ", "), "] ")));
+  const std::string which =
+      i == 0 ? "host leaders" : absl::StrCat("local rank ", i, " of every host (rail ", i, ")");
+  return Poison(WithPrefix(s, absl::StrCat("[group '", group_name_, "' rank ", rank_,
+                                           ", inter-host TCP among ", which, "; ",
+                                           absl::StrJoin(map, ", "), "] ")));
 }
 
 absl::Status HierarchicalBackend::FailFlat(const absl::Status& s) {
@@ -160,13 +182,13 @@ absl::Status HierarchicalBackend::FailFlat(const absl::Status& s) {
                                            ", TCP mesh over all ranks] ")));
 }
 
-absl::Status HierarchicalBackend::CheckLeaders(const OpSpec& spec, const OpHeader& mine) {
+absl::Status HierarchicalBackend::CheckRail(const OpSpec& spec, const OpHeader& mine) {
   const int hosts = layout_.num_hosts();
   std::vector<OpHeader> all(hosts);
   all[host_] = mine;
   absl::Span<uint8_t> bytes(reinterpret_cast<uint8_t*>(all.data()), hosts * sizeof(OpHeader));
-  if (absl::Status s = tcp::RingAllGather(*leaders_, bytes, spec.ctx.deadline()); !s.ok()) {
-    return FailLeaders(s);
+  if (absl::Status s = tcp::RingAllGather(*rail_, bytes, spec.ctx.deadline()); !s.ok()) {
+    return FailRail(s);
   }
   bool agree = true;
   for (int h = 0; h < hosts && agree; ++h) agree = HeadersAgree(mine, all[h]);
@@ -269,11 +291,11 @@ absl::Status HierarchicalBackend::AllReduceCore(const OpSpec& spec, OpKind heade
   }
   if (leader()) {
     const OpHeader mine = MakeHeader(spec, header_kind, op, root, true);
-    if (absl::Status s = CheckLeaders(spec, mine); !s.ok()) return s;
+    if (absl::Status s = CheckRail(spec, mine); !s.ok()) return s;
     absl::Status s = tcp::RingAllReduce(
-        *leaders_, absl::Span<uint8_t>(static_cast<uint8_t*>(data), bytes), es,
+        *rail_, absl::Span<uint8_t>(static_cast<uint8_t*>(data), bytes), es,
         MakeReduceFn(spec.dtype, wire_op), spec.ctx.deadline());
-    if (!s.ok()) return FailLeaders(s);
+    if (!s.ok()) return FailRail(s);
     if (op == ReduceKind::kAvg) DivideInPlace(spec.dtype, data, spec.count, size_);
   }
   if (local_size() > 1 && (bcast_host < 0 || bcast_host == host_)) {
@@ -285,6 +307,10 @@ absl::Status HierarchicalBackend::AllReduceCore(const OpSpec& spec, OpKind heade
 }
 
 absl::Status HierarchicalBackend::AllReduce(const OpSpec& spec, ReduceKind op, void* data) {
+  if (MultiRail(spec.count * static_cast<int64_t>(ElementSize(spec.dtype)), spec.count)) {
+    if (absl::Status p = poison(); !p.ok()) return p;
+    return AllReduceRails(spec, op, data);
+  }
   return AllReduceCore(spec, OpKind::kAllreduce, op, -1, -1, data);
 }
 
@@ -305,6 +331,9 @@ absl::Status HierarchicalBackend::ReduceScatter(const OpSpec& spec, ReduceKind o
   if (absl::Status p = poison(); !p.ok()) return p;
   const size_t es = ElementSize(spec.dtype);
   const int64_t bytes = spec.count * static_cast<int64_t>(es);
+  if (MultiRail(bytes * size_, spec.count * local_size())) {
+    return ReduceScatterRails(spec, op, inputs, out);
+  }
   const ReduceKind wire_op = op == ReduceKind::kAvg ? ReduceKind::kSum : op;
   // Host-padded layout: host h's block starts at h * max_n * bytes and holds
   // the inputs for its ranks by local index (equal blocks for the ring).
@@ -327,11 +356,11 @@ absl::Status HierarchicalBackend::ReduceScatter(const OpSpec& spec, ReduceKind o
   uint8_t* mine = buf.data() + host_ * block;
   if (leader()) {
     const OpHeader header = MakeHeader(spec, OpKind::kReduceScatter, op, -1, true);
-    if (absl::Status s = CheckLeaders(spec, header); !s.ok()) return s;
+    if (absl::Status s = CheckRail(spec, header); !s.ok()) return s;
     absl::Status s = tcp::RingReduceScatter(
-        *leaders_, absl::Span<uint8_t>(buf.data(), block * layout_.num_hosts()), es,
+        *rail_, absl::Span<uint8_t>(buf.data(), block * layout_.num_hosts()), es,
         MakeReduceFn(spec.dtype, wire_op), spec.ctx.deadline());
-    if (!s.ok()) return FailLeaders(s);
+    if (!s.ok()) return FailRail(s);
     if (op == ReduceKind::kAvg) {
       DivideInPlace(spec.dtype, mine, spec.count * local_size(), size_);
     }
@@ -353,6 +382,9 @@ absl::Status HierarchicalBackend::ReduceScatter(const OpSpec& spec, ReduceKind o
 absl::Status HierarchicalBackend::AllGather(const OpSpec& spec, const void* in,
                                             int64_t bytes, absl::Span<void* const> outs) {
   if (absl::Status p = poison(); !p.ok()) return p;
+  if (MultiRail(bytes * size_, bytes * local_size())) {
+    return AllGatherRails(spec, in, bytes, outs);
+  }
   std::vector<uint8_t> buf(std::max<int64_t>(1, bytes * size_));  // host-major blocks
   const int64_t base = HostMajorPos(layout_.hosts[host_][0]);
   if (local_size() > 1) {
@@ -366,12 +398,12 @@ absl::Status HierarchicalBackend::AllGather(const OpSpec& spec, const void* in,
   }
   if (leader()) {
     const OpHeader mine = MakeHeader(spec, OpKind::kAllgather, ReduceKind{}, -1, true);
-    if (absl::Status s = CheckLeaders(spec, mine); !s.ok()) return s;
+    if (absl::Status s = CheckRail(spec, mine); !s.ok()) return s;
     std::vector<size_t> blocks(layout_.num_hosts());
     for (int h = 0; h < layout_.num_hosts(); ++h) blocks[h] = layout_.hosts[h].size() * bytes;
     absl::Status s = tcp::RingAllGatherV(
-        *leaders_, absl::Span<uint8_t>(buf.data(), bytes * size_), blocks, spec.ctx.deadline());
-    if (!s.ok()) return FailLeaders(s);
+        *rail_, absl::Span<uint8_t>(buf.data(), bytes * size_), blocks, spec.ctx.deadline());
+    if (!s.ok()) return FailRail(s);
   }
   if (local_size() > 1) {
     if (absl::Status s = shm::Broadcast(*local_, spec, 0, buf.data(), bytes * size_); !s.ok()) {
@@ -387,6 +419,7 @@ absl::Status HierarchicalBackend::AllGather(const OpSpec& spec, const void* in,
 absl::Status HierarchicalBackend::Broadcast(const OpSpec& spec, int root, void* data,
                                             int64_t bytes) {
   if (absl::Status p = poison(); !p.ok()) return p;
+  if (MultiRail(bytes, bytes)) return BroadcastRails(spec, root, data, bytes);
   const int root_host = layout_.host_of_rank[root];
   if (host_ == root_host && local_size() > 1) {
     absl::Status s = shm::Broadcast(*local_, spec, layout_.local_index[root], data, bytes);
@@ -394,11 +427,11 @@ absl::Status HierarchicalBackend::Broadcast(const OpSpec& spec, int root, void* 
   }
   if (leader()) {
     const OpHeader mine = MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, root, true);
-    if (absl::Status s = CheckLeaders(spec, mine); !s.ok()) return s;
+    if (absl::Status s = CheckRail(spec, mine); !s.ok()) return s;
     absl::Status s = tcp::RingBroadcast(
-        *leaders_, root_host, absl::Span<uint8_t>(static_cast<uint8_t*>(data), bytes),
+        *rail_, root_host, absl::Span<uint8_t>(static_cast<uint8_t*>(data), bytes),
         spec.ctx.deadline());
-    if (!s.ok()) return FailLeaders(s);
+    if (!s.ok()) return FailRail(s);
   }
   if (host_ != root_host && local_size() > 1) {
     if (absl::Status s = shm::Broadcast(*local_, spec, 0, data, bytes); !s.ok()) {
@@ -415,7 +448,7 @@ absl::Status HierarchicalBackend::Barrier(const OpSpec& spec) {
   }
   if (leader()) {
     const OpHeader mine = MakeHeader(spec, OpKind::kBarrier, ReduceKind{}, -1, true);
-    if (absl::Status s = CheckLeaders(spec, mine); !s.ok()) return s;
+    if (absl::Status s = CheckRail(spec, mine); !s.ok()) return s;
   }
   if (local_size() > 1) {
     if (absl::Status s = shm::Barrier(*local_, spec); !s.ok()) return FailLocal(s);

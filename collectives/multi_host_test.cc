@@ -330,13 +330,29 @@ int NetnsRank(int host, int hosts, int local, const std::string& addr, const std
   const double ta16 = MeanMs([&] { pg->alltoall_base(a2a_out, a2a_in, even, even)->wait(); }, 5);
   const double ga16 =
       MeanMs([&] { gloo->alltoall_base(a2a_out, a2a_in, even, even)->wait(); }, 5);
+  // reduce_scatter on Gloo too, all_gather (16 MiB gathered) and broadcast
+  // (16 MiB), same ranks, same run.
+  auto gloo_rs_opts = c10d::ReduceScatterOptions();
+  gloo->_reduce_scatter_base(rs_o, rs_in, gloo_rs_opts)->wait();  // warm-up
+  const double grs16 =
+      MeanMs([&] { gloo->_reduce_scatter_base(rs_o, rs_in, gloo_rs_opts)->wait(); }, 5);
+  at::Tensor ag_in = at::ones({rs_n}, at::kFloat), ag_out = at::empty({rs_n * world});
+  pg->_allgather_base(ag_out, ag_in)->wait();
+  gloo->_allgather_base(ag_out, ag_in)->wait();
+  const double tag16 = MeanMs([&] { pg->_allgather_base(ag_out, ag_in)->wait(); }, 5);
+  const double gag16 = MeanMs([&] { gloo->_allgather_base(ag_out, ag_in)->wait(); }, 5);
+  pg->broadcast(big)->wait();  // warm-up
+  gloo->broadcast(big)->wait();
+  const double tbc16 = MeanMs([&] { pg->broadcast(big)->wait(); }, 5);
+  const double gbc16 = MeanMs([&] { gloo->broadcast(big)->wait(); }, 5);
   if (rank == 0) {
     fprintf(stdout,
             "%s %d hosts x 2: all_reduce 16 MiB tpu_dist %.2f ms gloo %.2f ms; "
-            "8 B tpu_dist %.1f us gloo %.1f us; reduce_scatter 16 MiB in %.2f ms; "
-            "all_to_all 16 MiB tpu_dist %.2f ms gloo %.2f ms\n",
+            "8 B tpu_dist %.1f us gloo %.1f us; reduce_scatter 16 MiB in %.2f ms gloo %.2f ms; "
+            "all_gather 16 MiB out tpu_dist %.2f ms gloo %.2f ms; broadcast 16 MiB tpu_dist "
+            "%.2f ms gloo %.2f ms; all_to_all 16 MiB tpu_dist %.2f ms gloo %.2f ms\n",
             addr == "127.0.0.1" ? "emulated" : "netns", hosts, tb16, gb16, t8 * 1e3, g8 * 1e3, rs16,
-            ta16, ga16);
+            grs16, tag16, gag16, tbc16, gbc16, ta16, ga16);
     fflush(stdout);
   }
   return 0;

@@ -82,6 +82,8 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
     HierarchicalOptions hier;
     hier.shm = comm_options;
     hier.small_allreduce_bytes = options_.small_allreduce_bytes;
+    hier.multi_rail_min_bytes = options_.multi_rail_min_bytes;
+    hier.rail_chunk_bytes = options_.rail_chunk_bytes;
     const BindAddress addr =
         ResolveBindAddress(options_.bind_address, options_.worker_hostname, host_id);
     hier.bind_address = addr.bind;

@@ -110,6 +110,10 @@ class ProcessGroupTpuDist : public c10d::Backend {
     int64_t shm_slot_bytes = 0;
     int shm_num_slots = 0;
     int64_t small_allreduce_bytes = 64 << 10;  // one-shot allreduce limit
+    // Across hosts: payloads of at least this many bytes use every local
+    // rank's TCP rail at once (HierarchicalOptions::multi_rail_min_bytes).
+    int64_t multi_rail_min_bytes = 2 << 20;
+    int64_t rail_chunk_bytes = 4 << 20;  // HierarchicalOptions::rail_chunk_bytes
     // Collectives of at most this many bytes run on the calling thread when
     // the group's queue is idle (their Work is complete on return); larger
     // ones always run on the worker thread so they overlap compute. -1: never.

@@ -100,13 +100,14 @@ def test_ray_core_collectives_on_v4_2x2x2(cluster: _Cluster) -> None:
         next(line for line in out if line.startswith(f"Rank  {WORLD - 1} "))) + 1
 
     # tpu_dist saw 2 hosts and its ranks talk TCP across them: the flat mesh
-    # (4 x 4 cross-host pairs) plus the host leaders' mesh (ranks 0 and 4).
+    # (4 x 4 cross-host pairs) plus one rail per local rank (local rank i of
+    # each host; rail 0 is the host leaders' mesh, ranks 0 and 4).
     transport = [m for m in map(TRANSPORT.match, out) if m]
     assert len(transport) == 1, res.stdout
     num_hosts, ips, n_links, tcp_ranks = transport[0].groups()
     assert num_hosts == str(HOSTS)
     assert ips.split(", ") == host_ips
-    assert int(n_links) == DEVICES * DEVICES + 1
+    assert int(n_links) == DEVICES * DEVICES + DEVICES
     assert [int(r) for r in tcp_ranks.split(",")] == list(range(WORLD))
 
     procs, suffix = cluster.footprint()
