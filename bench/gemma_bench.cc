@@ -4,6 +4,7 @@
 // against GEMMs measured in the same run.
 //
 //   gemma_bench                 # full run: bf16 and fp32 models, batch 2 x seq 256
+//   gemma_bench --threads=1     # one intra-op thread (CPU-time MFU without spinning workers)
 //   gemma_bench --smoke         # one short iteration each (ctest)
 //
 // MFU = achieved model FLOP/s / GEMM FLOP/s, where model FLOPs per step are
@@ -18,8 +19,11 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <time.h>
+
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -35,10 +39,24 @@ namespace g = tpudist::models::gemma;
 
 bool g_smoke = false;  // set once in main from --smoke, read-only afterwards
 
+// Rates by wall time and by this process's CPU time (all threads): on a
+// shared machine the wall-time rates of the model and of the GEMM, timed a
+// few seconds apart, see different shares of the cores; the CPU-time rates
+// do not (run with --threads=1 so no idle OpenMP worker spins).
+struct Rate {
+  double wall = 0, cpu = 0;  // FLOP per wall second, per CPU second
+};
 struct CaseResult {
-  double model_flops_per_s = 0, gemm_bf16 = 0, gemm_fp32 = 0, step_s = 0;
+  Rate model, gemm_bf16, gemm_fp32;
+  double step_s = 0;
 };
 std::map<std::string, CaseResult> g_results;  // by case label; main thread only
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 double LoadAverage() {  // 1-minute load average; -1 when unreadable
   std::ifstream f("/proc/loadavg");
@@ -85,10 +103,11 @@ double StepFlops(g::GemmaForCausalLMImpl& model, int64_t b, int64_t s) {
 
 // FLOP/s of [n, n] x [n, n] in `dtype`: one warm-up, then at least 3
 // iterations and 0.3 s (1 iteration in smoke mode).
-double MeasureGemmFlops(at::ScalarType dtype, int64_t n = 1024) {
+Rate MeasureGemmFlops(at::ScalarType dtype, int64_t n = 1024) {
   at::Tensor a = at::randn({n, n}).to(dtype);
   at::Tensor w = at::randn({n, n}).to(dtype);
   at::matmul(a, w);  // warm up
+  const double cpu0 = ProcessCpuSeconds();
   const auto t0 = std::chrono::steady_clock::now();
   int iters = 0;
   double sec = 0;
@@ -97,7 +116,8 @@ double MeasureGemmFlops(at::ScalarType dtype, int64_t n = 1024) {
     ++iters;
     sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   } while (!g_smoke && (iters < 3 || sec < 0.3));
-  return 2.0 * n * n * n * iters / sec;
+  const double flops = 2.0 * n * n * n * iters;
+  return Rate{flops / sec, flops / (ProcessCpuSeconds() - cpu0)};
 }
 
 // range(0): 1 for bf16 else fp32.
@@ -126,23 +146,27 @@ void BM_GemmaFwdBwd(benchmark::State& state) {
     model->zero_grad();
   };
   step();
+  const double cpu0 = ProcessCpuSeconds();
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) step();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-                      std::max<int64_t>(state.iterations(), 1);
+  const double iters = static_cast<double>(std::max<int64_t>(state.iterations(), 1));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  const double cpu_secs = (ProcessCpuSeconds() - cpu0) / iters;
   const double flops = StepFlops(*model, b, s);
   CaseResult r;
   r.step_s = secs;
-  r.model_flops_per_s = flops / secs;
+  r.model = Rate{flops / secs, flops / cpu_secs};
   r.gemm_bf16 = MeasureGemmFlops(at::kBFloat16);
   r.gemm_fp32 = MeasureGemmFlops(at::kFloat);
   g_results[std::string(bf16 ? "bf16" : "fp32") + " model, seq " + std::to_string(s)] = r;
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(b * s), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["model_FLOP/s"] = r.model_flops_per_s;
-  state.counters["gemm_bf16_FLOP/s"] = r.gemm_bf16;
-  state.counters["gemm_fp32_FLOP/s"] = r.gemm_fp32;
-  state.counters["MFU_vs_bf16"] = r.model_flops_per_s / r.gemm_bf16;
-  state.counters["MFU_vs_fp32"] = r.model_flops_per_s / r.gemm_fp32;
+  state.counters["model_FLOP/s"] = r.model.wall;
+  state.counters["gemm_bf16_FLOP/s"] = r.gemm_bf16.wall;
+  state.counters["gemm_fp32_FLOP/s"] = r.gemm_fp32.wall;
+  state.counters["MFU_vs_bf16"] = r.model.wall / r.gemm_bf16.wall;
+  state.counters["MFU_vs_fp32"] = r.model.wall / r.gemm_fp32.wall;
+  state.counters["MFU_cpu_vs_bf16"] = r.model.cpu / r.gemm_bf16.cpu;
+  state.counters["MFU_cpu_vs_fp32"] = r.model.cpu / r.gemm_fp32.cpu;
 }
 
 }  // namespace
@@ -160,6 +184,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--smoke") == 0) {
       g_smoke = true;
+    } else if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+      at::set_num_threads(std::atoi(argv[i] + 10));
     } else {
       argv[out++] = argv[i];
     }
@@ -180,12 +206,15 @@ int main(int argc, char** argv) {
               static_cast<long long>(c.vocab_size), at::get_num_threads(), load_before, load_after);
   for (const auto& [label, r] : g_results) {
     const bool bf16 = label.rfind("bf16", 0) == 0;
-    std::printf("%-20s step %8.1f ms | model %6.1f GFLOP/s | GEMM bf16 %6.1f, fp32 %6.1f GFLOP/s | "
-                "MFU vs %s GEMM (same dtype) %5.1f%% | vs bf16 GEMM %5.1f%%%s\n",
-                label.c_str(), r.step_s * 1e3, r.model_flops_per_s / 1e9, r.gemm_bf16 / 1e9,
-                r.gemm_fp32 / 1e9, bf16 ? "bf16" : "fp32",
-                100 * r.model_flops_per_s / (bf16 ? r.gemm_bf16 : r.gemm_fp32),
-                100 * r.model_flops_per_s / r.gemm_bf16, bf16 ? " (goal >= 30%)" : "");
+    const Rate& same = bf16 ? r.gemm_bf16 : r.gemm_fp32;
+    std::printf("%-20s step %8.1f ms | model %6.1f GFLOP/s (%6.1f per CPU s) | GEMM bf16 %6.1f "
+                "(%6.1f), fp32 %6.1f (%6.1f) | MFU vs %s GEMM (same dtype) wall %5.1f%%, CPU time "
+                "%5.1f%% | vs bf16 GEMM wall %5.1f%%, CPU time %5.1f%%%s\n",
+                label.c_str(), r.step_s * 1e3, r.model.wall / 1e9, r.model.cpu / 1e9,
+                r.gemm_bf16.wall / 1e9, r.gemm_bf16.cpu / 1e9, r.gemm_fp32.wall / 1e9,
+                r.gemm_fp32.cpu / 1e9, bf16 ? "bf16" : "fp32", 100 * r.model.wall / same.wall,
+                100 * r.model.cpu / same.cpu, 100 * r.model.wall / r.gemm_bf16.wall,
+                100 * r.model.cpu / r.gemm_bf16.cpu, bf16 ? " (goal >= 30%)" : "");
   }
   benchmark::Shutdown();
   return 0;
