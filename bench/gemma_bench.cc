@@ -1,21 +1,32 @@
-// gemma_bench: forward+backward throughput of the Gemma 4 text decoder on CPU
-// and its model-FLOPs utilisation (MFU) against a bf16 GEMM measured in the
-// same run.
+// gemma_bench: forward+backward throughput of a bench-sized Gemma 4 text
+// decoder (hidden 512, the tiny model's architecture otherwise) on one rank
+// (CPU, at::get_num_threads() threads) and its model-FLOPs utilisation (MFU)
+// against GEMMs measured in the same run.
 //
-//   gemma_bench                 # full run
-//   gemma_bench --smoke         # a couple of iterations (ctest)
+//   gemma_bench                 # full run: bf16 and fp32 models, batch 2 x seq 256
+//   gemma_bench --threads=1     # one intra-op thread (CPU-time MFU without spinning workers)
+//   gemma_bench --smoke         # one short iteration each (ctest)
 //
-// MFU = achieved model FLOP/s / bf16 GEMM FLOP/s, where model FLOPs per step
-// are 6 * (matmul parameters, incl. the tied lm_head) * tokens plus the
-// attention matmuls 12 * layers * B * H * S^2 * D (fwd 4, bwd 8), and the GEMM
-// rate is measured with at::matmul on [1024, 1024] x [1024, 1024] bf16 in
-// the same process (BM_Bf16Gemm, and again inside each model benchmark so
-// the counter is self-contained).
+// MFU = achieved model FLOP/s / GEMM FLOP/s, where model FLOPs per step are
+// 6 * (matmul parameters, incl. the tied lm_head) * tokens plus the attention
+// matmuls 12 * layers * B * H * S^2 * D (fwd 4, bwd 8), and the GEMM rate is
+// at::matmul on [1024, 1024] x [1024, 1024] timed right after each model case
+// in the same process, in bf16 and in fp32. Each model case reports MFU
+// against both; the goal is the bf16 model against the bf16 GEMM,
+// the fp32 model against the fp32 GEMM is the like-for-like fp32 figure. The
+// load average is printed before and after.
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <time.h>
+
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,12 +39,38 @@ namespace g = tpudist::models::gemma;
 
 bool g_smoke = false;  // set once in main from --smoke, read-only afterwards
 
+// Rates by wall time and by this process's CPU time (all threads): on a
+// shared machine the wall-time rates of the model and of the GEMM, timed a
+// few seconds apart, see different shares of the cores; the CPU-time rates
+// do not (run with --threads=1 so no idle OpenMP worker spins).
+struct Rate {
+  double wall = 0, cpu = 0;  // FLOP per wall second, per CPU second
+};
+struct CaseResult {
+  Rate model, gemm_bf16, gemm_fp32;
+  double step_s = 0;
+};
+std::map<std::string, CaseResult> g_results;  // by case label; main thread only
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double LoadAverage() {  // 1-minute load average; -1 when unreadable
+  std::ifstream f("/proc/loadavg");
+  double l = -1;
+  f >> l;
+  return l;
+}
+
 // A bench-sized config of the same architecture as the tiny one.
 g::GemmaConfig BenchConfig() {
   g::GemmaConfig c = g::GemmaTinyConfig();
-  c.hidden_size = 256;
-  c.intermediate_size = 1024;
-  c.num_attention_heads = 4;
+  c.hidden_size = 512;
+  c.intermediate_size = 2048;
+  c.num_attention_heads = 8;
   c.num_key_value_heads = 1;
   c.head_dim = 64;
   c.global_head_dim = 128;
@@ -64,56 +101,91 @@ double StepFlops(g::GemmaForCausalLMImpl& model, int64_t b, int64_t s) {
   return 6.0 * MatmulParams(model) * b * s + attn;
 }
 
-double MeasureGemmaFlops(int iters) {
-  at::Tensor a = at::randn({1024, 1024}).to(at::kBFloat16);
-  at::Tensor w = at::randn({1024, 1024}).to(at::kBFloat16);
+// FLOP/s of [n, n] x [n, n] in `dtype`: one warm-up, then at least 3
+// iterations and 0.3 s (1 iteration in smoke mode).
+Rate MeasureGemmFlops(at::ScalarType dtype, int64_t n = 1024) {
+  at::Tensor a = at::randn({n, n}).to(dtype);
+  at::Tensor w = at::randn({n, n}).to(dtype);
   at::matmul(a, w);  // warm up
+  const double cpu0 = ProcessCpuSeconds();
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) at::matmul(a, w);
-  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return 2.0 * 1024 * 1024 * 1024 * iters / sec;
+  int iters = 0;
+  double sec = 0;
+  do {
+    benchmark::DoNotOptimize(at::matmul(a, w).data_ptr());
+    ++iters;
+    sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } while (!g_smoke && (iters < 3 || sec < 0.3));
+  const double flops = 2.0 * n * n * n * iters;
+  return Rate{flops / sec, flops / (ProcessCpuSeconds() - cpu0)};
 }
 
-void BM_Bf16Gemm(benchmark::State& state) {
-  const int64_t n = state.range(0);
-  at::Tensor a = at::randn({n, n}).to(at::kBFloat16);
-  at::Tensor w = at::randn({n, n}).to(at::kBFloat16);
+// range(0): 1 for bf16 else fp32.
+void BM_Gemm(benchmark::State& state) {
+  const int64_t n = 1024;
+  const at::ScalarType dtype = state.range(0) == 1 ? at::kBFloat16 : at::kFloat;
+  at::Tensor a = at::randn({n, n}).to(dtype);
+  at::Tensor w = at::randn({n, n}).to(dtype);
   for (auto _ : state) benchmark::DoNotOptimize(at::matmul(a, w).data_ptr());
   state.counters["FLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(dtype == at::kBFloat16 ? "bf16" : "fp32");
 }
 
-// range(0): seq len, range(1): 1 for bf16 else fp32.
+// range(0): seq len, range(1): 1 for bf16 else fp32. One untimed warm-up
+// step, then the benchmark's fixed iterations.
 void BM_GemmaFwdBwd(benchmark::State& state) {
-  const int64_t b = 2, s = state.range(0);
+  const int64_t b = 2, s = g_smoke ? 32 : state.range(0);
   const bool bf16 = state.range(1) == 1;
   g::GemmaForCausalLM model(BenchConfig());
   g::InitGemmaWeights(*model, {0, 0.02, 1.0});
   if (bf16) model->to(at::kBFloat16);
   at::Tensor ids = at::randint(3, BenchConfig().vocab_size, {b, s}, at::kLong);
-  for (auto _ : state) {
+  auto step = [&] {
     g::CausalLMOutput out = model->forward(ids, at::Tensor(), ids);
     out.loss.backward();
     model->zero_grad();
-  }
+  };
+  step();
+  const double cpu0 = ProcessCpuSeconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) step();
+  const double iters = static_cast<double>(std::max<int64_t>(state.iterations(), 1));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  const double cpu_secs = (ProcessCpuSeconds() - cpu0) / iters;
   const double flops = StepFlops(*model, b, s);
-  const double gemm = MeasureGemmaFlops(g_smoke ? 2 : 20);
+  CaseResult r;
+  r.step_s = secs;
+  r.model = Rate{flops / secs, flops / cpu_secs};
+  r.gemm_bf16 = MeasureGemmFlops(at::kBFloat16);
+  r.gemm_fp32 = MeasureGemmFlops(at::kFloat);
+  g_results[std::string(bf16 ? "bf16" : "fp32") + " model, seq " + std::to_string(s)] = r;
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(b * s), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["model_FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["gemm_bf16_FLOP/s"] = gemm;
-  // (flops / gemm) per iteration as a rate = model FLOP/s / GEMM FLOP/s.
-  state.counters["MFU"] = benchmark::Counter(flops / gemm, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["model_FLOP/s"] = r.model.wall;
+  state.counters["gemm_bf16_FLOP/s"] = r.gemm_bf16.wall;
+  state.counters["gemm_fp32_FLOP/s"] = r.gemm_fp32.wall;
+  state.counters["MFU_vs_bf16"] = r.model.wall / r.gemm_bf16.wall;
+  state.counters["MFU_vs_fp32"] = r.model.wall / r.gemm_fp32.wall;
+  state.counters["MFU_cpu_vs_bf16"] = r.model.cpu / r.gemm_bf16.cpu;
+  state.counters["MFU_cpu_vs_fp32"] = r.model.cpu / r.gemm_fp32.cpu;
 }
 
 }  // namespace
 
-BENCHMARK(BM_Bf16Gemm)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_GemmaFwdBwd)->Args({128, 1})->Args({256, 1})->Args({256, 0})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gemm)->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GemmaFwdBwd)
+    ->Args({256, 1})
+    ->Args({256, 0})
+    ->Iterations(3)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
   int out = 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--smoke") == 0) {
       g_smoke = true;
+    } else if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+      at::set_num_threads(std::atoi(argv[i] + 10));
     } else {
       argv[out++] = argv[i];
     }
@@ -124,7 +196,26 @@ int main(int argc, char** argv) {
   if (g_smoke) args.push_back(min_time.data());
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
+  const double load_before = LoadAverage();
   benchmark::RunSpecifiedBenchmarks();
+  const double load_after = LoadAverage();
+  const g::GemmaConfig c = BenchConfig();
+  std::printf("\n== gemma_bench: hidden %lld, %lld layers, vocab %lld, batch 2, %d thread(s); "
+              "load average %.2f -> %.2f ==\n",
+              static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_hidden_layers),
+              static_cast<long long>(c.vocab_size), at::get_num_threads(), load_before, load_after);
+  for (const auto& [label, r] : g_results) {
+    const bool bf16 = label.rfind("bf16", 0) == 0;
+    const Rate& same = bf16 ? r.gemm_bf16 : r.gemm_fp32;
+    std::printf("%-20s step %8.1f ms | model %6.1f GFLOP/s (%6.1f per CPU s) | GEMM bf16 %6.1f "
+                "(%6.1f), fp32 %6.1f (%6.1f) | MFU vs %s GEMM (same dtype) wall %5.1f%%, CPU time "
+                "%5.1f%% | vs bf16 GEMM wall %5.1f%%, CPU time %5.1f%%%s\n",
+                label.c_str(), r.step_s * 1e3, r.model.wall / 1e9, r.model.cpu / 1e9,
+                r.gemm_bf16.wall / 1e9, r.gemm_bf16.cpu / 1e9, r.gemm_fp32.wall / 1e9,
+                r.gemm_fp32.cpu / 1e9, bf16 ? "bf16" : "fp32", 100 * r.model.wall / same.wall,
+                100 * r.model.cpu / same.cpu, 100 * r.model.wall / r.gemm_bf16.wall,
+                100 * r.model.cpu / r.gemm_bf16.cpu, bf16 ? " (goal >= 30%)" : "");
+  }
   benchmark::Shutdown();
   return 0;
 }

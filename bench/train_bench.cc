@@ -5,7 +5,12 @@
 //
 //   DDP-like  every rank holds the whole model; after backward the trainable
 //             grads are flattened into one bucket, all_reduce(AVG)ed and
-//             copied back; AdamW on the full parameters.
+//             copied back; AdamW on the full parameters. With
+//             --fsdp_dtype=bf16 it computes in bf16 too (mixed-precision
+//             DDP: a bf16 copy of the model runs forward/backward, its grads
+//             are reduced in fp32 into fp32 master weights, AdamW steps the
+//             masters, which are cast back into the bf16 copy), so FSDP/DDP
+//             measures FSDP's overhead at the same compute dtype.
 //   FSDP      FullyShard per layer MLP, then the root with the PLE table
 //             frozen and ignored (the plan of models/gemma's
 //             ParallelizeGemma, applied here with FullyShard directly until
@@ -16,7 +21,9 @@
 // step 0's loss must agree (printed as a sanity check).
 //
 // Each case (Google Benchmark, fixed iterations so ranks line up): barrier,
-// --warmup steps, barrier, timed steps. Rank 0 reports step time, global
+// --warmup steps, barrier, timed steps. --rounds=R registers the pair
+// (DDP-like, FSDP) R times, interleaved, and reports each round's ratio and
+// their range. The load average is printed before and after. Rank 0 reports step time, global
 // tokens/s (world * batch * seq / step), per-rank model FLOP/s
 // (bench_math.h DecoderStepFlops) and MFU = model FLOP/s / bf16 GEMM FLOP/s,
 // the GEMM ([n, n] x [n, n], --gemm_n) timed on every rank at once, as the
@@ -24,11 +31,15 @@
 //
 //   train_bench                       # world 2, batch 4, seq 128
 //   train_bench --world=4 --backend=gloo --json_out=train.json
+//   train_bench --world=4 --fsdp_dtype=bf16 --rounds=3
+//   train_bench --adamw=loop          # libtorch's per-tensor AdamW
 //   train_bench --quick               # seconds (ctest smoke)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
+#include <c10/util/strides.h>
 #include <torch/optim/adamw.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,6 +64,7 @@
 #include "fsdp/fully_shard/fully_shard.h"
 #include "models/gemma/gemma_decoder_layer.h"
 #include "nlohmann/json.hpp"
+#include "nn/fused_adamw.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 
@@ -66,9 +78,11 @@ struct Flags {
   int world = 2;
   int64_t batch = 4, seq = 128;  // per rank
   int warmup = 2, steps = 8;
+  int rounds = 1;  // interleaved (ddp, fsdp) pairs
   int64_t gemm_n = 1024;
   std::string backend = "tpu_dist";
   std::string fsdp_dtype = "fp32";  // FSDP param_dtype: fp32 | bf16
+  std::string adamw = "fused";      // fused (nn::FusedAdamW) | loop (torch::optim::AdamW)
   bool quick = false;
   std::string json_out;
 };
@@ -88,9 +102,11 @@ Flags ParseAndStrip(int* argc, char** argv) {
     else if ((v = value(a, "--seq="))) f.seq = std::stoll(v);
     else if ((v = value(a, "--warmup="))) f.warmup = std::stoi(v);
     else if ((v = value(a, "--steps="))) f.steps = std::stoi(v);
+    else if ((v = value(a, "--rounds="))) f.rounds = std::max(1, std::stoi(v));
     else if ((v = value(a, "--gemm_n="))) f.gemm_n = std::stoll(v);
     else if ((v = value(a, "--backend="))) f.backend = v;
     else if ((v = value(a, "--fsdp_dtype="))) f.fsdp_dtype = v;
+    else if ((v = value(a, "--adamw="))) f.adamw = v;
     else if ((v = value(a, "--json_out="))) f.json_out = v;
     else if (a == "--quick" || a == "--smoke") f.quick = true;
     else argv[out++] = argv[i];
@@ -134,6 +150,7 @@ struct Env {
   double gemm_bf16 = 0;     // FLOP/s, this rank, all ranks running
   double gemm_fp32 = 0;
   std::map<std::string, double> seconds;  // per step, by case
+  std::map<std::string, double> cpu_seconds;  // this process's CPU time per step (all threads)
   std::map<std::string, double> loss0;    // step-0 loss, by case
 };
 
@@ -165,20 +182,23 @@ double GemmFlops(int64_t n, at::ScalarType dtype, int iters) {
   return 2.0 * n * n * n * iters / s;
 }
 
-// One replicated step: forward, backward, one flat all_reduce(AVG), AdamW.
-double DdpStep(Env& env, g::GemmaForCausalLM& model, torch::optim::AdamW& opt,
-               const std::vector<at::Tensor>& trainable) {
+// One replicated step: forward, backward, one flat all_reduce(AVG) in fp32,
+// AdamW. `compute` runs forward/backward; compute_params[i] is its trainable
+// parameter i and master[i] the one AdamW steps (the same tensor in fp32;
+// with a bf16 compute model the fp32 master, copied back after the step).
+double DdpStep(Env& env, g::GemmaForCausalLM& compute, torch::optim::AdamW& opt,
+               const std::vector<at::Tensor>& compute_params, const std::vector<at::Tensor>& master) {
   opt.zero_grad();
-  at::Tensor loss = model->forward(env.ids, {}, env.ids).loss;
+  compute->zero_grad();
+  at::Tensor loss = compute->forward(env.ids, {}, env.ids).loss;
   loss.backward();
   std::vector<at::Tensor> flat_grads;
-  for (const at::Tensor& p : trainable) {
+  for (const at::Tensor& p : compute_params) {
     // Weights the graph does not reach (e.g. k/v of KV-shared layers) get
     // zero grads, so every rank's bucket has the same layout.
-    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    flat_grads.push_back(p.grad().view(-1));
+    flat_grads.push_back(p.grad().defined() ? p.grad().view(-1) : at::zeros({p.numel()}, p.options()));
   }
-  std::vector<at::Tensor> bucket = {at::cat(flat_grads)};  // [sum numel]
+  std::vector<at::Tensor> bucket = {at::cat(flat_grads).to(at::kFloat)};  // [sum numel] fp32
   c10d::AllreduceOptions avg;
   avg.reduceOp = c10d::ReduceOp::AVG;
   if (env.flags.backend == "gloo") {  // Gloo lacks AVG: SUM then scale
@@ -189,12 +209,18 @@ double DdpStep(Env& env, g::GemmaForCausalLM& model, torch::optim::AdamW& opt,
     env.mesh->Group(0)->allreduce(bucket, avg)->wait();
   }
   int64_t off = 0;
-  for (const at::Tensor& p : trainable) {
+  for (const at::Tensor& p : master) {  // grads alias the bucket (not views: zero_grad detach_()es)
     const int64_t n = p.numel();
-    p.mutable_grad().view(-1).copy_(bucket[0].narrow(0, off, n));
+    at::NoGradGuard no_grad;
+    p.mutable_grad() = at::empty({0}, bucket[0].options())
+                           .set_(bucket[0].storage(), off, p.sizes(), c10::contiguous_strides(p.sizes()));
     off += n;
   }
   opt.step();
+  if (compute_params[0].unsafeGetTensorImpl() != master[0].unsafeGetTensorImpl()) {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < master.size(); ++i) compute_params[i].copy_(master[i]);
+  }
   return loss.item<double>();
 }
 
@@ -230,48 +256,87 @@ double FsdpStep(Env& env, g::GemmaForCausalLM& model, torch::optim::AdamW& opt) 
   return loss.item<double>();
 }
 
-torch::optim::AdamWOptions Adam() { return torch::optim::AdamWOptions(1e-3).weight_decay(0.01); }
+// --adamw=fused: one fused ATen kernel call per step (nn/fused_adamw.h);
+// loop: libtorch's per-tensor AdamW. Same options, same state.
+std::unique_ptr<torch::optim::AdamW> MakeAdamW(const Env& env, std::vector<at::Tensor> params) {
+  const auto opts = torch::optim::AdamWOptions(1e-3).weight_decay(0.01);
+  if (env.flags.adamw == "loop") return std::make_unique<torch::optim::AdamW>(std::move(params), opts);
+  return std::make_unique<tpudist::nn::FusedAdamW>(std::move(params), opts);
+}
 
-void RegisterStep(Env& env, const std::string& kind) {
-  const std::string name = absl::StrCat("train_step/", kind, "/", env.flags.backend, "/world",
-                                        env.flags.world);
+// CPU time of this process (every thread: the training thread and the
+// backend's op worker). Less noisy than wall time on a shared machine: it
+// leaves out time spent runnable but not running.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+std::string CaseName(const Env& env, const std::string& kind, int round) {
+  return absl::StrCat("train_step/", kind, "/", env.flags.backend, "/world", env.flags.world, "/r",
+                      round);
+}
+
+void RegisterStep(Env& env, const std::string& kind, int round) {
+  const std::string name = CaseName(env, kind, round);
   auto* bm = benchmark::RegisterBenchmark(name.c_str(), [&env, name, kind](benchmark::State& state) {
+    const bool bf16 = env.flags.fsdp_dtype == "bf16";
     g::GemmaForCausalLM model = MakeModel();
     PleWeight(*model).requires_grad_(false);
-    std::vector<at::Tensor> trainable;
+    g::GemmaForCausalLM master_model{nullptr};  // DDP-like bf16: the fp32 masters
+    std::vector<at::Tensor> trainable, master;
     std::unique_ptr<torch::optim::AdamW> opt;
     if (kind == "ddp") {
       for (const at::Tensor& p : model->parameters()) {
         if (p.requires_grad()) trainable.push_back(p);
       }
-      opt = std::make_unique<torch::optim::AdamW>(trainable, Adam());
+      master = trainable;
+      if (bf16) {
+        master_model = MakeModel();  // same init as `model`
+        PleWeight(*master_model).requires_grad_(false);
+        master.clear();
+        for (const at::Tensor& p : master_model->parameters()) {
+          if (p.requires_grad()) master.push_back(p);
+        }
+        model->to(at::kBFloat16);  // params, PLE table and buffers, as FSDP's
+      }
+      opt = MakeAdamW(env, master);
     } else {
-      const absl::Status sharded = ShardGemma(
-          model, *env.mesh,
-          env.flags.fsdp_dtype == "bf16" ? std::optional(at::kBFloat16) : std::nullopt);
+      const absl::Status sharded =
+          ShardGemma(model, *env.mesh, bf16 ? std::optional(at::kBFloat16) : std::nullopt);
       if (!sharded.ok()) {
         state.SkipWithError(sharded.ToString().c_str());
         return;
       }
-      opt = std::make_unique<torch::optim::AdamW>(model->parameters(), Adam());
+      opt = MakeAdamW(env, model->parameters());
     }
     auto step = [&] {
-      return kind == "ddp" ? DdpStep(env, model, *opt, trainable) : FsdpStep(env, model, *opt);
+      return kind == "ddp" ? DdpStep(env, model, *opt, trainable, master) : FsdpStep(env, model, *opt);
     };
     Barrier(env);
     env.loss0[name] = step();
     for (int i = 1; i < env.flags.warmup; ++i) step();
     Barrier(env);
     const auto start = Clock::now();
+    const double cpu_start = ProcessCpuSeconds();
     for (auto _ : state) step();
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     const double per_step = secs / std::max<int64_t>(state.iterations(), 1);
     env.seconds[name] = per_step;
+    env.cpu_seconds[name] = (ProcessCpuSeconds() - cpu_start) / std::max<int64_t>(state.iterations(), 1);
     const double tokens = static_cast<double>(env.flags.world * env.flags.batch * env.flags.seq);
     state.counters["tokens/s"] = tokens / per_step;
     state.counters["MFU"] = env.step_flops / per_step / env.gemm_bf16;
   });
   bm->Iterations(env.flags.steps)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+double LoadAverage() {  // 1-minute load average; -1 when unreadable
+  std::ifstream f("/proc/loadavg");
+  double l = -1;
+  f >> l;
+  return l;
 }
 
 }  // namespace
@@ -314,64 +379,81 @@ int main(int argc, char** argv) {
   const int gemm_iters = env.flags.quick ? 2 : 10;
   env.gemm_bf16 = GemmFlops(env.flags.gemm_n, at::kBFloat16, gemm_iters);
   env.gemm_fp32 = GemmFlops(env.flags.gemm_n, at::kFloat, gemm_iters);
-  RegisterStep(env, "ddp");
-  RegisterStep(env, "fsdp");
+  for (int r = 1; r <= env.flags.rounds; ++r) {
+    RegisterStep(env, "ddp", r);
+    RegisterStep(env, "fsdp", r);
+  }
+  const double load_before = LoadAverage();
   benchmark::RunSpecifiedBenchmarks();
   Barrier(env);
   if (env.rank != 0) {
     env.mesh.reset();
     _exit(0);
   }
-  const std::string suffix = absl::StrCat("/", env.flags.backend, "/world", env.flags.world);
-  const double ddp = env.seconds["train_step/ddp" + suffix];
-  const double fsdp = env.seconds["train_step/fsdp" + suffix];
+  const double load_after = LoadAverage();
   const double tokens = static_cast<double>(env.flags.world * env.flags.batch * env.flags.seq);
   std::printf("\n== train step, tiny Gemma, %s, %d ranks, batch %lld x seq %lld per rank, "
-              "FSDP param dtype %s ==\n",
+              "FSDP param dtype %s, DDP-like compute dtype %s (fp32 reduce and masters), "
+              "AdamW %s ==\n",
               env.flags.backend.c_str(), env.flags.world, static_cast<long long>(env.flags.batch),
-              static_cast<long long>(env.flags.seq), env.flags.fsdp_dtype.c_str());
+              static_cast<long long>(env.flags.seq), env.flags.fsdp_dtype.c_str(),
+              env.flags.fsdp_dtype.c_str(), env.flags.adamw.c_str());
+  std::printf("load average %.2f -> %.2f\n", load_before, load_after);
   std::printf("gemm %lld^3 per rank: bf16 %.2f GFLOP/s, fp32 %.2f GFLOP/s; model %.3f GFLOP "
               "per rank-step\n",
               static_cast<long long>(env.flags.gemm_n), env.gemm_bf16 / 1e9, env.gemm_fp32 / 1e9,
               env.step_flops / 1e9);
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& [kind, s] : {std::pair<std::string, double>{"ddp", ddp}, {"fsdp", fsdp}}) {
-    const double mfu = s > 0 ? env.step_flops / s / env.gemm_bf16 : 0;
-    const double loss0 = env.loss0["train_step/" + kind + suffix];
-    std::printf("%-5s step %9.2f ms | %10.0f tokens/s | MFU vs bf16 GEMM %5.1f%% | "
-                "vs fp32 GEMM %5.1f%% | loss0 %.6f\n",
-                kind.c_str(), s * 1e3, s > 0 ? tokens / s : 0, 100 * mfu,
-                s > 0 ? 100 * env.step_flops / s / env.gemm_fp32 : 0, loss0);
-    rows.push_back({{"kind", kind}, {"step_ms", s * 1e3}, {"tokens_per_s", s > 0 ? tokens / s : 0},
-                    {"mfu_vs_bf16_gemm", mfu}, {"loss0", loss0}});
+  std::vector<double> ratios;
+  bool ok = true;
+  const double tol = env.flags.fsdp_dtype == "bf16" ? 5e-2 : 1e-4;
+  for (int r = 1; r <= env.flags.rounds; ++r) {
+    const double ddp = env.seconds[CaseName(env, "ddp", r)];
+    const double fsdp = env.seconds[CaseName(env, "fsdp", r)];
+    for (const auto& [kind, s] : {std::pair<std::string, double>{"ddp", ddp}, {"fsdp", fsdp}}) {
+      const double mfu = s > 0 ? env.step_flops / s / env.gemm_bf16 : 0;
+      const double loss0 = env.loss0[CaseName(env, kind, r)];
+      const double cpu = env.cpu_seconds[CaseName(env, kind, r)];
+      std::printf("r%d %-5s step %9.2f ms (rank 0 CPU %7.2f ms) | %10.0f tokens/s | MFU vs bf16 "
+                  "GEMM %5.1f%% | vs fp32 GEMM %5.1f%% | loss0 %.6f\n",
+                  r, kind.c_str(), s * 1e3, cpu * 1e3, s > 0 ? tokens / s : 0, 100 * mfu,
+                  s > 0 ? 100 * env.step_flops / s / env.gemm_fp32 : 0, loss0);
+      rows.push_back({{"round", r}, {"kind", kind}, {"step_ms", s * 1e3}, {"cpu_ms", cpu * 1e3},
+                      {"tokens_per_s", s > 0 ? tokens / s : 0}, {"mfu_vs_bf16_gemm", mfu},
+                      {"loss0", loss0}});
+    }
+    ratios.push_back((ddp > 0 && fsdp > 0) ? ddp / fsdp : 0);
+    std::printf("r%d fsdp/ddp tokens/s %.3f (goal >= 0.9)\n", r, ratios.back());
+    ok = ok && ddp > 0 && fsdp > 0;
+    // Must run, not meet a number: fail when a step was not measured, or
+    // when step 0 (before any update, same weights and data) disagrees
+    // between the replicated and the sharded model beyond rounding.
+    const double l_ddp = env.loss0[CaseName(env, "ddp", r)];
+    const double l_fsdp = env.loss0[CaseName(env, "fsdp", r)];
+    if (!(std::abs(l_ddp - l_fsdp) <= tol * std::max(1.0, std::abs(l_ddp)))) {
+      std::fprintf(stderr, "train_bench: step-0 loss ddp %.6f vs fsdp %.6f (tol %g)\n", l_ddp,
+                   l_fsdp, tol);
+      ok = false;
+    }
   }
-  const double ratio = (ddp > 0 && fsdp > 0) ? ddp / fsdp : 0;
-  std::printf("fsdp/ddp tokens/s %.3f (goal >= 0.85)\n", ratio);
+  const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+  std::printf("fsdp/ddp tokens/s over %d round(s): %.3f .. %.3f\n", env.flags.rounds, *lo, *hi);
   if (!env.flags.json_out.empty()) {
     nlohmann::json j = {{"bench", "train"}, {"backend", env.flags.backend},
                         {"world", env.flags.world}, {"batch", env.flags.batch},
                         {"seq", env.flags.seq}, {"fsdp_dtype", env.flags.fsdp_dtype},
+                        {"load_before", load_before}, {"load_after", load_after},
                         {"gemm_bf16_GFLOPs", env.gemm_bf16 / 1e9},
                         {"gemm_fp32_GFLOPs", env.gemm_fp32 / 1e9},
                         {"step_GFLOP", env.step_flops / 1e9}, {"rows", rows},
-                        {"fsdp_over_ddp_tokens", ratio}};
+                        {"fsdp_over_ddp_tokens", ratios.front()},  // round 1 (tools/bench.sh)
+                        {"fsdp_over_ddp_tokens_rounds", ratios}};
     std::ofstream(env.flags.json_out) << j.dump(1) << "\n";
   }
   benchmark::Shutdown();
   const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(60));
   if (!waited.ok()) std::fprintf(stderr, "%s\n", waited.ToString().c_str());
   env.mesh.reset();
-  // Must run, not meet a number: fail when a step was not measured, or when
-  // step 0 (before any update, same weights and data) disagrees between the
-  // replicated and the sharded model beyond rounding.
-  const double l_ddp = env.loss0["train_step/ddp" + suffix];
-  const double l_fsdp = env.loss0["train_step/fsdp" + suffix];
-  const double tol = env.flags.fsdp_dtype == "bf16" ? 5e-2 : 1e-4;
-  bool ok = waited.ok() && ddp > 0 && fsdp > 0;
-  if (!(std::abs(l_ddp - l_fsdp) <= tol * std::max(1.0, std::abs(l_ddp)))) {
-    std::fprintf(stderr, "train_bench: step-0 loss ddp %.6f vs fsdp %.6f (tol %g)\n", l_ddp,
-                 l_fsdp, tol);
-    ok = false;
-  }
+  ok = ok && waited.ok();
   return ok ? 0 : 1;
 }

@@ -1,6 +1,7 @@
 #include "fsdp/fully_shard/flat_buffer.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/strides.h>
 
 namespace tpudist::fsdp {
 
@@ -23,6 +24,51 @@ at::Tensor ShardView(const at::Tensor& flat, const FlatParamLayout& layout, size
   return flat.narrow(0, e.offset, shape[0] * e.row_numel).view(shape);
 }
 
+at::Tensor AliasShard(const at::Tensor& flat, const FlatParamLayout& layout, size_t i, int64_t rank) {
+  TORCH_CHECK(flat.is_contiguous() && flat.dim() == 1, "AliasShard: flat buffer must be 1-D contiguous");
+  const FlatParamEntry& e = layout.entries[i];
+  const std::vector<int64_t> shape = ShardShape(e, layout.world_size, rank);
+  const c10::DimVector strides = c10::contiguous_strides(shape);
+  return at::empty({0}, flat.options())
+      .set_(flat.storage(), flat.storage_offset() + e.offset, shape, strides);
+}
+
+namespace {
+
+// Rank r's chunk of a parameter starts at row r * padded_rows (torch.chunk),
+// so the padded full parameter is the [W, padded_rows, row_numel] slice of
+// the per-rank flat buffers. Copies between that slice (`by_rank`: [W,
+// shard_numel]) and `full` ([d0, row_numel]) with at most two strided copies
+// per parameter: the ranks whose chunk is whole, then the one partial chunk.
+void CopyRanksToFull(const at::Tensor& by_rank, const FlatParamEntry& e, int64_t w,
+                     const at::Tensor& full_rows) {
+  const int64_t d0 = e.shape[0];
+  if (d0 == 0 || e.row_numel == 0) return;
+  const at::Tensor src = by_rank.narrow(1, e.offset, e.padded_numel).view({w, e.padded_rows, e.row_numel});
+  const int64_t whole = d0 / e.padded_rows, rem = d0 % e.padded_rows;
+  if (whole > 0) {
+    full_rows.narrow(0, 0, whole * e.padded_rows)
+        .view({whole, e.padded_rows, e.row_numel})
+        .copy_(src.narrow(0, 0, whole));
+  }
+  if (rem > 0) full_rows.narrow(0, whole * e.padded_rows, rem).copy_(src[whole].narrow(0, 0, rem));
+}
+
+void CopyFullToRanks(const at::Tensor& full_rows, const FlatParamEntry& e, int64_t w,
+                     const at::Tensor& by_rank) {
+  const int64_t d0 = e.shape[0];
+  if (d0 == 0 || e.row_numel == 0) return;
+  const at::Tensor dst = by_rank.narrow(1, e.offset, e.padded_numel).view({w, e.padded_rows, e.row_numel});
+  const int64_t whole = d0 / e.padded_rows, rem = d0 % e.padded_rows;
+  if (whole > 0) {
+    dst.narrow(0, 0, whole).copy_(
+        full_rows.narrow(0, 0, whole * e.padded_rows).view({whole, e.padded_rows, e.row_numel}));
+  }
+  if (rem > 0) dst[whole].narrow(0, 0, rem).copy_(full_rows.narrow(0, whole * e.padded_rows, rem));
+}
+
+}  // namespace
+
 std::vector<at::Tensor> UnpackAllGather(const at::Tensor& gathered, const FlatParamLayout& layout) {
   const int64_t w = layout.world_size;
   TORCH_CHECK(gathered.numel() == w * layout.shard_numel, "UnpackAllGather: ", gathered.numel(),
@@ -32,13 +78,7 @@ std::vector<at::Tensor> UnpackAllGather(const at::Tensor& gathered, const FlatPa
   out.reserve(layout.entries.size());
   for (const FlatParamEntry& e : layout.entries) {
     at::Tensor full = at::empty(e.shape, gathered.options());
-    at::Tensor full_rows = full.view({e.shape[0], e.row_numel});
-    for (int64_t r = 0; r < w; ++r) {
-      const ChunkExtent rows = ChunkOf(e.shape[0], w, r);
-      if (rows.size == 0) continue;
-      full_rows.narrow(0, rows.offset, rows.size)
-          .copy_(by_rank[r].narrow(0, e.offset, rows.size * e.row_numel).view({rows.size, e.row_numel}));
-    }
+    CopyRanksToFull(by_rank, e, w, full.view({e.shape[0], e.row_numel}));
     out.push_back(std::move(full));
   }
   return out;
@@ -50,20 +90,13 @@ at::Tensor PackReduceScatterInput(absl::Span<const at::Tensor> grads, const Flat
               " grads for ", layout.entries.size(), " entries");
   const int64_t w = layout.world_size;
   at::Tensor input = at::zeros({w * layout.shard_numel}, at::TensorOptions().dtype(dtype));
-  at::Tensor by_rank = input.view({w, layout.shard_numel});
+  const at::Tensor by_rank = input.view({w, layout.shard_numel});
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;
     const FlatParamEntry& e = layout.entries[i];
     TORCH_CHECK(grads[i].sizes() == at::IntArrayRef(e.shape), "PackReduceScatterInput: grad ", i,
                 " has shape ", grads[i].sizes(), ", expected ", at::IntArrayRef(e.shape));
-    const at::Tensor g = grads[i].reshape({e.shape[0], e.row_numel});
-    for (int64_t r = 0; r < w; ++r) {
-      const ChunkExtent rows = ChunkOf(e.shape[0], w, r);
-      if (rows.size == 0) continue;
-      by_rank[r].narrow(0, e.offset, rows.size * e.row_numel)
-          .view({rows.size, e.row_numel})
-          .copy_(g.narrow(0, rows.offset, rows.size));
-    }
+    CopyFullToRanks(grads[i].reshape({e.shape[0], e.row_numel}), e, w, by_rank);
   }
   return input;
 }

@@ -23,6 +23,12 @@ at::Tensor MakeFlatShard(absl::Span<const at::Tensor> full, const FlatParamLayou
 // through it land in `flat`. flat: [shard_numel]. Returns [ShardShape(i)].
 at::Tensor ShardView(const at::Tensor& flat, const FlatParamLayout& layout, size_t i, int64_t rank);
 
+// Like ShardView, but a plain tensor sharing `flat`'s storage rather than
+// an autograd view of it: what a parameter's .grad may be (optimizers'
+// zero_grad calls detach_(), which views refuse). flat: [shard_numel].
+// Returns [ShardShape(i)].
+at::Tensor AliasShard(const at::Tensor& flat, const FlatParamLayout& layout, size_t i, int64_t rank);
+
 // Splits an all-gather output into freshly allocated full tensors (padding
 // dropped). gathered: [W * shard_numel]. Returns full[i]: [entries[i].shape].
 std::vector<at::Tensor> UnpackAllGather(const at::Tensor& gathered, const FlatParamLayout& layout);

@@ -1,6 +1,7 @@
 #include "fsdp/fully_shard/flat_param_math.h"
 
 #include <ATen/ATen.h>
+#include <torch/optim/sgd.h>
 
 #include "fsdp/fully_shard/flat_buffer.h"
 #include "gmock/gmock.h"
@@ -77,6 +78,28 @@ TEST(FlatBufferTest, ShardGatherScatterRoundTripMatchesChunk) {
       EXPECT_TRUE(at::equal(rs[r], flats[r].to(at::kDouble))) << "w " << w << " r " << r;
     }
   }
+}
+
+// A grad aliasing the flat grad buffer: same values as the view, shared
+// storage, and torch::optim's zero_grad (detach_, then reset) accepts it.
+TEST(FlatBufferTest, AliasShardSharesStorageAndSurvivesZeroGrad) {
+  auto layout = MakeFlatParamLayout({{5, 3}, {4}, {0, 2}}, 2);
+  ASSERT_TRUE(layout.ok());
+  at::Tensor flat = at::arange(layout->shard_numel, at::kFloat);
+  for (int64_t r = 0; r < 2; ++r) {
+    for (size_t i = 0; i < layout->entries.size(); ++i) {
+      at::Tensor a = AliasShard(flat, *layout, i, r), v = ShardView(flat, *layout, i, r);
+      EXPECT_EQ(a.sizes(), v.sizes());
+      EXPECT_TRUE(at::equal(a, v)) << r << " " << i;
+      if (a.numel() > 0) EXPECT_EQ(a.data_ptr(), v.data_ptr());
+      EXPECT_FALSE(a.is_view());
+    }
+  }
+  at::Tensor p = at::zeros({3, 3}).requires_grad_();
+  p.mutable_grad() = AliasShard(flat, *layout, 0, 0);
+  torch::optim::SGD sgd({p}, 0.1);
+  sgd.zero_grad();
+  EXPECT_FALSE(p.grad().defined());
 }
 
 }  // namespace

@@ -309,11 +309,15 @@ absl::Status FsdpParamGroup::FinishReduceGrads() {
   reduce_work_.reset();
   reduce_in_ = at::Tensor();
   if (!s.ok()) return s;
+  // The shard grads alias one flat buffer in the master dtype (the
+  // reduce-scatter output itself when the dtypes match): one cast at most,
+  // no per-parameter copy.
+  const at::Tensor flat_grad = reduce_out_.scalar_type() == orig_dtype_ ? reduce_out_
+                                                                        : reduce_out_.to(orig_dtype_);
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
     if (!p.trainable) continue;
-    at::Tensor g = ShardView(reduce_out_, layout_, i, rank_).to(orig_dtype_, /*non_blocking=*/false,
-                                                               /*copy=*/true);
+    at::Tensor g = AliasShard(flat_grad, layout_, i, rank_);
     if (p.stashed_grad.defined()) g = p.stashed_grad.add_(g);
     p.stashed_grad = at::Tensor();
     p.param.mutable_grad() = g;
