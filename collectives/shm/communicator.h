@@ -10,8 +10,10 @@
 // Phase protocol. Every collective is a sequence of phases; every rank runs
 // every phase of every op (ranks with nothing to send still publish), so all
 // ranks agree on the phase number p. In phase p a rank
-//   1. BeginPhase(): waits until every peer has published phase p-K+1, i.e.
-//      has finished reading phase p-K, whose slot (p mod K) we now reuse;
+//   1. BeginPhase(): the slot (p mod K) is free once every peer has
+//      published phase p-K+1, i.e. has finished reading phase p-K. That is
+//      always true already: step 3 of phase p-1 saw every peer publish p-1
+//      (>= p-K+1 for K >= 2), so BeginPhase only checks poison and abort;
 //   2. writes its header/data into slot p mod K;
 //   3. PublishAndWait(): stores p into its phase word, adds one to rank 0's
 //      arrival count and waits until that reaches p * W (the last rank to
