@@ -10,10 +10,12 @@
 // the process group against Gloo.
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "collectives/core/reduce_kernels.h"
+#include "collectives/core/stream_copy.h"
 #include "collectives/shm/algorithms.h"
 #include "collectives/shm/communicator.h"
 #include "collectives/test_util.h"
@@ -85,6 +87,10 @@ struct Case {
   bool oversubscribed;  // the wait policy and slot count of ranks > cores
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "world " << c.world << ", slot " << c.slot_bytes << (c.oversubscribed ? ", oversubscribed" : "");
+}
+
 class ShmAllReduceTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ShmAllReduceTest, MatchesTheReferenceOnEveryRank) {
@@ -146,6 +152,45 @@ TEST_P(ShmAllReduceTest, MatchesTheReferenceOnEveryRank) {
             }
           }
         }
+      }
+    }
+  });
+}
+
+// A result of >= kStreamCopyMinBytes is copied out with streaming stores
+// (stream_copy.h); a ragged count over many pipelined chunks, fp32 and bf16.
+TEST(ShmAllReduceLargeTest, StreamedResultMatchesTheReference) {
+  constexpr int kWorld = 3;
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = testing::UniqueJob("shmarl");
+  testing::RunThreads(kWorld, [&](int rank) {
+    CommOptions options;
+    options.job_id = job;
+    options.slot_bytes = 64 << 10;
+    options.num_slots = 2;
+    absl::StatusOr<std::unique_ptr<Communicator>> comm =
+        Communicator::Create(*store, rank, kWorld, options);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    uint32_t seq = 0;
+    for (DataType type : {DataType::kFloat32, DataType::kBFloat16}) {
+      const int64_t es = static_cast<int64_t>(ElementSize(type));
+      const int64_t count = kStreamCopyMinBytes / es + 13;
+      ASSERT_TRUE(UseStreamCopy(count * es));
+      for (ReduceKind kind : {ReduceKind::kSum, ReduceKind::kMax}) {
+        std::vector<char> buf(count * es);  // [count] of type
+        for (int64_t i = 0; i < count; ++i) Store(type, buf.data(), i, InputValue(kind, rank, i));
+        OpSpec spec;
+        spec.ctx.name = "allreduce";
+        spec.ctx.start = absl::Now();
+        spec.ctx.timeout = absl::Seconds(60);
+        spec.seq = ++seq;
+        spec.dtype = type;
+        spec.shape = {count};
+        spec.count = count;
+        ASSERT_TRUE(AllReduce(**comm, spec, kind, buf.data(), /*small_bytes=*/0).ok());
+        int64_t bad = 0;
+        for (int64_t i = 0; i < count; ++i) bad += Load(type, buf.data(), i) != Expected(kind, kWorld, i);
+        EXPECT_EQ(bad, 0) << DataTypeName(type) << " " << ReduceKindName(kind) << " rank " << rank;
       }
     }
   });
