@@ -65,9 +65,11 @@ namespace tpudist::collectives::shm {
 // Slot size and count for `local_ranks` ranks sharing `usable_cores` cores
 // (pure). Every phase is a barrier that needs each rank to run once, so when
 // ranks outnumber cores (each barrier costs context switches) the slots are
-// big and few: 2 of 2 MiB (16 MiB all_reduce: 16 phases instead of 128).
+// big and few: 2 of 2 MiB (16 MiB reduce_scatter: 8 phases instead of 64).
 // Otherwise 8 of 256 KiB (L2-sized chunks; 8 beat 4 and 16 at 16 MiB).
-// Measured: bench/README.md, "Waiting under load".
+// The large all_reduce uses only AllReducePhaseBytes of a slot per phase
+// (128 KiB at 16 ranks: what a phase writes must stay cached).
+// Measured: bench/README.md, "Waiting under load" and "Goal 2 after".
 struct SlotGeometry {
   int64_t slot_bytes;
   int num_slots;
