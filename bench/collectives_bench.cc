@@ -23,6 +23,7 @@
 //   collectives_bench --ops=all_reduce --dtypes=fp32 --min_bytes=8 --max_bytes=16777216
 //   collectives_bench --gloo=0 | --gloo_max_bytes=N   # skip Gloo (above N)
 //   collectives_bench --slot_bytes=N --slots=K --spin=N --yield=M  # shm experiments
+//   collectives_bench --floor_rounds=N         # bare futex barriers timed (latency floor)
 //   collectives_bench --busy_threads_per_core=2  # with a competing load that the
 //                                              # bench starts and stops itself
 //   collectives_bench --world=4 --hosts=2      # 2 emulated hosts x 2 ranks (host id
@@ -53,6 +54,7 @@
 #include "bench/bench_report.h"
 #include "bench/busy_load.h"
 #include "bench/forked_ranks.h"
+#include "bench/futex_barrier.h"
 #include "bench/tcp_loopback.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "collectives/shm/wait.h"
@@ -87,6 +89,7 @@ struct Flags {
   int spin = -1;           // -1: the group's default
   int yield = -1;
   int busy_per_core = 0;   // busy processes per usable core (bench/busy_load.h)
+  int floor_rounds = 2000; // bare futex barriers timed as the latency floor (0: none)
 };
 
 // Parses our flags out of argv, leaving Google Benchmark's.
@@ -117,6 +120,7 @@ Flags ParseAndStrip(int* argc, char** argv) {
     else if ((v = value(a, "--spin="))) f.spin = std::stoi(v);
     else if ((v = value(a, "--yield="))) f.yield = std::stoi(v);
     else if ((v = value(a, "--busy_threads_per_core="))) f.busy_per_core = std::stoi(v);
+    else if ((v = value(a, "--floor_rounds="))) f.floor_rounds = std::stoi(v);
     else if (a == "--quick" || a == "--smoke") f.quick = true;
     else argv[out++] = argv[i];
   }
@@ -125,6 +129,7 @@ Flags ParseAndStrip(int* argc, char** argv) {
     f.min_bytes = 8;
     f.max_bytes = 64 << 10;
     f.step = 8192;  // 8 B and 64 KiB
+    f.floor_rounds = std::min(f.floor_rounds, 20);
   }
   return f;
 }
@@ -395,6 +400,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", busy.status().ToString().c_str());
     return 2;
   }
+  // The latency floor (one bare futex barrier of all ranks), mapped before
+  // the fork so that every rank shares it.
+  absl::StatusOr<tb::FutexBarrier> floor_barrier = tb::FutexBarrier::Create(env.flags.world);
+  if (!floor_barrier.ok()) {
+    std::fprintf(stderr, "%s\n", floor_barrier.status().ToString().c_str());
+    return 2;
+  }
   char dir_template[] = "/tmp/tpud_bench_XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   const std::string job = "bench" + std::to_string(getpid());
@@ -440,6 +452,12 @@ int main(int argc, char** argv) {
   RegisterAll(env);
   benchmark::RunSpecifiedBenchmarks();
   env.ours->barrier()->wait();
+  // Same policy as the group's waits: no spin when ranks outnumber cores.
+  namespace shm = tpudist::collectives::shm;
+  const int floor_spin = shm::ChooseWaitPolicy(env.flags.world, shm::UsableCores()).spin_iters;
+  const double floor_s =
+      env.flags.floor_rounds > 0 ? floor_barrier->TimeRounds(env.flags.floor_rounds, floor_spin)
+                                 : -1;
   if (env.rank != 0) {
     env.gloo.reset();
     env.ours.reset();
@@ -458,6 +476,11 @@ int main(int argc, char** argv) {
   std::printf("\n== collectives, %d ranks%s (load average %.2f -> %.2f) ==\n%s", env.flags.world,
               hosts.c_str(), load_before, load_after, tb::FormatTable(rows).c_str());
   PrintGoals(rows, env.flags.world);
+  if (floor_s > 0) {
+    std::printf("latency floor: one bare futex barrier of %d processes (one arrival word, one "
+                "FUTEX_WAKE of all sleepers, %d spins): %.2f us (mean of %d)\n",
+                env.flags.world, floor_spin, floor_s * 1e6, env.flags.floor_rounds);
+  }
   const std::optional<tb::TcpLoopback> loopback = PrintCrossHostGoal(rows, env.flags);
   if (!env.flags.json_out.empty()) {
     nlohmann::json j = {{"bench", "collectives"},

@@ -23,6 +23,23 @@ Range EvenSlice(int64_t total, int64_t parts, int64_t index) {
   return Range{begin, base + (index < extra ? 1 : 0)};
 }
 
+PipelinedLayout PipelinedAllReduceLayout(int64_t slot_bytes, int64_t elem_size, int world) {
+  auto offset = [](int64_t elems, int64_t es) { return (elems * es + 63) & ~int64_t{63}; };
+  auto fits = [&](int64_t c) {
+    return offset(c, elem_size) + (c + world - 1) / world * elem_size <= slot_bytes;
+  };
+  // Start from the estimate C * (1 + 1/W) = slot and step down past the
+  // alignment padding and rounding (at most 64 / elem_size + 1 steps).
+  int64_t c = slot_bytes / elem_size * world / (world + 1);
+  while (c > 1 && !fits(c)) --c;
+  c = std::max<int64_t>(c, 1);
+  return PipelinedLayout{c, offset(c, elem_size)};
+}
+
+int64_t AllReducePhaseBytes(int64_t slot_bytes, int world) {
+  return std::min(slot_bytes, std::max(kAllReducePhaseBudgetBytes / world, int64_t{64} << 10));
+}
+
 std::vector<int64_t> TorchChunkSizes(int64_t total, int chunks) {
   std::vector<int64_t> sizes(chunks, 0);
   if (total == 0) return sizes;

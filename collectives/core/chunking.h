@@ -41,6 +41,27 @@ Range ChunkRange(int64_t total, int64_t chunk, int64_t index);
 // chunk". REQUIRES: parts > 0, 0 <= index < parts, total >= 0.
 Range EvenSlice(int64_t total, int64_t parts, int64_t index);
 
+// Slot layout of the one-phase-per-chunk all-reduce (shm::AllReduce): a slot
+// of `slot_bytes` carries a chunk of `chunk_elems` elements at byte 0 and, at
+// byte `result_offset` (64-aligned), one rank's reduced slice of the previous
+// chunk: at most ceil(chunk_elems / world) elements. chunk_elems is the
+// largest that fits. REQUIRES: world >= 1, 1 <= elem_size <= 8,
+// slot_bytes >= 128 (then chunk_elems >= 1).
+struct PipelinedLayout {
+  int64_t chunk_elems = 0;
+  int64_t result_offset = 0;
+};
+PipelinedLayout PipelinedAllReduceLayout(int64_t slot_bytes, int64_t elem_size, int world);
+
+// Bytes of a slot the pipelined all-reduce uses per phase: the slot, but at
+// most kAllReducePhaseBudgetBytes / world (and not below 64 KiB), so that
+// what all ranks write in one phase stays in the shared cache until their
+// peers read it. Measured at 16 ranks on 2 cores (bench/README.md, "Goal 2
+// after"): 128 KiB per rank beat 64, 192, 256, 512 KiB and 2 MiB. With 2 or
+// 4 ranks and 256 KiB slots it changes nothing. REQUIRES: world >= 1.
+inline constexpr int64_t kAllReducePhaseBudgetBytes = int64_t{2} << 20;
+int64_t AllReducePhaseBytes(int64_t slot_bytes, int world);
+
 // torch.chunk(x, chunks) sizes along one dimension of length `total`: every
 // piece has ceil(total / chunks) units except a shorter last one, and fewer
 // than `chunks` pieces may exist. The result always has `chunks` entries; the

@@ -71,6 +71,38 @@ TEST(ChunkingTest, TorchChunkSizesMatchTorchChunk) {
   }
 }
 
+// The chunk and the largest slice of it fit the slot, the result area is
+// 64-aligned past the chunk, and one more element would not fit.
+TEST(ChunkingTest, PipelinedAllReduceLayoutFitsAndIsTight) {
+  auto need = [](int64_t c, int64_t es, int world) {
+    return ((c * es + 63) & ~int64_t{63}) + (c + world - 1) / world * es;
+  };
+  for (int64_t slot : {128, 4096, 4100, 262144, 2 << 20}) {
+    for (int64_t es : {1, 2, 4, 8}) {
+      for (int world : {1, 2, 3, 16, 64}) {
+        if (slot < 64 * world) continue;  // not a valid slot for this world
+        const PipelinedLayout l = PipelinedAllReduceLayout(slot, es, world);
+        SCOPED_TRACE(::testing::Message() << slot << " B, es " << es << ", world " << world);
+        ASSERT_GE(l.chunk_elems, 1);
+        EXPECT_EQ(l.result_offset % 64, 0);
+        EXPECT_GE(l.result_offset, l.chunk_elems * es);
+        EXPECT_LE(need(l.chunk_elems, es, world), slot);
+        EXPECT_GT(need(l.chunk_elems + 1, es, world), slot);
+      }
+    }
+  }
+  // 2 MiB fp32 slots at 16 ranks: chunks of ~16/17 of the slot.
+  EXPECT_EQ(PipelinedAllReduceLayout(2 << 20, 4, 16).chunk_elems, 493440);
+}
+
+TEST(ChunkingTest, AllReducePhaseBytesKeepsAPhaseInTheCache) {
+  EXPECT_EQ(AllReducePhaseBytes(2 << 20, 16), 128 << 10);   // 16 ranks: 2 MiB in all
+  EXPECT_EQ(AllReducePhaseBytes(256 << 10, 2), 256 << 10);  // the slot when smaller
+  EXPECT_EQ(AllReducePhaseBytes(256 << 10, 4), 256 << 10);
+  EXPECT_EQ(AllReducePhaseBytes(2 << 20, 256), 64 << 10);   // floor
+  EXPECT_EQ(AllReducePhaseBytes(4096, 16), 4096);           // tiny test slots
+}
+
 TEST(ChunkingTest, ExclusiveOffsets) {
   const std::vector<int64_t> sizes = {3, 0, 5, 1};
   EXPECT_THAT(ExclusiveOffsets(sizes), testing::ElementsAre(0, 3, 3, 8));

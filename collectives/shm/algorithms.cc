@@ -5,113 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/core/chunking.h"
+#include "collectives/shm/phases.h"
 
 namespace tpudist::collectives::shm {
-namespace {
 
-char* At(void* p, int64_t off) { return static_cast<char*>(p) + off; }
-const char* At(const void* p, int64_t off) {
-  return static_cast<const char*>(p) + off;
-}
-
-// Drives `phases` (>= 1) lock-step phases. write(i, my_slot) fills this
-// rank's slot for phase i; read(i) consumes peers' slots of phase i. The
-// header goes out with phase 0 and is checked before read(0).
-template <typename Write, typename Read>
-absl::Status RunPhases(Communicator& comm, const OpSpec& spec,
-                       const OpHeader& header, int64_t phases, Write write,
-                       Read read) {
-  phases = std::max<int64_t>(phases, 1);
-  for (int64_t i = 0; i < phases; ++i) {
-    if (absl::Status s = comm.BeginPhase(spec.ctx); !s.ok()) return s;
-    if (i == 0) *comm.my_header() = header;
-    write(i, comm.my_data());
-    if (absl::Status s = comm.PublishAndWait(spec.ctx); !s.ok()) return s;
-    if (i == 0) {
-      if (absl::Status s = comm.CheckHeaders(spec.ctx); !s.ok()) return s;
-    }
-    if (absl::Status s = read(i); !s.ok()) return comm.Poison(s);
-  }
-  return absl::OkStatus();
-}
-
-std::vector<const void*> PeerSlots(const Communicator& comm, int64_t off) {
-  std::vector<const void*> v(comm.size());
-  for (int r = 0; r < comm.size(); ++r) v[r] = At(comm.peer_data(r), off);
-  return v;
-}
-
-}  // namespace
-
-absl::Status AllReduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
-                       void* data, int64_t small_bytes) {
-  const size_t es = ElementSize(spec.dtype);
-  const int64_t bytes = spec.count * static_cast<int64_t>(es);
-  const OpHeader header = MakeHeader(spec, OpKind::kAllreduce, op, -1, true);
-  const int64_t world = comm.size();
-  const int64_t slot_elems = comm.slot_bytes() / static_cast<int64_t>(es);
-  if (bytes <= small_bytes) {
-    // One-shot, per chunk of slot_elems: every rank copies the chunk into
-    // its slot, publishes, and then reduces all W slots (in rank order, so
-    // results are identical on every rank) straight into its own buffer. One
-    // sync per chunk; the rotating slots replace a trailing barrier. Only for
-    // small messages: every rank reads all W slots. (Measured at W = 2,
-    // 16 MiB: 1.2-1.9x slower than reduce-scatter + all-gather, which reads
-    // only half of the peer's cache-hot data across cores.)
-    return RunPhases(
-        comm, spec, header, NumChunks(spec.count, slot_elems),
-        [&](int64_t i, void* slot) {
-          if (spec.count == 0) return;
-          const Range c = ChunkRange(spec.count, slot_elems, i);
-          std::memcpy(slot, At(data, c.begin * es), c.size * es);
-        },
-        [&](int64_t i) {
-          if (spec.count == 0) return absl::OkStatus();
-          const Range c = ChunkRange(spec.count, slot_elems, i);
-          ReduceInto(spec.dtype, op, At(data, c.begin * es), PeerSlots(comm, 0),
-                     c.size);
-          return absl::OkStatus();
-        });
-  }
-  // Chunked reduce-scatter + all-gather. The buffer is cut into chunks of
-  // slot_elems; each chunk takes two phases:
-  //   A (even phase): copy the chunk into the slot. After the sync rank r
-  //     reduces its EvenSlice(chunk, W, r) from all W slots into its own
-  //     buffer (safe: the chunk is already in the slot).
-  //   B (odd phase): copy that reduced slice into the slot at the same
-  //     offset. After the sync every rank copies every peer's slice out.
-  // With K >= 4 slots, copy-in of chunk i+1 proceeds while slower peers are
-  // still reading chunk i's slots.
-  const int64_t chunks = NumChunks(spec.count, slot_elems);
-  return RunPhases(
-      comm, spec, header, 2 * chunks,
-      [&](int64_t i, void* slot) {
-        const Range c = ChunkRange(spec.count, slot_elems, i / 2);
-        if (i % 2 == 0) {
-          std::memcpy(slot, At(data, c.begin * es), c.size * es);
-        } else {
-          const Range s = EvenSlice(c.size, world, comm.rank());
-          std::memcpy(At(slot, s.begin * es),
-                      At(data, (c.begin + s.begin) * es), s.size * es);
-        }
-      },
-      [&](int64_t i) {
-        const Range c = ChunkRange(spec.count, slot_elems, i / 2);
-        if (i % 2 == 0) {
-          const Range s = EvenSlice(c.size, world, comm.rank());
-          ReduceInto(spec.dtype, op, At(data, (c.begin + s.begin) * es),
-                     PeerSlots(comm, s.begin * es), s.size);
-        } else {
-          for (int r = 0; r < world; ++r) {
-            if (r == comm.rank()) continue;
-            const Range s = EvenSlice(c.size, world, r);
-            std::memcpy(At(data, (c.begin + s.begin) * es),
-                        At(comm.peer_data(r), s.begin * es), s.size * es);
-          }
-        }
-        return absl::OkStatus();
-      });
-}
+using internal::At;
+using internal::PeerSlots;
+using internal::RunPhases;
 
 absl::Status Reduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
                     int root, void* data) {

@@ -26,8 +26,10 @@
 namespace tpudist::collectives::shm {
 
 // In-place all-reduce of `count` elements at `data` ([count]). Messages of at
-// most `small_bytes` take the one-shot path (chunked if larger than a slot);
-// larger ones the chunked reduce-scatter + all-gather path.
+// most `small_bytes` (and every message when size() == 1) take the one-shot
+// path (chunked if larger than a slot); larger ones a reduce-scatter +
+// all-gather pipelined over slot-sized chunks, one phase per chunk plus one
+// (all_reduce.cc).
 absl::Status AllReduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
                        void* data, int64_t small_bytes);
 

@@ -10,8 +10,10 @@
 // Phase protocol. Every collective is a sequence of phases; every rank runs
 // every phase of every op (ranks with nothing to send still publish), so all
 // ranks agree on the phase number p. In phase p a rank
-//   1. BeginPhase(): waits until every peer has published phase p-K+1, i.e.
-//      has finished reading phase p-K, whose slot (p mod K) we now reuse;
+//   1. BeginPhase(): the slot (p mod K) is free once every peer has
+//      published phase p-K+1, i.e. has finished reading phase p-K. That is
+//      always true already: step 3 of phase p-1 saw every peer publish p-1
+//      (>= p-K+1 for K >= 2), so BeginPhase only checks poison and abort;
 //   2. writes its header/data into slot p mod K;
 //   3. PublishAndWait(): stores p into its phase word, adds one to rank 0's
 //      arrival count and waits until that reaches p * W (the last rank to
@@ -63,9 +65,11 @@ namespace tpudist::collectives::shm {
 // Slot size and count for `local_ranks` ranks sharing `usable_cores` cores
 // (pure). Every phase is a barrier that needs each rank to run once, so when
 // ranks outnumber cores (each barrier costs context switches) the slots are
-// big and few: 2 of 2 MiB (16 MiB all_reduce: 16 phases instead of 128).
+// big and few: 2 of 2 MiB (16 MiB reduce_scatter: 8 phases instead of 64).
 // Otherwise 8 of 256 KiB (L2-sized chunks; 8 beat 4 and 16 at 16 MiB).
-// Measured: bench/README.md, "Waiting under load".
+// The large all_reduce uses only AllReducePhaseBytes of a slot per phase
+// (128 KiB at 16 ranks: what a phase writes must stay cached).
+// Measured: bench/README.md, "Waiting under load" and "Goal 2 after".
 struct SlotGeometry {
   int64_t slot_bytes;
   int num_slots;

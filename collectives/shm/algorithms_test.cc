@@ -1,0 +1,210 @@
+// shm::AllReduce on ranks as threads over a HashStore, both paths (one-shot
+// and the pipelined one-phase-per-chunk reduce-scatter + all-gather), against
+// a reference computed here in double in rank order: world sizes 1, 2, 3 and
+// 16 (16 with the oversubscribed wait policy and slot count), element counts
+// 0, 1, a prime, and several chunks with a ragged last one, fp32 / bf16 /
+// int32 / fp64, every ReduceOp defined for the type. Inputs are small
+// integers (products of +-1 and 2), so every reduction order gives exact
+// results except AVG, which is compared to 1 ulp of the type. The Gloo
+// oracle tests (process_group_gloo_oracle_test.cc) check the same ops through
+// the process group against Gloo.
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "collectives/core/reduce_kernels.h"
+#include "collectives/core/stream_copy.h"
+#include "collectives/shm/algorithms.h"
+#include "collectives/shm/communicator.h"
+#include "collectives/test_util.h"
+#include "gtest/gtest.h"
+#include "torch/csrc/distributed/c10d/HashStore.hpp"
+
+namespace tpudist::collectives::shm {
+namespace {
+
+// Element i of rank r's input for `kind`: small integers ([-4, 4]; +-1 or 2
+// for PRODUCT; a byte pattern for the bitwise ops).
+int64_t InputValue(ReduceKind kind, int rank, int64_t i) {
+  switch (kind) {
+    case ReduceKind::kProduct: {
+      const int64_t k = (rank + i) % 3;
+      return k == 0 ? -1 : (k == 1 ? 1 : 2);
+    }
+    case ReduceKind::kBand:
+    case ReduceKind::kBor:
+    case ReduceKind::kBxor:
+      return (rank * 37 + i * 11) & 0xff;
+    default:
+      return (rank * 7 + i * 3) % 9 - 4;
+  }
+}
+
+void Store(DataType t, void* p, int64_t i, double v) {
+  switch (t) {
+    case DataType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(p)[i] = v; break;
+    case DataType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(p)[i] = FloatToBFloat16Bits(static_cast<float>(v));
+      break;
+    default: FAIL() << "type not used here";
+  }
+}
+
+double Load(DataType t, const void* p, int64_t i) {
+  switch (t) {
+    case DataType::kFloat32: return static_cast<const float*>(p)[i];
+    case DataType::kFloat64: return static_cast<const double*>(p)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(p)[i];
+    case DataType::kBFloat16: return BFloat16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
+    default: return NAN;
+  }
+}
+
+double Expected(ReduceKind kind, int world, int64_t i) {
+  int64_t acc = InputValue(kind, 0, i);
+  for (int r = 1; r < world; ++r) {
+    const int64_t v = InputValue(kind, r, i);
+    switch (kind) {
+      case ReduceKind::kSum: case ReduceKind::kAvg: acc += v; break;
+      case ReduceKind::kProduct: acc *= v; break;
+      case ReduceKind::kMin: acc = std::min(acc, v); break;
+      case ReduceKind::kMax: acc = std::max(acc, v); break;
+      case ReduceKind::kBand: acc &= v; break;
+      case ReduceKind::kBor: acc |= v; break;
+      case ReduceKind::kBxor: acc ^= v; break;
+    }
+  }
+  return kind == ReduceKind::kAvg ? static_cast<double>(acc) / world : static_cast<double>(acc);
+}
+
+struct Case {
+  int world;
+  int64_t slot_bytes;
+  bool oversubscribed;  // the wait policy and slot count of ranks > cores
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "world " << c.world << ", slot " << c.slot_bytes << (c.oversubscribed ? ", oversubscribed" : "");
+}
+
+class ShmAllReduceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ShmAllReduceTest, MatchesTheReferenceOnEveryRank) {
+  const Case param = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = testing::UniqueJob("shmar");
+  const std::vector<ReduceKind> all = {ReduceKind::kSum, ReduceKind::kAvg, ReduceKind::kProduct,
+                                       ReduceKind::kMin, ReduceKind::kMax, ReduceKind::kBand,
+                                       ReduceKind::kBor, ReduceKind::kBxor};
+  const std::vector<DataType> types = {DataType::kFloat32, DataType::kBFloat16,
+                                       DataType::kInt32, DataType::kFloat64};
+  testing::RunThreads(param.world, [&](int rank) {
+    CommOptions options;
+    options.job_id = job;
+    options.slot_bytes = param.slot_bytes;
+    options.num_slots = 2;
+    options.wait = ChooseWaitPolicy(param.world, param.oversubscribed ? 1 : param.world);
+    options.setup_timeout = absl::Seconds(60);
+    absl::StatusOr<std::unique_ptr<Communicator>> comm =
+        Communicator::Create(*store, rank, param.world, options);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    uint32_t seq = 0;
+    for (DataType type : types) {
+      const int64_t es = static_cast<int64_t>(ElementSize(type));
+      // Several pipelined chunks plus a ragged one (prime); with this slot.
+      const int64_t many = 3 * param.slot_bytes / es + 7;
+      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{37}, many}) {
+        for (ReduceKind kind : all) {
+          if (!CheckReducible(type, kind).ok()) continue;
+          for (int64_t small_bytes : {int64_t{-1}, int64_t{1} << 40}) {  // pipelined, one-shot
+            SCOPED_TRACE(::testing::Message()
+                         << DataTypeName(type) << " " << ReduceKindName(kind) << " count "
+                         << count << (small_bytes < 0 ? " pipelined" : " one-shot")
+                         << " rank " << rank);
+            std::vector<char> buf(count * es + 1);  // [count] of type
+            for (int64_t i = 0; i < count; ++i) Store(type, buf.data(), i, InputValue(kind, rank, i));
+            OpSpec spec;
+            spec.ctx.name = "allreduce";
+            spec.ctx.start = absl::Now();
+            spec.ctx.timeout = absl::Seconds(60);
+            spec.seq = ++seq;
+            spec.dtype = type;
+            spec.shape = {count};
+            spec.count = count;
+            const absl::Status s = AllReduce(**comm, spec, kind, buf.data(), small_bytes);
+            ASSERT_TRUE(s.ok()) << s;
+            int bad = 0;
+            for (int64_t i = 0; i < count && bad < 3; ++i) {
+              const double want = Expected(kind, param.world, i);
+              const double got = Load(type, buf.data(), i);
+              const double tol = kind != ReduceKind::kAvg ? 0
+                                 : type == DataType::kBFloat16 ? std::abs(want) / 128 + 1e-30
+                                 : type == DataType::kFloat32 ? std::abs(want) * 2e-7 : 1e-12;
+              if (std::abs(got - want) > tol) {
+                ++bad;
+                ADD_FAILURE() << "element " << i << " of " << count << ": got " << got
+                              << ", want " << want;
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// A result of >= kStreamCopyMinBytes is copied out with streaming stores
+// (stream_copy.h); a ragged count over many pipelined chunks, fp32 and bf16.
+TEST(ShmAllReduceLargeTest, StreamedResultMatchesTheReference) {
+  constexpr int kWorld = 3;
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = testing::UniqueJob("shmarl");
+  testing::RunThreads(kWorld, [&](int rank) {
+    CommOptions options;
+    options.job_id = job;
+    options.slot_bytes = 64 << 10;
+    options.num_slots = 2;
+    absl::StatusOr<std::unique_ptr<Communicator>> comm =
+        Communicator::Create(*store, rank, kWorld, options);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    uint32_t seq = 0;
+    for (DataType type : {DataType::kFloat32, DataType::kBFloat16}) {
+      const int64_t es = static_cast<int64_t>(ElementSize(type));
+      const int64_t count = kStreamCopyMinBytes / es + 13;
+      ASSERT_TRUE(UseStreamCopy(count * es));
+      for (ReduceKind kind : {ReduceKind::kSum, ReduceKind::kMax}) {
+        std::vector<char> buf(count * es);  // [count] of type
+        for (int64_t i = 0; i < count; ++i) Store(type, buf.data(), i, InputValue(kind, rank, i));
+        OpSpec spec;
+        spec.ctx.name = "allreduce";
+        spec.ctx.start = absl::Now();
+        spec.ctx.timeout = absl::Seconds(60);
+        spec.seq = ++seq;
+        spec.dtype = type;
+        spec.shape = {count};
+        spec.count = count;
+        ASSERT_TRUE(AllReduce(**comm, spec, kind, buf.data(), /*small_bytes=*/0).ok());
+        int64_t bad = 0;
+        for (int64_t i = 0; i < count; ++i) bad += Load(type, buf.data(), i) != Expected(kind, kWorld, i);
+        EXPECT_EQ(bad, 0) << DataTypeName(type) << " " << ReduceKindName(kind) << " rank " << rank;
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, ShmAllReduceTest,
+    ::testing::Values(Case{1, 256, false}, Case{2, 256, false}, Case{3, 4096, false},
+                      Case{3, 4100, true}, Case{16, 4096, true}, Case{16, 8192, false}),
+    [](const auto& info) {
+      return "w" + std::to_string(info.param.world) + "_slot" +
+             std::to_string(info.param.slot_bytes) +
+             (info.param.oversubscribed ? "_oversubscribed" : "");
+    });
+
+}  // namespace
+}  // namespace tpudist::collectives::shm
