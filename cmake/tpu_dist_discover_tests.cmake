@@ -4,7 +4,8 @@
 # the labels, timeout and environment tpu_dist_cc_test was given. Each entry
 # is one process, and a process that loads libtorch costs about 0.4
 # CPU-seconds before its first case, so:
-#   - a suite labelled only `unit` (in-process) is one entry,
+#   - a suite labelled only `unit` (or `unit` and `oracle`: in-process,
+#     compared with fixtures regenerated on this machine) is one entry,
 #     "<binary>.<Suite>" (filter "Suite.*");
 #   - every other case is its own entry, "<binary>.<Suite>.<Case>", except
 #     that all instances of one value-parameterized test (Suite.Case/<param>)
@@ -12,7 +13,9 @@
 #
 # Inputs (variables set by the caller): _tdd_name, _tdd_exe, _tdd_out,
 # _tdd_args, _tdd_default_labels, _tdd_suite_labels ("Suite=l1,l2;..."),
-# _tdd_timeout, _tdd_env, _tdd_workdir.
+# _tdd_timeout, _tdd_env, _tdd_workdir, _tdd_oracle_dir (where the
+# oracle_fixtures entry regenerates the fixtures; suites labelled `oracle`
+# get it as TPU_DIST_ORACLE_FIXTURES and require that entry).
 
 cmake_policy(PUSH)
 cmake_policy(VERSION 3.20)
@@ -74,7 +77,9 @@ foreach(_tdd_line IN LISTS _tdd_lines)
     set(_tdd_labels "${_tdd_labels_of_${_tdd_base}}")
   endif()
   set(_tdd_single TRUE)
-  if(_tdd_labels STREQUAL "unit")
+  set(_tdd_kind "${_tdd_labels}")
+  list(REMOVE_ITEM _tdd_kind oracle)
+  if(_tdd_kind STREQUAL "unit")
     # In-process suites: one entry per suite ("Suite.*"), so `-L unit` pays
     # the libtorch load once per suite rather than once per case.
     set(_tdd_case "*")
@@ -109,12 +114,20 @@ foreach(_tdd_line IN LISTS _tdd_lines)
   _tdd_quote(_tdd_qexe "${_tdd_exe}")
   _tdd_quote(_tdd_qdir "${_tdd_workdir}")
   # One bracket argument each: ctest reads the ';' inside as list separators.
-  _tdd_quote(_tdd_qenv "${_tdd_env}")
+  set(_tdd_case_env "${_tdd_env}")
+  set(_tdd_fixtures "")
+  if("oracle" IN_LIST _tdd_labels)
+    # Compared against transformers / torch run on this machine: the
+    # oracle_fixtures entry regenerates them first (same kernel path).
+    list(APPEND _tdd_case_env "TPU_DIST_ORACLE_FIXTURES=${_tdd_oracle_dir}")
+    set(_tdd_fixtures " FIXTURES_REQUIRED oracle_fixtures")
+  endif()
+  _tdd_quote(_tdd_qenv "${_tdd_case_env}")
   _tdd_quote(_tdd_qlabels "${_tdd_labels}")
   string(APPEND _tdd_script
     "add_test(${_tdd_qname} ${_tdd_qexe} ${_tdd_qfilter}${_tdd_qargs})\n"
     "set_tests_properties(${_tdd_qname} PROPERTIES LABELS ${_tdd_qlabels} TIMEOUT ${_tdd_t}"
-    " RUN_SERIAL ${_tdd_serial} WORKING_DIRECTORY ${_tdd_qdir} ENVIRONMENT ${_tdd_qenv})\n")
+    " RUN_SERIAL ${_tdd_serial} WORKING_DIRECTORY ${_tdd_qdir} ENVIRONMENT ${_tdd_qenv}${_tdd_fixtures})\n")
   if(_tdd_single)
     # A case that calls GTEST_SKIP (e.g. no `ip netns` here) shows as skipped.
     string(APPEND _tdd_script

@@ -88,6 +88,9 @@ function(tpu_dist_cc_test)
     "set(_tdd_suite_labels [==[${A_SUITE_LABELS}]==])\n"
     "set(_tdd_timeout ${A_TIMEOUT})\n"
     "set(_tdd_env [==[${env}]==])\n"
+    # Suites labelled `oracle` read the fixtures ctest regenerates on this
+    # machine (tests/CMakeLists.txt: oracle_fixtures).
+    "set(_tdd_oracle_dir [==[${PROJECT_BINARY_DIR}/oracle_fixtures]==])\n"
     "set(_tdd_workdir [==[${CMAKE_CURRENT_BINARY_DIR}]==])\n"
     "if(EXISTS \"\${_tdd_exe}\")\n"
     "  if(NOT EXISTS \"\${_tdd_out}\" OR NOT \"\${_tdd_out}\" IS_NEWER_THAN \"\${_tdd_exe}\" OR\n"

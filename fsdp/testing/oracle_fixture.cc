@@ -21,6 +21,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }  // namespace
 
 std::string OracleFixtureDir(absl::string_view name) {
+  const char* fresh = std::getenv("TPU_DIST_ORACLE_FIXTURES");
+  if (fresh != nullptr && *fresh != '\0') return absl::StrCat(fresh, "/", name);
   const char* src = std::getenv("TPU_DIST_SOURCE_DIR");
   return absl::StrCat(src ? src : TPU_DIST_SOURCE_DIR_DEFAULT, "/tests/oracles/fixtures/", name);
 }

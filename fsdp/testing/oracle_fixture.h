@@ -32,8 +32,11 @@
 
 namespace tpudist::fsdp::testing {
 
-// $TPU_DIST_SOURCE_DIR (set by ctest), else the configured source tree, then
-// "/tests/oracles/fixtures/<name>".
+// "$TPU_DIST_ORACLE_FIXTURES/<name>" when that is set (ctest regenerates the
+// fixtures on the machine that runs the tests: entry oracle_fixtures), else
+// $TPU_DIST_SOURCE_DIR (set by ctest) or the configured source tree, then
+// "/tests/oracles/fixtures/<name>" (the committed ones, exact for the kernel
+// path of their cpu.json).
 std::string OracleFixtureDir(absl::string_view name);
 
 class OracleFixture {

@@ -10,17 +10,22 @@
 // scale) and the seed's 2e-5.
 //
 // Float-order noise is the floor: torch FSDP2 against itself at 1 and 2
-// ranks (same math, world_size.json) ends 1.0e-4 (fp32) / 27% (bf16) of the
-// distance trained apart at lr 1e-4, because AdamW's first steps are
+// ranks (same math, world_size.json) ends 1.0e-4 (fp32; 2.5e-4 on an
+// AVX-512 CPU) / 27% (bf16) of the distance trained apart at lr 1e-4, because AdamW's first steps are
 // sign-like (about lr per element whatever the gradient's size), so an
 // element whose tiny gradient rounds differently moves differently. Bounds
 // (relative: of the loss, of the tensor's largest |element|, of the distance
-// trained), with the figures measured when they were set:
-//                     fp32                      bf16 compute
-//   losses            1e-5     (2.3e-7)         2e-3  (6.5e-4)
-//   step-0 grads      1e-5     (2.3e-7)         1e-2  (3.7e-3)
-//   final weights     3e-5     (1.9e-5, lr 1e-4) 3e-2 (1.5e-2; fixture in bf16)
-//   ||final - init||  5e-5     (3.7e-5)         0.15  (5.8e-2)
+// trained), with the figures measured when they were set (AVX2 CPU; then
+// AVX-512 CPU, fixtures regenerated there, 2026-12-04):
+//                     fp32                          bf16 compute
+//   losses            1e-5  (2.3e-7; 3.0e-7)        2e-3  (6.5e-4; 7.3e-4)
+//   step-0 grads      1e-5  (2.3e-7; 1.8e-7)        1e-2  (3.7e-3; 3.7e-3)
+//   final weights     1e-4  (1.9e-5; 3.1e-5, lr 1e-4) 3e-2 (1.5e-2; 1.1e-2, fixture in bf16)
+//   ||final - init||  3e-4  (3.7e-5; 1.4e-4 at lr 2e-5) 0.15 (5.8e-2; 6.4e-2)
+// The fp32 weight bounds are under torch's own 1-vs-2-rank gap on either CPU
+// (1.0e-4 / 2.5e-4 of the distance trained): float-order noise, not a bug.
+// The fixtures are regenerated on the machine that runs the test (ctest's
+// oracle_fixtures): committed floats are exact only for their CPU's kernels.
 //   ||ours - torch|| / ||torch - init||: at most torch's own 1-vs-2-rank
 //   figure (x kWorldSlack).
 // At the 1e-3 lr the seed's model runs chaotic here (torch vs torch at 1 and
@@ -54,8 +59,8 @@ namespace {
 
 constexpr char kPle[] = "model.embed_tokens_per_layer.weight";
 constexpr double kFp32Rel = 1e-5;
-constexpr double kFp32FinalRel = 3e-5;
-constexpr double kFp32TrainedRel = 5e-5;
+constexpr double kFp32FinalRel = 1e-4;
+constexpr double kFp32TrainedRel = 3e-4;
 constexpr double kBf16LossRel = 2e-3;
 constexpr double kBf16GradRel = 1e-2;
 constexpr double kBf16FinalRel = 3e-2;
@@ -67,7 +72,13 @@ std::string SourceDir() {
   return src ? src : TPU_DIST_SOURCE_DIR_DEFAULT;
 }
 
-std::string Fsdp2FixtureDir() { return SourceDir() + "/tests/oracles/fixtures/fsdp2"; }
+// $TPU_DIST_ORACLE_FIXTURES (ctest's regeneration on this CPU) when set, else
+// the committed fixtures.
+std::string Fsdp2FixtureDir() {
+  const char* fresh = std::getenv("TPU_DIST_ORACLE_FIXTURES");
+  if (fresh != nullptr && *fresh != '\0') return std::string(fresh) + "/fsdp2";
+  return SourceDir() + "/tests/oracles/fixtures/fsdp2";
+}
 
 nlohmann::json TorchWorldGaps() {
   std::ifstream in(Fsdp2FixtureDir() + "/world_size.json");

@@ -45,7 +45,11 @@ constexpr double kFp32LogitTol = 1e-5;
 constexpr double kBf16UlpFraction = 1.0 / 128;
 constexpr double kLossRelTol = 1e-6;
 
+// $TPU_DIST_ORACLE_FIXTURES (ctest's regeneration on this CPU, see
+// tests/oracles/README.md) when set, else the committed fixtures.
 std::string FixtureDir() {
+  const char* fresh = std::getenv("TPU_DIST_ORACLE_FIXTURES");
+  if (fresh != nullptr && *fresh != '\0') return std::string(fresh) + "/gemma";
   const char* src = std::getenv("TPU_DIST_SOURCE_DIR");
   return std::string(src ? src : TPU_DIST_SOURCE_DIR_DEFAULT) + "/tests/oracles/fixtures/gemma";
 }

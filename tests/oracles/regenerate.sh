@@ -2,7 +2,10 @@
 # Regenerates every oracle fixture under tests/oracles/fixtures/ (or under
 # $1 when given) with the project venv's pinned transformers / tokenizers /
 # torch. Deterministic: fixed seeds, one thread; test_fixtures_fresh.py
-# checks that a fresh run reproduces the committed files exactly.
+# checks that a fresh run reproduces the committed files exactly on a CPU
+# with the committed cpu.json's kernel flags. ctest's oracle_fixtures entry
+# runs this into the build tree so the C++ oracle tests compare against
+# transformers / torch run on the same CPU (TPU_DIST_ORACLE_FIXTURES).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
@@ -15,3 +18,5 @@ mkdir -p "${out}"
 "${python}" "${here}/make_tokenizer_fixtures.py" --out "${out}/tokenizer"
 "${python}" "${here}/fsdp2_gemma_oracle.py" --out "${out}/fsdp2"
 "${python}" "${here}/dtensor_oracle.py" --out "${out}/dtensor"
+# The kernel path these floats are exact for (see cpu_tag.py).
+"${python}" "${here}/cpu_tag.py" "${out}/cpu.json"
