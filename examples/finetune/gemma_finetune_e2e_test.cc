@@ -192,10 +192,16 @@ TEST(GemmaFinetuneTpE2eTest, TensorParallelMatchesDataParallelAndResumes) {
     const double rel = std::abs((*got)[e].loss - (*want)[e].loss) / (*want)[e].loss;
     std::cout << "[tp e2e] epoch " << e + 1 << ": --tp 2 loss " << (*got)[e].loss << ", --tp 1 loss "
               << (*want)[e].loss << ", relative difference " << rel << "\n";
-    // Measured: 3.3e-5 (epoch 1) and 1.8e-5 (epoch 2) relative. Without the
-    // tp all-reduce of the q/k-norm gradients (AllReducePartialGrads) they
-    // were 1.2e-4 and 9.8e-4: the bound below catches that.
-    EXPECT_NEAR((*got)[e].loss, (*want)[e].loss, 1e-4 * (*want)[e].loss) << "epoch " << e + 1;
+    // Measured relative differences (epoch 1, epoch 2), correct code vs the
+    // mutant without the tp all-reduce of the q/k-norm gradients
+    // (AllReducePartialGrads):
+    //   AVX2 EPYC:           3.3e-5, 1.8e-5   vs mutant 1.2e-4, 9.8e-4
+    //   AVX-512 BF16 EPYC:   3.6e-5, 1.3e-4   vs mutant 1.3e-4, 1.0e-3
+    // (the same code on both; the CPUs' GEMM kernels round differently and
+    // the resumed epoch 2 amplifies it). Per-epoch bounds catch the mutant
+    // in both epochs on both CPUs.
+    const double bound = e == 0 ? 8e-5 : 4e-4;
+    EXPECT_NEAR((*got)[e].loss, (*want)[e].loss, bound * (*want)[e].loss) << "epoch " << e + 1;
   }
   CheckpointManagerOptions o;
   o.storage_path = tmp.path();
