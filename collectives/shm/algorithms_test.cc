@@ -81,6 +81,19 @@ double Expected(ReduceKind kind, int world, int64_t i) {
   return kind == ReduceKind::kAvg ? static_cast<double>(acc) / world : static_cast<double>(acc);
 }
 
+// The spec of an all_reduce of [count] elements of `type`, 60 s timeout.
+OpSpec AllReduceSpec(uint32_t seq, DataType type, int64_t count) {
+  OpSpec spec;
+  spec.ctx.name = "allreduce";
+  spec.ctx.start = absl::Now();
+  spec.ctx.timeout = absl::Seconds(60);
+  spec.seq = seq;
+  spec.dtype = type;
+  spec.shape = {count};
+  spec.count = count;
+  return spec;
+}
+
 struct Case {
   int world;
   int64_t slot_bytes;
@@ -127,15 +140,8 @@ TEST_P(ShmAllReduceTest, MatchesTheReferenceOnEveryRank) {
                          << " rank " << rank);
             std::vector<char> buf(count * es + 1);  // [count] of type
             for (int64_t i = 0; i < count; ++i) Store(type, buf.data(), i, InputValue(kind, rank, i));
-            OpSpec spec;
-            spec.ctx.name = "allreduce";
-            spec.ctx.start = absl::Now();
-            spec.ctx.timeout = absl::Seconds(60);
-            spec.seq = ++seq;
-            spec.dtype = type;
-            spec.shape = {count};
-            spec.count = count;
-            const absl::Status s = AllReduce(**comm, spec, kind, buf.data(), small_bytes);
+            const absl::Status s =
+                AllReduce(**comm, AllReduceSpec(++seq, type, count), kind, buf.data(), small_bytes);
             ASSERT_TRUE(s.ok()) << s;
             int bad = 0;
             for (int64_t i = 0; i < count && bad < 3; ++i) {
@@ -179,15 +185,9 @@ TEST(ShmAllReduceLargeTest, StreamedResultMatchesTheReference) {
       for (ReduceKind kind : {ReduceKind::kSum, ReduceKind::kMax}) {
         std::vector<char> buf(count * es);  // [count] of type
         for (int64_t i = 0; i < count; ++i) Store(type, buf.data(), i, InputValue(kind, rank, i));
-        OpSpec spec;
-        spec.ctx.name = "allreduce";
-        spec.ctx.start = absl::Now();
-        spec.ctx.timeout = absl::Seconds(60);
-        spec.seq = ++seq;
-        spec.dtype = type;
-        spec.shape = {count};
-        spec.count = count;
-        ASSERT_TRUE(AllReduce(**comm, spec, kind, buf.data(), /*small_bytes=*/0).ok());
+        ASSERT_TRUE(AllReduce(**comm, AllReduceSpec(++seq, type, count), kind, buf.data(),
+                              /*small_bytes=*/0)
+                        .ok());
         int64_t bad = 0;
         for (int64_t i = 0; i < count; ++i) bad += Load(type, buf.data(), i) != Expected(kind, kWorld, i);
         EXPECT_EQ(bad, 0) << DataTypeName(type) << " " << ReduceKindName(kind) << " rank " << rank;
