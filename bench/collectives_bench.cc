@@ -58,6 +58,7 @@
 #include "bench/tcp_loopback.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "collectives/shm/wait.h"
+#include "testing/temp_dir.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
@@ -407,8 +408,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", floor_barrier.status().ToString().c_str());
     return 2;
   }
-  char dir_template[] = "/tmp/tpud_bench_XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
+  // The FileStore's directory, removed when this (the parent) process
+  // returns from main; the forked ranks' copies leave it alone.
+  const tpudist::testing::ScopedTempDir run_dir("tpud_bench");
+  if (run_dir.path().empty()) {
+    std::perror("mkdtemp");
+    return 2;
+  }
+  const std::string dir = run_dir.path();
   const std::string job = "bench" + std::to_string(getpid());
   const tb::ForkedRanks ranks = tb::ForkRanks(env.flags.world);  // before any at:: op
   env.rank = ranks.rank;

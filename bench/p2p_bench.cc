@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "bench/forked_ranks.h"
 #include "collectives/process_group_tpu_dist.h"
+#include "testing/temp_dir.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
@@ -102,8 +103,14 @@ int main(int argc, char** argv) {
     }
   }
   const double load_before = LoadAverage();
-  char dir_template[] = "/tmp/tpud_p2pbench_XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
+  // The FileStore's directory, removed when this (the parent) process
+  // returns from main; the forked ranks' copies leave it alone.
+  const tpudist::testing::ScopedTempDir run_dir("tpud_p2pbench");
+  if (run_dir.path().empty()) {
+    std::perror("mkdtemp");
+    return 2;
+  }
+  const std::string dir = run_dir.path();
   const std::string job = "p2pbench" + std::to_string(getpid());  // same on both ranks
   const tb::ForkedRanks ranks = tb::ForkRanks(2);  // before any at:: op
   const int rank = ranks.rank;

@@ -65,6 +65,7 @@
 #include "models/gemma/gemma_decoder_layer.h"
 #include "nlohmann/json.hpp"
 #include "nn/fused_adamw.h"
+#include "testing/temp_dir.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 
@@ -345,8 +346,14 @@ int main(int argc, char** argv) {
   Env env;
   env.flags = ParseAndStrip(&argc, argv);
   benchmark::Initialize(&argc, argv);
-  char dir_template[] = "/tmp/tpud_train_bench_XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
+  // The FileStore's directory, removed when this (the parent) process
+  // returns from main; the forked ranks' copies leave it alone.
+  const tpudist::testing::ScopedTempDir run_dir("tpud_train_bench");
+  if (run_dir.path().empty()) {
+    std::perror("mkdtemp");
+    return 2;
+  }
+  const std::string dir = run_dir.path();
   const std::string job = "trainb" + std::to_string(getpid());
   const tb::ForkedRanks ranks = tb::ForkRanks(env.flags.world);  // before any at:: op
   env.rank = ranks.rank;

@@ -54,6 +54,7 @@
 #include "models/gemma/hf_checkpoint.h"
 #include "models/gemma/parallelize_gemma.h"
 #include "nlohmann/json.hpp"
+#include "testing/temp_dir.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 
 namespace {
@@ -128,8 +129,14 @@ int main(int argc, char** argv) {
   }
   const tb::TrainVsTorchFlags f = *parsed;
   const std::string load_before = LoadAvg();
-  char dir_template[] = "/tmp/tpud_train_vs_torch_XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
+  // The FileStore's directory, removed when this (the parent) process
+  // returns from main; the forked ranks' copies leave it alone.
+  const tpudist::testing::ScopedTempDir run_dir("tpud_train_vs_torch");
+  if (run_dir.path().empty()) {
+    std::perror("mkdtemp");
+    return 2;
+  }
+  const std::string dir = run_dir.path();
   const std::string job = "tvt" + std::to_string(getpid());
   const tb::ForkedRanks ranks = tb::ForkRanks(f.world);  // before any at:: op
   const int rank = ranks.rank;
@@ -240,8 +247,6 @@ int main(int argc, char** argv) {
   const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(f.timeout_s));
   if (!waited.ok()) std::fprintf(stderr, "train_vs_torch: %s\n", waited.ToString().c_str());
   mesh.reset();
-  unlink((dir + "/store").c_str());
-  rmdir(dir.c_str());
   const bool ok = waited.ok() && std::isfinite(l0) && std::isfinite(ln);
   std::fflush(stdout);
   return ok ? 0 : 1;

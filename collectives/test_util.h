@@ -26,6 +26,7 @@
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 #include "testing/forked_ranks.h"
 #include "testing/rank_threads.h"
+#include "testing/temp_dir.h"
 
 namespace tpudist::collectives::testing {
 
@@ -120,10 +121,9 @@ inline std::vector<std::string> ShmEntries(const std::string& prefix) {
   return out;
 }
 
-inline std::string TempDir() {
-  char tmpl[] = "/tmp/tpud_test_XXXXXX";
-  return mkdtemp(tmpl);
-}
+// A fresh tpud_test_XXXXXX directory (FileStores, logs) removed when the
+// process that made it exits normally; forked ranks may use it.
+inline std::string TempDir() { return ::tpudist::testing::ProcessTempDir("tpud_test"); }
 
 }  // namespace tpudist::collectives::testing
 

@@ -3,36 +3,20 @@
 #ifndef TPU_DIST_IO_IO_TEST_UTIL_H_
 #define TPU_DIST_IO_IO_TEST_UTIL_H_
 
-#include <stdlib.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
-#include <system_error>
+
+#include "testing/temp_dir.h"
 
 namespace tpudist::io::testing {
 
-// mkdtemp under $TMPDIR (else /tmp); removed with everything in it.
-class TempDir {
+// A fresh io_test_XXXXXX directory under $TMPDIR (else /tmp); removed with
+// everything in it.
+class TempDir : public ::tpudist::testing::ScopedTempDir {
  public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base ? base : "/tmp") + "/io_test_XXXXXX";
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+  TempDir() : ScopedTempDir("io_test") {}
 };
 
 inline void WriteFile(const std::string& path, const std::string& bytes) {

@@ -197,7 +197,7 @@ TEST_F(CheckpointIntegrityTest, IncompleteCommitIsIgnoredThenPruned) {
   ASSERT_TRUE(latest.ok() && latest->has_value());
   EXPECT_EQ((*latest)->path, a.path);
   EXPECT_THAT(errors_, IsEmpty());  // a crash mid-commit is not corruption
-  EXPECT_THAT(warnings_, testing::Contains(HasSubstr(crashed)));
+  EXPECT_THAT(warnings_, ::testing::Contains(HasSubstr(crashed)));
   Save(*m, 1, 1.0);
   EXPECT_FALSE(fs::exists(crashed));
   EXPECT_TRUE(fs::exists(a.path));

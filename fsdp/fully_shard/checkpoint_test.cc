@@ -22,6 +22,7 @@
 #include "io/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace tpudist::fsdp {
 namespace {
@@ -32,10 +33,9 @@ using testing::RunRanks;
 
 bool fs_exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/fsdp_ckpt_XXXXXX";
-  return mkdtemp(tmpl);
-}
+// Removed when this test process exits (the tests that can also remove
+// theirs early still do).
+std::string TempDir() { return ::tpudist::testing::ProcessTempDir("fsdp_ckpt"); }
 
 FsdpModule Shard(const MlpStack& m, const DeviceMesh& mesh) {
   for (auto b : {m->b0, m->b1, m->b2}) EXPECT_TRUE(FullyShard(b.ptr(), mesh).ok());

@@ -2,32 +2,19 @@
 #ifndef TPU_DIST_MODELS_GEMMA_GEMMA_TEST_UTIL_H_
 #define TPU_DIST_MODELS_GEMMA_GEMMA_TEST_UTIL_H_
 
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "testing/temp_dir.h"
+
 namespace tpudist::models::gemma::testing {
 
-// Creates a unique directory under $TMPDIR (or /tmp); removed on destruction.
-class TempDir {
+// A fresh gemma_test_XXXXXX directory under $TMPDIR (or /tmp); removed on
+// destruction.
+class TempDir : public ::tpudist::testing::ScopedTempDir {
  public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base ? base : "/tmp") + "/gemma_test_XXXXXX";
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+  TempDir() : ScopedTempDir("gemma_test") {}
 };
 
 inline void WriteFile(const std::string& path, const std::string& text) {
