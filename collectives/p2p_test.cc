@@ -1,9 +1,11 @@
 // send/recv over TcpP2p (collectives/tcp/tcp_p2p.h) through the process
 // group: order per (peer, tag), interleaved tags, irecv before isend, 0-byte
 // and multi-MiB messages, both ranks sending first, Gloo's bytes as the
-// oracle, a different job secret, and a peer that dies. Parameterized over
+// oracle, a different job secret, a peer that dies, and abort() of a send
+// blocked on a peer that does not read. Parameterized over
 // one host ("00") and two emulated hosts ("01": host id per rank, loopback).
 #include <ATen/ATen.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -255,6 +257,52 @@ TEST_P(P2pTest, PeerThatDiesFailsRecvNamingIt) {
       std::chrono::seconds(60));
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 0);
+  EXPECT_THAT(ShmEntries("tpud_" + job), IsEmpty());
+}
+
+// Rank 1 connects, then stops (SIGSTOP) without reading; rank 0's 256 MiB
+// send blocks once the socket buffers are full. abort() from another thread
+// must fail that send within seconds (not at its 20 s timeout) and say it
+// was aborted. Rank 0 then kills the stopped rank 1.
+TEST_P(P2pTest, AbortInterruptsASendBlockedOnAPeerThatDoesNotRead) {
+  const std::string hosts = GetParam();
+  const std::string dir = testing::TempDir();
+  const std::string job = UniqueJob("p2pa");
+  const std::vector<int> codes = RunForked(
+      2,
+      [&](int rank) {
+        auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", 2);
+        auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2,
+                                                           P2pOptions(job, hosts, rank));
+        std::vector<at::Tensor> small = {at::ones({4})};
+        if (rank == 1) {
+          pg->recv(small, 0, 1)->wait();  // the 0 -> 1 connection is up
+          const std::string pid = std::to_string(getpid());
+          store->set("pid1", std::vector<uint8_t>(pid.begin(), pid.end()));
+          raise(SIGSTOP);
+          pause();  // killed by rank 0
+          return 9;
+        }
+        pg->send(small, 1, 1)->wait();
+        const std::vector<uint8_t> v = store->get("pid1");
+        const pid_t pid1 = std::stoi(std::string(v.begin(), v.end()));
+        std::vector<at::Tensor> big = {at::zeros({64 << 20})};  // 256 MiB
+        std::thread aborter([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          pg->abort();
+        });
+        const auto start = Clock::now();
+        const std::string err = ErrorOf(pg->send(big, 1, 2));
+        const double took = SecondsSince(start);
+        aborter.join();
+        kill(pid1, SIGKILL);
+        if (err.find("abort") == std::string::npos) return 1;
+        if (err.find("peer rank 1") == std::string::npos) return 2;
+        if (took > 5.0) return 3;
+        return 0;
+      },
+      std::chrono::seconds(60));
+  EXPECT_EQ(codes[0], 0);
   EXPECT_THAT(ShmEntries("tpud_" + job), IsEmpty());
 }
 

@@ -125,12 +125,10 @@ void TcpP2p::Abort(const absl::Status& cause) {
     cv_.SignalAll();
   }
   for (auto& link : out_) {
-    // A blocked Send holds link->mu; shutdown without it (fd reads are
-    // benign: the fd is only replaced under mu by the sender itself).
-    if (link->mu.TryLock()) {
-      if (link->fd.valid()) ::shutdown(link->fd.get(), SHUT_RDWR);
-      link->mu.Unlock();
-    }
+    // Not under link->mu: a blocked Send holds it (see OutLink::abort_fd).
+    // The write() it is blocked in fails at once with EPIPE.
+    const int fd = link->abort_fd.load(std::memory_order_acquire);
+    if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
   }
 }
 
@@ -158,6 +156,7 @@ absl::Status TcpP2p::Connect(c10d::Store& store, int dst, absl::Time deadline) {
   int peer = -1;
   if (absl::Status s = Handshake(fd->get(), dst, deadline, &peer); !s.ok()) return s;
   link.fd = *std::move(fd);
+  link.abort_fd.store(link.fd.get(), std::memory_order_release);
   return absl::OkStatus();
 }
 
@@ -189,6 +188,13 @@ absl::Status TcpP2p::Send(c10d::Store& store, int dst, int tag, absl::Span<const
     }
   }
   if (s.ok()) return s;
+  {
+    // Lock order: link.mu, then mu_ (nothing takes them the other way).
+    absl::MutexLock aborted_lock(&mu_);
+    if (!aborted_.ok()) {
+      s = absl::Status(aborted_.code(), absl::StrCat("aborted: ", aborted_.message()));
+    }
+  }
   link.error = absl::Status(
       s.code(), absl::StrCat(Context(), ": send to peer rank ", dst, " (tag ", tag, ", ",
                              data.size(), " bytes) failed after ",

@@ -30,7 +30,9 @@
 // peer whose connection closes (its process died, or it destroyed its group)
 // fails every Recv waiting on it once its queued messages are consumed, with
 // Unavailable naming it; a failed Send is sticky for that peer. Abort() fails
-// everything promptly.
+// everything promptly, a Send blocked on a full socket (peer not reading)
+// included; a Send still waiting for the peer's address is bounded by its
+// deadline.
 //
 // Ownership: owns its sockets and threads; the store is used only inside
 // Start() and Send() and is not retained.
@@ -39,6 +41,7 @@
 #ifndef TPU_DIST_COLLECTIVES_TCP_TCP_P2P_H_
 #define TPU_DIST_COLLECTIVES_TCP_TCP_P2P_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -97,6 +100,11 @@ class TcpP2p {
     absl::Mutex mu;
     ScopedFd fd ABSL_GUARDED_BY(mu);
     absl::Status error ABSL_GUARDED_BY(mu);  // sticky after a failed send
+    // fd's number once connected, for Abort: a Send blocked in write() holds
+    // mu for as long as its deadline allows, so Abort shuts the socket down
+    // through this copy instead of waiting for mu. The fd is set once and
+    // closed only by the destructor, so the number is never reused under it.
+    std::atomic<int> abort_fd{-1};
   };
   struct Message {
     std::unique_ptr<uint8_t[]> bytes;
