@@ -37,6 +37,7 @@
 #include "models/gemma/model_dir.h"
 #include "models/gemma/parallelize_gemma.h"
 #include "models/gemma/tokenizer.h"
+#include "nn/fused_adamw.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
 #include "tpu_runtime/coordination/failure_report.h"
 
@@ -254,7 +255,9 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
     for (const at::Tensor& p : (*model)->parameters()) {
       if (p.requires_grad()) trainable.push_back(p);
     }
-    torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+    // One fused AdamW kernel call per dtype; same state and checkpoints as
+    // torch::optim::AdamW (nn/fused_adamw.h).
+    ::tpudist::nn::FusedAdamW opt(trainable, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
 
     CheckpointTarget target;
     target.model = *model;
