@@ -48,6 +48,7 @@
 #include "collectives/core/op_header.h"
 #include "collectives/core/reduce_kernels.h"
 #include "collectives/shm/algorithms.h"
+#include "collectives/shm/wait.h"
 #include "collectives/tcp/ring_algorithms.h"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 
@@ -81,6 +82,12 @@ absl::StatusOr<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create
   shm::CommOptions local_options = options.shm;
   local_options.group_name = absl::StrCat(options.shm.group_name, ".h", h);
   local_options.rank_labels = layout.hosts[h];  // messages name group ranks
+  // Multi-rail ops run a TCP helper thread beside each rank's shm waits
+  // (hierarchical_backend_pipeline.h): count two threads per local rank, so
+  // that the shm waits do not spin once those threads outnumber the cores.
+  if (!local_options.wait && b->uniform_ && b->local_size() > 1) {
+    local_options.wait = shm::ChooseWaitPolicy(2 * b->local_size(), shm::UsableCores());
+  }
   auto local_store = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("host", h), store);
   auto local = shm::Communicator::Create(*local_store, layout.local_index[rank],
                                          b->local_size(), local_options);

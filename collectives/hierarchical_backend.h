@@ -73,7 +73,8 @@ struct HierarchicalOptions {
   // Multi-rail ops are cut into chunks of about this many bytes (of the
   // largest per-rank buffer) so that the shm steps of one chunk overlap the
   // TCP step of another (hierarchical_backend_pipeline.h); >= the payload:
-  // one chunk, the steps one after the other.
+  // one chunk, the steps one after the other. All-reduce uses half of it
+  // (its TCP step is a reduce-scatter plus an all-gather).
   int64_t rail_chunk_bytes = 4 << 20;
 };
 

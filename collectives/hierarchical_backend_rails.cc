@@ -40,7 +40,9 @@
 // Pipelining: each op is cut into chunks of about options.rail_chunk_bytes
 // and run through RunRailPipeline (hierarchical_backend_pipeline.h): the
 // shm steps of one chunk on the calling thread overlap the TCP step of
-// another on a helper thread. All-reduce chunks are multiples of n elements
+// another on a helper thread. All-reduce chunks are half that (its TCP step
+// moves twice the bytes per chunk; 2 MiB chunks beat 4 MiB at 2 x 2,
+// bench/README.md "Goal 3: cross-host all_reduce"), multiples of n elements
 // except the last, so only the last chunk has a tail.
 // Non-divisible counts add at most one small shm op per step. Failures go
 // through FailLocal / FailRail, which poison the backend; a rank blocked on
@@ -92,8 +94,10 @@ absl::Status HierarchicalBackend::AllReduceRails(const OpSpec& spec, ReduceKind 
       !st.ok()) {
     return st;
   }
-  // Chunks of a multiple of n elements; only the last one may have a tail.
-  const int64_t chunk = std::max<int64_t>(1, rail_chunk_bytes_ / es / n) * n;
+  // Chunks of half the option (the TCP step is a reduce-scatter and an
+  // all-gather: twice the rail bytes per chunk of the other ops), a multiple
+  // of n elements; only the last one may have a tail.
+  const int64_t chunk = std::max<int64_t>(1, rail_chunk_bytes_ / 2 / es / n) * n;
   const ReduceFn reduce = MakeReduceFn(spec.dtype, wire_op);
   struct Piece {
     int64_t begin, s, tail;  // chunk start, shard elements, tail elements

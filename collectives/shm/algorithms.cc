@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/core/chunking.h"
@@ -41,10 +42,13 @@ absl::Status ReduceScatter(Communicator& comm, const OpSpec& spec,
                            void* out) {
   // The slot is split into W sub-slots of `sub` elements, one per
   // destination. Each phase a rank copies the next `sub` elements of
-  // inputs[j] into sub-slot j; after the sync rank r reduces sub-slot r of
-  // all W peers into its output. No all-gather step is needed.
+  // inputs[j] into sub-slot j for every j != rank; after the sync rank r
+  // reduces sub-slot r of the W - 1 peers and its own inputs[r], read in
+  // place (in rank order, as if it were a slot), into its output. A rank
+  // copies (W - 1)/W of its input instead of all of it; no all-gather step.
   const size_t es = ElementSize(spec.dtype);
   const int world = comm.size();
+  const int me = comm.rank();
   const int64_t sub = comm.slot_bytes() / world / static_cast<int64_t>(es);
   return RunPhases(
       comm, spec, MakeHeader(spec, OpKind::kReduceScatter, op, -1, true),
@@ -53,6 +57,7 @@ absl::Status ReduceScatter(Communicator& comm, const OpSpec& spec,
         if (spec.count == 0) return;
         const Range c = ChunkRange(spec.count, sub, i);
         for (int j = 0; j < world; ++j) {
+          if (j == me) continue;
           std::memcpy(At(slot, j * sub * es), At(inputs[j], c.begin * es),
                       c.size * es);
         }
@@ -60,8 +65,9 @@ absl::Status ReduceScatter(Communicator& comm, const OpSpec& spec,
       [&](int64_t i) {
         if (spec.count == 0) return absl::OkStatus();
         const Range c = ChunkRange(spec.count, sub, i);
-        ReduceInto(spec.dtype, op, At(out, c.begin * es),
-                   PeerSlots(comm, comm.rank() * sub * es), c.size);
+        std::vector<const void*> srcs = PeerSlots(comm, me * sub * es);
+        srcs[me] = At(inputs[me], c.begin * es);
+        ReduceInto(spec.dtype, op, At(out, c.begin * es), srcs, c.size);
         return absl::OkStatus();
       });
 }

@@ -39,7 +39,9 @@ absl::Status Reduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
                     int root, void* data);
 
 // out ([count]) = reduction over ranks of their inputs[rank()] ; `inputs`
-// holds size() buffers of `count` elements each.
+// holds size() buffers of `count` elements each. A rank's own block
+// (inputs[rank()]) is read in place, not copied through its slot.
+// REQUIRES: `out` is inputs[rank()] (in place) or overlaps no input.
 absl::Status ReduceScatter(Communicator& comm, const OpSpec& spec,
                            ReduceKind op, absl::Span<const void* const> inputs,
                            void* out);

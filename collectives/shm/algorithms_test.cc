@@ -7,7 +7,8 @@
 // integers (products of +-1 and 2), so every reduction order gives exact
 // results except AVG, which is compared to 1 ulp of the type. The Gloo
 // oracle tests (process_group_gloo_oracle_test.cc) check the same ops through
-// the process group against Gloo.
+// the process group against Gloo. shm::ReduceScatter with its output apart
+// from and equal to the rank's own block, against the same reference.
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -191,6 +192,54 @@ TEST(ShmAllReduceLargeTest, StreamedResultMatchesTheReference) {
         int64_t bad = 0;
         for (int64_t i = 0; i < count; ++i) bad += Load(type, buf.data(), i) != Expected(kind, kWorld, i);
         EXPECT_EQ(bad, 0) << DataTypeName(type) << " " << ReduceKindName(kind) << " rank " << rank;
+      }
+    }
+  });
+}
+
+// shm::ReduceScatter reads a rank's own block in place (not through its
+// slot): the output in a buffer of its own and the output being the own
+// block (in place); several chunks each.
+TEST(ShmReduceScatterTest, OwnBlockInPlaceMatchesTheReference) {
+  constexpr int kWorld = 3;
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = testing::UniqueJob("shmrs");
+  testing::RunThreads(kWorld, [&](int rank) {
+    CommOptions options;
+    options.job_id = job;
+    options.slot_bytes = 4096;
+    options.num_slots = 2;
+    absl::StatusOr<std::unique_ptr<Communicator>> comm =
+        Communicator::Create(*store, rank, kWorld, options);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    uint32_t seq = 0;
+    for (DataType type : {DataType::kFloat32, DataType::kInt32}) {
+      const int64_t es = static_cast<int64_t>(ElementSize(type));
+      const int64_t count = 3 * options.slot_bytes / es + 7;  // several chunks, ragged
+      for (ReduceKind kind : {ReduceKind::kSum, ReduceKind::kMax}) {
+        for (int placement = 0; placement < 2; ++placement) {  // separate, in place
+          SCOPED_TRACE(::testing::Message() << DataTypeName(type) << " " << ReduceKindName(kind)
+                                            << " placement " << placement << " rank " << rank);
+          std::vector<char> buf(kWorld * count * es);  // [kWorld, count] of type
+          std::vector<char> separate(count * es);  // [count] of type
+          std::vector<const void*> inputs(kWorld);
+          for (int j = 0; j < kWorld; ++j) {
+            inputs[j] = buf.data() + j * count * es;
+            for (int64_t i = 0; i < count; ++i) {
+              Store(type, buf.data(), j * count + i, InputValue(kind, rank, j * count + i));
+            }
+          }
+          char* out = placement == 0 ? separate.data() : buf.data() + rank * count * es;
+          OpSpec spec = AllReduceSpec(++seq, type, count);
+          spec.ctx.name = "reduce_scatter";
+          const absl::Status s = ReduceScatter(**comm, spec, kind, inputs, out);
+          ASSERT_TRUE(s.ok()) << s;
+          int64_t bad = 0;
+          for (int64_t i = 0; i < count; ++i) {
+            bad += Load(type, out, i) != Expected(kind, kWorld, rank * count + i);
+          }
+          EXPECT_EQ(bad, 0) << "of " << count << " elements";
+        }
       }
     }
   });

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -57,20 +58,22 @@ absl::Status ReduceScatterPhase(Transport& t, absl::Span<uint8_t> data,
   for (const Range& b : blocks) max_len = std::max(max_len, b.size);
   const size_t num_segments = NumSegments(max_len, es, max_segment);
   const size_t scratch_bytes = ((max_len + num_segments - 1) / num_segments) * es;
-  std::vector<uint8_t> scratch[2] = {std::vector<uint8_t>(scratch_bytes),
-                                     std::vector<uint8_t>(num_segments > 1 ? scratch_bytes : 0)};
+  // Uninitialised: every byte is received before it is read.
+  std::unique_ptr<uint8_t[]> scratch[2] = {
+      std::unique_ptr<uint8_t[]>(new uint8_t[scratch_bytes]),
+      std::unique_ptr<uint8_t[]>(new uint8_t[num_segments > 1 ? scratch_bytes : 0])};
   for (int step = 0; step < w - 1; ++step) {
     const Range& send_block = blocks[RsSendBlock(r, w, step)];
     const Range& recv_block = blocks[RsRecvBlock(r, w, step)];
     auto reduce_segment = [&](size_t k) {
       const Range v = SegmentOf(recv_block, k, num_segments);
-      if (v.size > 0) reduce(data.data() + v.begin * es, scratch[k % 2].data(), v.size);
+      if (v.size > 0) reduce(data.data() + v.begin * es, scratch[k % 2].get(), v.size);
     };
     for (size_t k = 0; k < num_segments; ++k) {
       const Range s = SegmentOf(send_block, k, num_segments);
       const Range v = SegmentOf(recv_block, k, num_segments);
       const absl::Span<const uint8_t> out = data.subspan(s.begin * es, s.size * es);
-      const absl::Span<uint8_t> in = absl::MakeSpan(scratch[k % 2].data(), v.size * es);
+      const absl::Span<uint8_t> in = absl::MakeSpan(scratch[k % 2].get(), v.size * es);
       absl::Status status =
           k == 0 ? t.SendRecv(next, out, prev, in, deadline)
                  : t.SendRecvOverlapped(
