@@ -531,9 +531,7 @@ int main(int argc, char** argv) {
   if (!waited.ok()) std::fprintf(stderr, "%s\n", waited.ToString().c_str());
   env.gloo.reset();
   env.ours.reset();
-  store.reset();
-  unlink((dir + "/store").c_str());  // the other ranks have exited: the store dir is ours
-  rmdir(dir.c_str());
+  store.reset();  // run_dir (the store's directory) goes when main returns
   // Must run, not meet a number: fail only when nothing was measured.
   bool measured = !rows.empty();
   for (const tb::CollectiveRow& r : rows) measured = measured && r.tpu_dist_s > 0;
