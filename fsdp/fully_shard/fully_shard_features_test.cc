@@ -145,12 +145,14 @@ TEST(FullyShardMixedPrecisionTest, Bf16ComputeFp32ReduceMatchesOracle) {
       ASSERT_EQ(p.grad().sizes(), want.sizes()) << item.key();
       EXPECT_LE(RelErr(p.grad(), want), 1e-6) << item.key();
     }
-    // One micro-step with sync off (its bf16 grads kept in fp32), one with
-    // sync on: both reduced in fp32 and added to the grads above, 3x in all.
+    // One micro-step with sync off on the other rank's batch (its bf16 grads
+    // kept in fp32), one with sync on on this rank's: their sum is reduced in
+    // fp32 and added to the grads above, 3x the oracle in all. (Summed in
+    // bf16, the two different grads would round.)
     for (bool sync : {false, true}) {
       root.SetRequiresGradientSync(sync);
-      at::mse_loss(model->forward(x.narrow(0, 2 * r.rank, 2)).to(at::kFloat), y.narrow(0, 2 * r.rank, 2))
-          .backward();
+      const int64_t b = sync ? r.rank : 1 - r.rank;
+      at::mse_loss(model->forward(x.narrow(0, 2 * b, 2)).to(at::kFloat), y.narrow(0, 2 * b, 2)).backward();
     }
     for (const auto& item : model->named_parameters()) {
       const at::Tensor& p = item.value();
