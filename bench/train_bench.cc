@@ -24,7 +24,8 @@
 // --warmup steps, barrier, timed steps. --rounds=R registers the pair
 // (DDP-like, FSDP) R times, interleaved, and reports each round's ratio and
 // their range, after --warmup_rounds (default 1) unreported pairs.
-// --fsdp_timers adds FullyShard's per-phase wall / CPU time (FsdpStats). The load average is printed before and after. Rank 0 reports step time, global
+// --fsdp_timers adds FullyShard's per-phase wall / CPU time (FsdpStats).
+// The load average is printed before and after. Rank 0 reports step time, global
 // tokens/s (world * batch * seq / step), per-rank model FLOP/s
 // (bench_math.h DecoderStepFlops) and MFU = model FLOP/s / bf16 GEMM FLOP/s,
 // the GEMM ([n, n] x [n, n], --gemm_n) timed on every rank at once, as the
@@ -82,7 +83,7 @@ struct Flags {
   int64_t batch = 4, seq = 128;  // per rank
   int warmup = 2, steps = 8;
   int rounds = 1;  // interleaved (ddp, fsdp) pairs
-  // Untimed (ddp, fsdp) pairs run before the reported rounds: the first pair
+  // Unreported (ddp, fsdp) pairs run before the reported rounds: the first pair
   // of a process pays one-off costs (allocator growth, page faults, lazy
   // collective set-up) on whichever case happens to come first.
   int warmup_rounds = 1;
