@@ -50,6 +50,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -496,6 +497,8 @@ int main(int argc, char** argv) {
   const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(60));
   if (!waited.ok()) std::fprintf(stderr, "%s\n", waited.ToString().c_str());
   env.mesh.reset();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);  // the FileStore's directory
   ok = ok && waited.ok();
   return ok ? 0 : 1;
 }
