@@ -23,7 +23,9 @@
 // Each case (Google Benchmark, fixed iterations so ranks line up): barrier,
 // --warmup steps, barrier, timed steps. --rounds=R registers the pair
 // (DDP-like, FSDP) R times, interleaved, and reports each round's ratio and
-// their range. The load average is printed before and after. Rank 0 reports step time, global
+// their range, after --warmup_rounds (default 1) unreported pairs.
+// --fsdp_timers adds FullyShard's per-phase wall / CPU time (FsdpStats).
+// The load average is printed before and after. Rank 0 reports step time, global
 // tokens/s (world * batch * seq / step), per-rank model FLOP/s
 // (bench_math.h DecoderStepFlops) and MFU = model FLOP/s / bf16 GEMM FLOP/s,
 // the GEMM ([n, n] x [n, n], --gemm_n) timed on every rank at once, as the
@@ -32,6 +34,7 @@
 //   train_bench                       # world 2, batch 4, seq 128
 //   train_bench --world=4 --backend=gloo --json_out=train.json
 //   train_bench --world=4 --fsdp_dtype=bf16 --rounds=3
+//   train_bench --world=4 --fsdp_dtype=bf16 --fsdp_timers   # where FSDP's time goes
 //   train_bench --adamw=loop          # libtorch's per-tensor AdamW
 //   train_bench --quick               # seconds (ctest smoke)
 #include <ATen/ATen.h>
@@ -47,9 +50,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +85,11 @@ struct Flags {
   int64_t batch = 4, seq = 128;  // per rank
   int warmup = 2, steps = 8;
   int rounds = 1;  // interleaved (ddp, fsdp) pairs
+  // Unreported (ddp, fsdp) pairs run before the reported rounds: the first pair
+  // of a process pays one-off costs (allocator growth, page faults, lazy
+  // collective set-up) on whichever case happens to come first.
+  int warmup_rounds = 1;
+  bool fsdp_timers = false;  // print FullyShard's phase times (FsdpStats::timing)
   int64_t gemm_n = 1024;
   std::string backend = "tpu_dist";
   std::string fsdp_dtype = "fp32";  // FSDP param_dtype: fp32 | bf16
@@ -104,6 +114,8 @@ Flags ParseAndStrip(int* argc, char** argv) {
     else if ((v = value(a, "--warmup="))) f.warmup = std::stoi(v);
     else if ((v = value(a, "--steps="))) f.steps = std::stoi(v);
     else if ((v = value(a, "--rounds="))) f.rounds = std::max(1, std::stoi(v));
+    else if ((v = value(a, "--warmup_rounds="))) f.warmup_rounds = std::max(0, std::stoi(v));
+    else if (a == "--fsdp_timers") f.fsdp_timers = true;
     else if ((v = value(a, "--gemm_n="))) f.gemm_n = std::stoll(v);
     else if ((v = value(a, "--backend="))) f.backend = v;
     else if ((v = value(a, "--fsdp_dtype="))) f.fsdp_dtype = v;
@@ -114,6 +126,7 @@ Flags ParseAndStrip(int* argc, char** argv) {
   }
   *argc = out;
   if (f.quick) {
+    f.warmup_rounds = 0;
     f.batch = 2;
     f.seq = 32;
     f.warmup = 1;
@@ -153,6 +166,7 @@ struct Env {
   std::map<std::string, double> seconds;  // per step, by case
   std::map<std::string, double> cpu_seconds;  // this process's CPU time per step (all threads)
   std::map<std::string, double> loss0;    // step-0 loss, by case
+  std::map<std::string, std::string> phases;  // FSDP phase times per step, by case (--fsdp_timers)
 };
 
 void Barrier(Env& env) { env.mesh->Group(0)->barrier()->wait(); }
@@ -275,8 +289,9 @@ double ProcessCpuSeconds() {
 }
 
 std::string CaseName(const Env& env, const std::string& kind, int round) {
-  return absl::StrCat("train_step/", kind, "/", env.flags.backend, "/world", env.flags.world, "/r",
-                      round);
+  const bool warmup = round <= env.flags.warmup_rounds;
+  return absl::StrCat("train_step/", kind, "/", env.flags.backend, "/world", env.flags.world,
+                      warmup ? "/w" : "/r", warmup ? round : round - env.flags.warmup_rounds);
 }
 
 void RegisterStep(Env& env, const std::string& kind, int round) {
@@ -318,12 +333,32 @@ void RegisterStep(Env& env, const std::string& kind, int round) {
     Barrier(env);
     env.loss0[name] = step();
     for (int i = 1; i < env.flags.warmup; ++i) step();
+    std::optional<tpudist::fsdp::FsdpModule> root;
+    if (kind == "fsdp" && env.flags.fsdp_timers) {
+      root = tpudist::fsdp::GetFsdpModule(*model);
+      root->stats().timing = true;
+      root->stats().phase_times.clear();
+    }
     Barrier(env);
     const auto start = Clock::now();
     const double cpu_start = ProcessCpuSeconds();
     for (auto _ : state) step();
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     const double per_step = secs / std::max<int64_t>(state.iterations(), 1);
+    if (root.has_value()) {  // ms per step: wall / this thread's CPU
+      std::string line;
+      double wall = 0, cpu = 0;
+      const double n = static_cast<double>(std::max<int64_t>(state.iterations(), 1));
+      for (const auto& [phase, t] : root->stats().phase_times) {
+        absl::StrAppend(&line, " ", phase, " ", absl::SixDigits(1e3 * t.wall_s / n), "/",
+                        absl::SixDigits(1e3 * t.cpu_s / n));
+        wall += t.wall_s;
+        cpu += t.cpu_s;
+      }
+      env.phases[name] = absl::StrCat("total ", absl::SixDigits(1e3 * wall / n), "/",
+                                      absl::SixDigits(1e3 * cpu / n), " |", line);
+      root->stats().timing = false;
+    }
     env.seconds[name] = per_step;
     env.cpu_seconds[name] = (ProcessCpuSeconds() - cpu_start) / std::max<int64_t>(state.iterations(), 1);
     const double tokens = static_cast<double>(env.flags.world * env.flags.batch * env.flags.seq);
@@ -386,7 +421,9 @@ int main(int argc, char** argv) {
   const int gemm_iters = env.flags.quick ? 2 : 10;
   env.gemm_bf16 = GemmFlops(env.flags.gemm_n, at::kBFloat16, gemm_iters);
   env.gemm_fp32 = GemmFlops(env.flags.gemm_n, at::kFloat, gemm_iters);
-  for (int r = 1; r <= env.flags.rounds; ++r) {
+  // Rounds 1..warmup_rounds are the warm-up pairs (named w<r>, not reported).
+  const int last = env.flags.warmup_rounds + env.flags.rounds;
+  for (int r = 1; r <= last; ++r) {
     RegisterStep(env, "ddp", r);
     RegisterStep(env, "fsdp", r);
   }
@@ -405,7 +442,9 @@ int main(int argc, char** argv) {
               env.flags.backend.c_str(), env.flags.world, static_cast<long long>(env.flags.batch),
               static_cast<long long>(env.flags.seq), env.flags.fsdp_dtype.c_str(),
               env.flags.fsdp_dtype.c_str(), env.flags.adamw.c_str());
-  std::printf("load average %.2f -> %.2f\n", load_before, load_after);
+  std::printf("load average %.2f -> %.2f; %d warm-up round(s) (a ddp, fsdp pair each) before the "
+              "%d reported\n",
+              load_before, load_after, env.flags.warmup_rounds, env.flags.rounds);
   std::printf("gemm %lld^3 per rank: bf16 %.2f GFLOP/s, fp32 %.2f GFLOP/s; model %.3f GFLOP "
               "per rank-step\n",
               static_cast<long long>(env.flags.gemm_n), env.gemm_bf16 / 1e9, env.gemm_fp32 / 1e9,
@@ -414,7 +453,8 @@ int main(int argc, char** argv) {
   std::vector<double> ratios;
   bool ok = true;
   const double tol = env.flags.fsdp_dtype == "bf16" ? 5e-2 : 1e-4;
-  for (int r = 1; r <= env.flags.rounds; ++r) {
+  for (int k = 1; k <= env.flags.rounds; ++k) {
+    const int r = env.flags.warmup_rounds + k;  // the case registered as round r
     const double ddp = env.seconds[CaseName(env, "ddp", r)];
     const double fsdp = env.seconds[CaseName(env, "fsdp", r)];
     for (const auto& [kind, s] : {std::pair<std::string, double>{"ddp", ddp}, {"fsdp", fsdp}}) {
@@ -423,14 +463,17 @@ int main(int argc, char** argv) {
       const double cpu = env.cpu_seconds[CaseName(env, kind, r)];
       std::printf("r%d %-5s step %9.2f ms (rank 0 CPU %7.2f ms) | %10.0f tokens/s | MFU vs bf16 "
                   "GEMM %5.1f%% | vs fp32 GEMM %5.1f%% | loss0 %.6f\n",
-                  r, kind.c_str(), s * 1e3, cpu * 1e3, s > 0 ? tokens / s : 0, 100 * mfu,
+                  k, kind.c_str(), s * 1e3, cpu * 1e3, s > 0 ? tokens / s : 0, 100 * mfu,
                   s > 0 ? 100 * env.step_flops / s / env.gemm_fp32 : 0, loss0);
-      rows.push_back({{"round", r}, {"kind", kind}, {"step_ms", s * 1e3}, {"cpu_ms", cpu * 1e3},
+      rows.push_back({{"round", k}, {"kind", kind}, {"step_ms", s * 1e3}, {"cpu_ms", cpu * 1e3},
                       {"tokens_per_s", s > 0 ? tokens / s : 0}, {"mfu_vs_bf16_gemm", mfu},
                       {"loss0", loss0}});
     }
     ratios.push_back((ddp > 0 && fsdp > 0) ? ddp / fsdp : 0);
-    std::printf("r%d fsdp/ddp tokens/s %.3f (goal >= 0.9)\n", r, ratios.back());
+    if (const auto it = env.phases.find(CaseName(env, "fsdp", r)); it != env.phases.end()) {
+      std::printf("r%d fsdp phases, rank 0, ms per step wall/CPU: %s\n", k, it->second.c_str());
+    }
+    std::printf("r%d fsdp/ddp tokens/s %.3f (goal >= 0.9)\n", k, ratios.back());
     ok = ok && ddp > 0 && fsdp > 0;
     // Must run, not meet a number: fail when a step was not measured, or
     // when step 0 (before any update, same weights and data) disagrees
@@ -460,7 +503,7 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(60));
   if (!waited.ok()) std::fprintf(stderr, "%s\n", waited.ToString().c_str());
-  env.mesh.reset();
+  env.mesh.reset();  // run_dir (the FileStore's directory) goes when main returns
   ok = ok && waited.ok();
   return ok ? 0 : 1;
 }

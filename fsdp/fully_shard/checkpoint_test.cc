@@ -171,6 +171,7 @@ TEST(ShardedCheckpointTest, ReshardOnLoadFourToTwo) {
       }
     }
   });
+  std::filesystem::remove_all(dir);
 }
 
 // Resume = no interruption: 2 AdamW steps, checkpoint model + optimizer
@@ -226,6 +227,7 @@ TEST(OptimizerCheckpointTest, ResumeIsBitIdentical) {
   });
   ExpectSameDict(finals["resumed"], finals["straight"]);
   EXPECT_FALSE(at::equal(finals["no_optim"].at("b0.fc1.weight"), finals["straight"].at("b0.fc1.weight")));
+  std::filesystem::remove_all(dir);
 }
 
 // As a tensor-parallel layer would (fsdp/global_layout.h contract): replace

@@ -1,5 +1,8 @@
 #include "fsdp/fully_shard/fsdp_param_group.h"
 
+#include <time.h>
+
+#include <chrono>
 #include <exception>
 
 #include <c10/util/Exception.h>
@@ -34,7 +37,38 @@ void ThrowIfError(const absl::Status& s) {
   TORCH_CHECK(s.ok(), "FullyShard: ", s.ToString());
 }
 
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 }  // namespace
+
+// Reads the clocks only when the group's timer is on.
+class FsdpParamGroup::PhaseScope {
+ public:
+  PhaseScope(const FsdpParamGroup& g, const char* phase)
+      : g_(g), phase_(phase), on_(g.timer_enabled_ && g.timer_enabled_()) {
+    if (!on_) return;
+    wall_ = std::chrono::steady_clock::now();
+    cpu_ = ThreadCpuSeconds();
+  }
+  ~PhaseScope() {
+    if (!on_) return;
+    g_.timer_record_(phase_, std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_).count(),
+                     ThreadCpuSeconds() - cpu_);
+  }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  const FsdpParamGroup& g_;
+  const char* phase_;
+  bool on_;
+  std::chrono::steady_clock::time_point wall_;
+  double cpu_ = 0;
+};
 
 FsdpParamGroup::FsdpParamGroup(std::string label, const DeviceMesh& mesh,
                                const MixedPrecisionPolicy& mp)
@@ -159,6 +193,7 @@ absl::Status FsdpParamGroup::SetShardsFromFull(absl::Span<const at::Tensor> full
 
 absl::Status FsdpParamGroup::StartUnshard() {
   if (state_ != State::kSharded) return absl::OkStatus();
+  PhaseScope timed(*this, "unshard_issue");
   gather_in_ = flat_shard_.to(param_dtype_);  // copy even when the dtype matches
   if (gather_in_.data_ptr() == flat_shard_.data_ptr()) gather_in_ = gather_in_.clone();
   gather_out_ = at::empty({world_ * layout_.shard_numel}, gather_in_.options());
@@ -182,13 +217,20 @@ absl::Status FsdpParamGroup::WaitUnshard() {
     absl::Status s = StartUnshard();
     if (!s.ok()) return s;
   }
-  absl::Status s = WaitWork(gather_work_, "all-gather");
+  absl::Status s;
+  {
+    PhaseScope timed(*this, "all_gather_wait");
+    s = WaitWork(gather_work_, "all-gather");
+  }
   gather_work_.reset();
   if (!s.ok()) return s;
-  std::vector<at::Tensor> full = UnpackAllGather(gather_out_, layout_);
-  gather_in_ = at::Tensor();
-  gather_out_ = at::Tensor();
-  for (size_t i = 0; i < params_.size(); ++i) params_[i].param.set_data(full[i]);
+  {
+    PhaseScope timed(*this, "unpack");
+    std::vector<at::Tensor> full = UnpackAllGather(gather_out_, layout_);
+    gather_in_ = at::Tensor();
+    gather_out_ = at::Tensor();
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].param.set_data(full[i]);
+  }
   state_ = State::kUnsharded;
   if (memory_observer_) memory_observer_(full_param_bytes() - gathered_bytes());
   Trace("unsharded");
@@ -251,6 +293,7 @@ void FsdpParamGroup::OnGradReady(size_t i) {
 
 absl::Status FsdpParamGroup::ReduceGrads() {
   if (grads_reduced_) return absl::OkStatus();
+  PhaseScope timed(*this, "reduce_issue");
   grads_reduced_ = true;
   std::vector<at::Tensor> grads(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -263,9 +306,10 @@ absl::Status FsdpParamGroup::ReduceGrads() {
                                               " has shape ", c10::str(g.sizes()),
                                               ": the parameter was used while sharded"));
     }
-    if (g.defined()) g = g.to(reduce_dtype_);
+    // Left in param_dtype: the pack below casts while it copies (one pass,
+    // no per-parameter temporary); only accumulation needs reduce_dtype.
     if (p.accumulated.defined()) {
-      g = g.defined() ? g.add(p.accumulated) : p.accumulated;
+      g = g.defined() ? p.accumulated.add(g).to(reduce_dtype_) : p.accumulated;
       p.accumulated = at::Tensor();
     }
     grads[i] = g;
@@ -273,7 +317,9 @@ absl::Status FsdpParamGroup::ReduceGrads() {
   absl::Status s = Reshard();
   if (!s.ok()) return s;
   if (!requires_gradient_sync_) {
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].accumulated = grads[i];
+    for (size_t i = 0; i < params_.size(); ++i) {
+      params_[i].accumulated = grads[i].defined() ? grads[i].to(reduce_dtype_) : grads[i];
+    }
     Trace("grads_accumulated");
     return absl::OkStatus();
   }
@@ -305,7 +351,12 @@ absl::Status FsdpParamGroup::FinishReduceGrads() {
     }
     return absl::OkStatus();
   }
-  absl::Status s = WaitWork(reduce_work_, "reduce-scatter");
+  absl::Status s;
+  {
+    PhaseScope timed(*this, "reduce_scatter_wait");
+    s = WaitWork(reduce_work_, "reduce-scatter");
+  }
+  PhaseScope timed(*this, "reduce_finish");
   reduce_work_.reset();
   reduce_in_ = at::Tensor();
   if (!s.ok()) return s;

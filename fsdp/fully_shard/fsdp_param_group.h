@@ -123,6 +123,16 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   void set_memory_observer(std::function<void(int64_t)> f) { memory_observer_ = std::move(f); }
   // Called with an event name ("all_gather_issued", ...).
   void set_trace(std::function<void(const std::string&)> f) { trace_ = std::move(f); }
+  // Phase timing (off unless `enabled` returns true; no clock is read then):
+  // `record(phase, wall_s, thread_cpu_s)` after each of "unshard_issue"
+  // (cast + issue the all-gather), "all_gather_wait", "unpack" (copy into
+  // the full params), "reduce_issue" (pack the grads + issue the
+  // reduce-scatter), "reduce_scatter_wait" and "reduce_finish".
+  void set_phase_timer(std::function<bool()> enabled,
+                       std::function<void(const char*, double, double)> record) {
+    timer_enabled_ = std::move(enabled);
+    timer_record_ = std::move(record);
+  }
 
   // Called by the AccumulateGrad post-hook of parameter i.
   void OnGradReady(size_t i);
@@ -138,6 +148,7 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
     at::Tensor stashed_grad;   // [ShardShape] grad from before this backward
     at::Tensor accumulated;    // [global shape] reduce_dtype, sync off
   };
+  class PhaseScope;  // times one phase for timer_record_ (fsdp_param_group.cc)
   FsdpParamGroup(std::string label, const DeviceMesh& mesh, const MixedPrecisionPolicy& mp);
   absl::Status WaitWork(const c10::intrusive_ptr<c10d::Work>& work, const char* op);
   void HookGradAccumulators();
@@ -173,6 +184,8 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   int64_t num_reduce_scatters_ = 0;
   std::function<void(int64_t)> memory_observer_;
   std::function<void(const std::string&)> trace_;
+  std::function<bool()> timer_enabled_;
+  std::function<void(const char*, double, double)> timer_record_;
 };
 
 }  // namespace tpudist::fsdp

@@ -105,6 +105,19 @@ class FsdpState : public std::enable_shared_from_this<FsdpState> {
       s->group_->set_trace([weak_ctx](const std::string& e) {
         if (auto c = weak_ctx.lock(); c && c->stats.tracing) c->stats.trace.push_back(e);
       });
+      s->group_->set_phase_timer(
+          [weak_ctx] {
+            auto c = weak_ctx.lock();
+            return c != nullptr && c->stats.timing;
+          },
+          [weak_ctx](const char* phase, double wall_s, double cpu_s) {
+            if (auto c = weak_ctx.lock()) {
+              FsdpPhaseTime& t = c->stats.phase_times[phase];
+              t.wall_s += wall_s;
+              t.cpu_s += cpu_s;
+              ++t.calls;
+            }
+          });
     }
     is_root_ = true;
   }

@@ -38,6 +38,7 @@
 #define TPU_DIST_FSDP_FULLY_SHARD_FULLY_SHARD_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,12 +66,23 @@ struct FullyShardOptions {
   std::string label;     // for errors and traces; "" = module->name()
 };
 
+// Time spent in one FullyShard phase, summed over groups and calls.
+struct FsdpPhaseTime {
+  double wall_s = 0;
+  double cpu_s = 0;  // the calling thread's CPU time
+  int64_t calls = 0;
+};
+
 // Per-iteration counters the root keeps; for tests and benchmarks.
 struct FsdpStats {
   int64_t live_unsharded_bytes = 0;  // full params alive now
   int64_t peak_unsharded_bytes = 0;  // max since ResetPeak
   std::vector<std::string> trace;    // events when tracing is on
   bool tracing = false;
+  // Off by default (no clock is read): with timing on, every group's phases
+  // (see FsdpParamGroup::set_phase_timer) add up here, by phase name.
+  bool timing = false;
+  std::map<std::string, FsdpPhaseTime> phase_times;
 };
 
 class FsdpState;

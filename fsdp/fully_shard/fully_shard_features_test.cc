@@ -145,6 +145,22 @@ TEST(FullyShardMixedPrecisionTest, Bf16ComputeFp32ReduceMatchesOracle) {
       ASSERT_EQ(p.grad().sizes(), want.sizes()) << item.key();
       EXPECT_LE(RelErr(p.grad(), want), 1e-6) << item.key();
     }
+    // One micro-step with sync off on the other rank's batch (its bf16 grads
+    // kept in fp32), one with sync on on this rank's: their sum is reduced in
+    // fp32 and added to the grads above, 3x the oracle in all. (Summed in
+    // bf16, the two different grads would round.)
+    for (bool sync : {false, true}) {
+      root.SetRequiresGradientSync(sync);
+      const int64_t b = sync ? r.rank : 1 - r.rank;
+      at::mse_loss(model->forward(x.narrow(0, 2 * b, 2)).to(at::kFloat), y.narrow(0, 2 * b, 2)).backward();
+    }
+    for (const auto& item : model->named_parameters()) {
+      const at::Tensor& p = item.value();
+      const auto chunks = oracle[item.key()].chunk(kWorld, 0);
+      if (r.rank >= static_cast<int>(chunks.size())) continue;
+      EXPECT_EQ(p.grad().scalar_type(), at::kFloat);
+      EXPECT_LE(RelErr(p.grad(), 3 * chunks[r.rank]), 1e-6) << item.key();
+    }
   });
 }
 
@@ -295,6 +311,45 @@ TEST(FullyShardPrefetchTest, NextAllGatherIssuedBeforeCurrentCompute) {
       EXPECT_EQ(m.group().num_all_gathers(), is_root ? 3 : 6) << m.group().label();
       EXPECT_EQ(m.group().num_reduce_scatters(), 3) << m.group().label();
       EXPECT_EQ(m.group().state(), FsdpParamGroup::State::kSharded);
+    }
+  });
+}
+
+// Phase timing is off by default (no entries); once on, every all-gather
+// and reduce-scatter of every group is counted in its phases.
+TEST(FullyShardStatsTest, PhaseTimesCountEveryCollectiveOnlyWhenOn) {
+  torch::manual_seed(8);
+  const at::Tensor x = torch::randn({4, 5}), y = torch::randn({4, 3});
+  RunRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = testing::MakeMesh(r);
+    MlpStack model;
+    FsdpModule root = ShardStack(model, mesh);
+    at::mse_loss(model->forward(x), y).backward();
+    EXPECT_TRUE(root.stats().phase_times.empty());
+    int64_t gathers = 0, reduces = 0;
+    for (const FsdpModule& m : root.Subtree()) {
+      gathers -= m.group().num_all_gathers();
+      reduces -= m.group().num_reduce_scatters();
+    }
+    root.stats().timing = true;
+    for (int it = 0; it < 2; ++it) at::mse_loss(model->forward(x), y).backward();
+    for (const FsdpModule& m : root.Subtree()) {
+      gathers += m.group().num_all_gathers();
+      reduces += m.group().num_reduce_scatters();
+    }
+    const auto& t = root.stats().phase_times;
+    for (const char* phase : {"unshard_issue", "all_gather_wait", "unpack"}) {
+      ASSERT_TRUE(t.count(phase)) << phase;
+      EXPECT_EQ(t.at(phase).calls, gathers) << phase;
+    }
+    for (const char* phase : {"reduce_issue", "reduce_scatter_wait", "reduce_finish"}) {
+      ASSERT_TRUE(t.count(phase)) << phase;
+      EXPECT_EQ(t.at(phase).calls, reduces) << phase;
+    }
+    EXPECT_EQ(t.size(), 6u);
+    for (const auto& [phase, time] : t) {
+      EXPECT_GE(time.wall_s, 0) << phase;
+      EXPECT_GE(time.cpu_s, 0) << phase;
     }
   });
 }
