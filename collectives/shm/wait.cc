@@ -36,11 +36,17 @@ YieldGate NextYieldGate(const YieldGate& gate, int64_t now_ns, int64_t slowest_y
   const int64_t min_ns = absl::ToInt64Nanoseconds(policy.yield_backoff_min);
   const int64_t max_ns = std::max(min_ns, absl::ToInt64Nanoseconds(policy.yield_backoff_max));
   YieldGate next = gate;
+  const int to_close = std::max(1, policy.slow_stages_to_close);
   if (slowest_yield_ns >= absl::ToInt64Nanoseconds(policy.slow_yield)) {
-    next.backoff_ns = std::clamp(gate.backoff_ns > max_ns / 2 ? max_ns : 2 * gate.backoff_ns,
-                                 min_ns, max_ns);
-    next.closed_until_ns = now_ns + next.backoff_ns;
+    next.slow_streak = gate.slow_streak + 1;
+    if (next.slow_streak >= to_close) {
+      next.backoff_ns = std::clamp(gate.backoff_ns > max_ns / 2 ? max_ns : 2 * gate.backoff_ns,
+                                   min_ns, max_ns);
+      next.closed_until_ns = now_ns + next.backoff_ns;
+      next.slow_streak = to_close - 1;
+    }
   } else {
+    next.slow_streak = 0;
     next.backoff_ns = gate.backoff_ns / 2 < min_ns ? 0 : gate.backoff_ns / 2;
   }
   return next;

@@ -19,9 +19,13 @@
 // ranks idle) they run for microseconds and hand it back: yielding beats a
 // futex sleep + wake. When it is a foreign busy process, the yield gives it a
 // whole time slice (milliseconds) after our peer is long done. So each yield
-// is timed: one that took policy.slow_yield or longer closes the caller's
-// YieldGate (futex only) for a back-off that doubles while the probes that
-// reopen it keep finding slow yields and halves after a fast one.
+// is timed; a stage with a yield that took policy.slow_yield or longer is
+// "slow". policy.slow_stages_to_close slow stages in a row close the
+// caller's YieldGate (futex only) for a back-off that doubles while the
+// probes that reopen it keep being slow and halves after each fast stage.
+// One slow stage alone proves little: a rank is also preempted now and then
+// by processes of other scheduling groups (sched_autogroup), which no futex
+// sleep avoids; a hog in our own group makes every yield slow.
 //
 // Sequence numbers wrap: "reached" means (int32_t)(value - target) >= 0.
 //
@@ -48,12 +52,13 @@ struct WaitPolicy {
   int yield_iters = 0;
   absl::Duration futex_slice = absl::Milliseconds(5);
   // Adaptive yield stage (with a YieldGate; false: plain yields, the gate
-  // is ignored): a sched_yield that
-  // returned after slow_yield or more means a foreign process ran a slice;
-  // the gate then closes for yield_backoff_min, doubling up to
-  // yield_backoff_max while it keeps happening.
+  // is ignored): a sched_yield that returned after slow_yield or more means
+  // another process ran a slice; slow_stages_to_close such stages in a row
+  // close the gate for yield_backoff_min, doubling up to yield_backoff_max
+  // while it keeps happening.
   bool adaptive_yield = true;
   absl::Duration slow_yield = absl::Microseconds(250);
+  int slow_stages_to_close = 3;
   absl::Duration yield_backoff_min = absl::Milliseconds(20);
   absl::Duration yield_backoff_max = absl::Seconds(1);
 };
@@ -81,6 +86,7 @@ WaitPolicy ChooseWaitPolicy(int local_ranks, int usable_cores);
 struct YieldGate {
   int64_t closed_until_ns = 0;  // no yield stage before this time
   int64_t backoff_ns = 0;       // length of the last closure, decaying; 0: none
+  int slow_streak = 0;          // slow stages in a row (kept after a closure)
 };
 
 inline bool YieldGateOpen(const YieldGate& gate, int64_t now_ns) {
@@ -89,9 +95,11 @@ inline bool YieldGateOpen(const YieldGate& gate, int64_t now_ns) {
 
 // The gate after a yield stage that ended at `now_ns` and whose slowest
 // sched_yield took `slowest_yield_ns` (pure). Slow (>= policy.slow_yield):
-// closed for max(yield_backoff_min, 2 x the last back-off), at most
-// yield_backoff_max. Fast: stays open; the remembered back-off halves
-// (dropping to 0 below yield_backoff_min).
+// the streak grows; at policy.slow_stages_to_close the gate closes for
+// max(yield_backoff_min, 2 x the last back-off), at most yield_backoff_max,
+// and the streak stays one short of closing, so the probe after reopening
+// closes it again if still slow. Fast: streak 0, the remembered back-off
+// halves (dropping to 0 below yield_backoff_min).
 YieldGate NextYieldGate(const YieldGate& gate, int64_t now_ns, int64_t slowest_yield_ns,
                         const WaitPolicy& policy);
 

@@ -12,9 +12,10 @@ namespace {
 constexpr int64_t kUs = 1000;
 constexpr int64_t kMs = 1000 * kUs;
 
-WaitPolicy Policy() {
+WaitPolicy Policy(int slow_stages_to_close = 3) {
   WaitPolicy p;
   p.slow_yield = absl::Microseconds(250);
+  p.slow_stages_to_close = slow_stages_to_close;
   p.yield_backoff_min = absl::Milliseconds(20);
   p.yield_backoff_max = absl::Seconds(1);
   return p;
@@ -26,9 +27,21 @@ TEST(YieldGateTest, FastYieldsKeepTheGateOpen) {
   EXPECT_EQ(g.backoff_ns, 0);
 }
 
-TEST(YieldGateTest, ASlowYieldClosesTheGateForTheMinimumBackoff) {
+// A hog in our own scheduling group makes every stage slow; one slow stage
+// (a preemption by another group) does not close the gate.
+TEST(YieldGateTest, SlowStagesInARowCloseTheGateForTheMinimumBackoff) {
   const int64_t now = 7 * kMs;
-  const YieldGate g = NextYieldGate(YieldGate{}, now, 1500 * kUs, Policy());  // a hog's slice
+  YieldGate g = NextYieldGate(YieldGate{}, now, 1500 * kUs, Policy());  // a hog's slice
+  g = NextYieldGate(g, now, 1500 * kUs, Policy());
+  EXPECT_TRUE(YieldGateOpen(g, now));
+  EXPECT_EQ(g.slow_streak, 2);
+  g = NextYieldGate(g, now, 20 * kUs, Policy());  // a fast stage resets the streak
+  EXPECT_EQ(g.slow_streak, 0);
+  g = NextYieldGate(g, now, 1500 * kUs, Policy());
+  g = NextYieldGate(g, now, 1500 * kUs, Policy());
+  EXPECT_TRUE(YieldGateOpen(g, now));
+  EXPECT_EQ(g.backoff_ns, 0);
+  g = NextYieldGate(g, now, 1500 * kUs, Policy());
   EXPECT_EQ(g.backoff_ns, 20 * kMs);
   EXPECT_EQ(g.closed_until_ns, now + 20 * kMs);
   EXPECT_FALSE(YieldGateOpen(g, now));
@@ -37,14 +50,17 @@ TEST(YieldGateTest, ASlowYieldClosesTheGateForTheMinimumBackoff) {
 }
 
 TEST(YieldGateTest, TheThresholdIsInclusive) {
-  EXPECT_EQ(NextYieldGate(YieldGate{}, 0, 250 * kUs, Policy()).backoff_ns, 20 * kMs);
-  EXPECT_EQ(NextYieldGate(YieldGate{}, 0, 250 * kUs - 1, Policy()).backoff_ns, 0);
+  EXPECT_EQ(NextYieldGate(YieldGate{}, 0, 250 * kUs, Policy(1)).backoff_ns, 20 * kMs);
+  EXPECT_EQ(NextYieldGate(YieldGate{}, 0, 250 * kUs - 1, Policy(1)).backoff_ns, 0);
 }
 
-// Probes that keep finding a foreign hog double the closure up to the cap.
+// After a closure, one slow probe closes the gate again, for twice as long,
+// up to the cap.
 TEST(YieldGateTest, RepeatedSlowProbesDoubleTheBackoffUpToTheCap) {
   YieldGate g;
   int64_t now = 0;
+  g = NextYieldGate(g, now, 2 * kMs, Policy());
+  g = NextYieldGate(g, now, 2 * kMs, Policy());
   const int64_t expected[] = {20, 40, 80, 160, 320, 640, 1000, 1000};
   for (int64_t ms : expected) {
     g = NextYieldGate(g, now, 2 * kMs, Policy());
@@ -57,29 +73,30 @@ TEST(YieldGateTest, RepeatedSlowProbesDoubleTheBackoffUpToTheCap) {
 // Once the hog is gone the remembered back-off decays: halves per fast
 // stage, to 0 below the minimum, so a later hog starts at the minimum again.
 TEST(YieldGateTest, FastStagesDecayTheBackoff) {
+  const WaitPolicy p = Policy(1);
   YieldGate g{10 * kMs, 160 * kMs};
-  g = NextYieldGate(g, 11 * kMs, 10 * kUs, Policy());
+  g = NextYieldGate(g, 11 * kMs, 10 * kUs, p);
   EXPECT_EQ(g.backoff_ns, 80 * kMs);
   EXPECT_TRUE(YieldGateOpen(g, 11 * kMs));
-  g = NextYieldGate(g, 12 * kMs, 10 * kUs, Policy());
+  g = NextYieldGate(g, 12 * kMs, 10 * kUs, p);
   EXPECT_EQ(g.backoff_ns, 40 * kMs);
-  g = NextYieldGate(g, 12 * kMs, 10 * kUs, Policy());
+  g = NextYieldGate(g, 12 * kMs, 10 * kUs, p);
   EXPECT_EQ(g.backoff_ns, 20 * kMs);
-  g = NextYieldGate(g, 12 * kMs, 10 * kUs, Policy());
+  g = NextYieldGate(g, 12 * kMs, 10 * kUs, p);
   EXPECT_EQ(g.backoff_ns, 0);
-  g = NextYieldGate(g, 13 * kMs, 3 * kMs, Policy());
+  g = NextYieldGate(g, 13 * kMs, 3 * kMs, p);
   EXPECT_EQ(g.backoff_ns, 20 * kMs);
   // After a decay to 80 ms a slow probe doubles from there, not from 20.
-  g = NextYieldGate(YieldGate{0, 80 * kMs}, 0, 3 * kMs,
-                    Policy());
+  g = NextYieldGate(YieldGate{0, 80 * kMs}, 0, 3 * kMs, p);
   EXPECT_EQ(g.backoff_ns, 160 * kMs);
 }
 
-// WaitForSeq: with every yield counted slow (threshold 0) the first yield
-// closes the gate; a closed gate skips the stage and is left alone.
+// WaitForSeq: with every yield counted slow (threshold 0) and one slow stage
+// enough, the first yield closes the gate; a closed gate skips the stage and
+// is left alone.
 TEST(YieldGateTest, WaitForSeqClosesTheGateOnASlowYield) {
   std::atomic<uint32_t> word{0}, waiters{0};
-  WaitPolicy p = Policy();
+  WaitPolicy p = Policy(1);
   p.spin_iters = 0;
   p.yield_iters = 64;
   p.slow_yield = absl::ZeroDuration();
