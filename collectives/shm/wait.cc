@@ -26,7 +26,7 @@ long Futex(const std::atomic<uint32_t>* word, int op, uint32_t val,
 
 WaitPolicy ChooseWaitPolicy(int local_ranks, int usable_cores) {
   WaitPolicy p;
-  p.spin_iters = local_ranks > usable_cores ? 0 : 1000;
+  p.spin_iters = local_ranks > usable_cores ? 0 : 32;
   p.yield_iters = 64;
   return p;
 }
