@@ -43,6 +43,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -524,6 +525,9 @@ int main(int argc, char** argv) {
   if (!waited.ok()) std::fprintf(stderr, "%s\n", waited.ToString().c_str());
   env.gloo.reset();
   env.ours.reset();
+  store.reset();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);  // the store's directory (all ranks are gone)
   // Must run, not meet a number: fail only when nothing was measured.
   bool measured = !rows.empty();
   for (const tb::CollectiveRow& r : rows) measured = measured && r.tpu_dist_s > 0;
