@@ -23,7 +23,7 @@
 //   collectives_bench --ops=all_reduce --dtypes=fp32 --min_bytes=8 --max_bytes=16777216
 //   collectives_bench --gloo=0 | --gloo_max_bytes=N   # skip Gloo (above N)
 //   collectives_bench --slot_bytes=N --slots=K --spin=N --yield=M  # shm experiments
-//   collectives_bench --adaptive_yield=0 --slow_yield_us=N --slow_stages=K
+//   collectives_bench --adaptive_yield=0 --slow_yield_us=N --slow_stages=K --yield_backoff_ms=M
 //                                              # plain yields / adaptive thresholds
 //   collectives_bench --floor_rounds=N         # bare futex barriers timed (latency floor)
 //   collectives_bench --busy_threads_per_core=2  # with a competing load that the
@@ -94,6 +94,7 @@ struct Flags {
   int adaptive_yield = -1;  // -1: the group's default
   int slow_yield_us = -1;
   int slow_stages = -1;
+  int yield_backoff_ms = -1;
   int busy_per_core = 0;   // busy processes per usable core (bench/busy_load.h)
   int floor_rounds = 2000; // bare futex barriers timed as the latency floor (0: none)
 };
@@ -128,6 +129,7 @@ Flags ParseAndStrip(int* argc, char** argv) {
     else if ((v = value(a, "--adaptive_yield="))) f.adaptive_yield = std::stoi(v);
     else if ((v = value(a, "--slow_yield_us="))) f.slow_yield_us = std::stoi(v);
     else if ((v = value(a, "--slow_stages="))) f.slow_stages = std::stoi(v);
+    else if ((v = value(a, "--yield_backoff_ms="))) f.yield_backoff_ms = std::stoi(v);
     else if ((v = value(a, "--busy_threads_per_core="))) f.busy_per_core = std::stoi(v);
     else if ((v = value(a, "--floor_rounds="))) f.floor_rounds = std::stoi(v);
     else if (a == "--quick" || a == "--smoke") f.quick = true;
@@ -438,7 +440,8 @@ int main(int argc, char** argv) {
   if (env.flags.slot_bytes > 0) options.shm_slot_bytes = env.flags.slot_bytes;
   if (env.flags.slots > 0) options.shm_num_slots = env.flags.slots;
   if (env.flags.spin >= 0 || env.flags.yield >= 0 || env.flags.adaptive_yield >= 0 ||
-      env.flags.slow_yield_us >= 0 || env.flags.slow_stages >= 0) {  // else the group chooses
+      env.flags.slow_yield_us >= 0 || env.flags.slow_stages >= 0 ||
+      env.flags.yield_backoff_ms >= 0) {  // else the group chooses
     namespace shm = tpudist::collectives::shm;
     shm::WaitPolicy wait = shm::ChooseWaitPolicy(env.flags.world, shm::UsableCores());
     if (env.flags.spin >= 0) wait.spin_iters = env.flags.spin;
@@ -446,6 +449,9 @@ int main(int argc, char** argv) {
     if (env.flags.adaptive_yield >= 0) wait.adaptive_yield = env.flags.adaptive_yield != 0;
     if (env.flags.slow_yield_us >= 0) wait.slow_yield = absl::Microseconds(env.flags.slow_yield_us);
     if (env.flags.slow_stages >= 0) wait.slow_stages_to_close = env.flags.slow_stages;
+    if (env.flags.yield_backoff_ms >= 0) {
+      wait.yield_backoff_min = absl::Milliseconds(env.flags.yield_backoff_ms);
+    }
     options.wait = wait;
   }
   env.ours = c10::make_intrusive<ProcessGroupTpuDist>(store, env.rank, env.flags.world, options);
