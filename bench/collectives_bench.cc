@@ -23,6 +23,8 @@
 //   collectives_bench --ops=all_reduce --dtypes=fp32 --min_bytes=8 --max_bytes=16777216
 //   collectives_bench --gloo=0 | --gloo_max_bytes=N   # skip Gloo (above N)
 //   collectives_bench --slot_bytes=N --slots=K --spin=N --yield=M  # shm experiments
+//   collectives_bench --adaptive_yield=0 --slow_yield_us=N --slow_stages=K --yield_backoff_ms=M
+//                                              # plain yields / adaptive thresholds
 //   collectives_bench --floor_rounds=N         # bare futex barriers timed (latency floor)
 //   collectives_bench --busy_threads_per_core=2  # with a competing load that the
 //                                              # bench starts and stops itself
@@ -90,6 +92,10 @@ struct Flags {
   int slots = 0;           // 0: the group's default
   int spin = -1;           // -1: the group's default
   int yield = -1;
+  int adaptive_yield = -1;  // -1: the group's default
+  int slow_yield_us = -1;
+  int slow_stages = -1;
+  int yield_backoff_ms = -1;
   int busy_per_core = 0;   // busy processes per usable core (bench/busy_load.h)
   int floor_rounds = 2000; // bare futex barriers timed as the latency floor (0: none)
 };
@@ -121,6 +127,10 @@ Flags ParseAndStrip(int* argc, char** argv) {
     else if ((v = value(a, "--slots="))) f.slots = std::stoi(v);
     else if ((v = value(a, "--spin="))) f.spin = std::stoi(v);
     else if ((v = value(a, "--yield="))) f.yield = std::stoi(v);
+    else if ((v = value(a, "--adaptive_yield="))) f.adaptive_yield = std::stoi(v);
+    else if ((v = value(a, "--slow_yield_us="))) f.slow_yield_us = std::stoi(v);
+    else if ((v = value(a, "--slow_stages="))) f.slow_stages = std::stoi(v);
+    else if ((v = value(a, "--yield_backoff_ms="))) f.yield_backoff_ms = std::stoi(v);
     else if ((v = value(a, "--busy_threads_per_core="))) f.busy_per_core = std::stoi(v);
     else if ((v = value(a, "--floor_rounds="))) f.floor_rounds = std::stoi(v);
     else if (a == "--quick" || a == "--smoke") f.quick = true;
@@ -459,11 +469,19 @@ int main(int argc, char** argv) {
   }
   if (env.flags.slot_bytes > 0) options.shm_slot_bytes = env.flags.slot_bytes;
   if (env.flags.slots > 0) options.shm_num_slots = env.flags.slots;
-  if (env.flags.spin >= 0 || env.flags.yield >= 0) {  // else the group chooses
+  if (env.flags.spin >= 0 || env.flags.yield >= 0 || env.flags.adaptive_yield >= 0 ||
+      env.flags.slow_yield_us >= 0 || env.flags.slow_stages >= 0 ||
+      env.flags.yield_backoff_ms >= 0) {  // else the group chooses
     namespace shm = tpudist::collectives::shm;
     shm::WaitPolicy wait = shm::ChooseWaitPolicy(env.flags.world, shm::UsableCores());
     if (env.flags.spin >= 0) wait.spin_iters = env.flags.spin;
     if (env.flags.yield >= 0) wait.yield_iters = env.flags.yield;
+    if (env.flags.adaptive_yield >= 0) wait.adaptive_yield = env.flags.adaptive_yield != 0;
+    if (env.flags.slow_yield_us >= 0) wait.slow_yield = absl::Microseconds(env.flags.slow_yield_us);
+    if (env.flags.slow_stages >= 0) wait.slow_stages_to_close = env.flags.slow_stages;
+    if (env.flags.yield_backoff_ms >= 0) {
+      wait.yield_backoff_min = absl::Milliseconds(env.flags.yield_backoff_ms);
+    }
     options.wait = wait;
   }
   env.ours = c10::make_intrusive<ProcessGroupTpuDist>(store, env.rank, env.flags.world, options);
@@ -485,10 +503,17 @@ int main(int argc, char** argv) {
   env.ours->barrier()->wait();
   // Same policy as the group's waits: no spin when ranks outnumber cores.
   namespace shm = tpudist::collectives::shm;
+  // Two floors: futex only, and with up to 64 plain sched_yields first (the
+  // floor of the adaptive yield stage when only our ranks compete).
   const int floor_spin = shm::ChooseWaitPolicy(env.flags.world, shm::UsableCores()).spin_iters;
+  constexpr int kFloorYields = 64;
   const double floor_s =
-      env.flags.floor_rounds > 0 ? floor_barrier->TimeRounds(env.flags.floor_rounds, floor_spin)
+      env.flags.floor_rounds > 0 ? floor_barrier->TimeRounds(env.flags.floor_rounds, floor_spin, 0)
                                  : -1;
+  const double floor_yield_s =
+      env.flags.floor_rounds > 0
+          ? floor_barrier->TimeRounds(env.flags.floor_rounds, floor_spin, kFloorYields)
+          : -1;
   if (env.rank != 0) {
     env.gloo.reset();
     env.ours.reset();
@@ -511,6 +536,11 @@ int main(int argc, char** argv) {
     std::printf("latency floor: one bare futex barrier of %d processes (one arrival word, one "
                 "FUTEX_WAKE of all sleepers, %d spins): %.2f us (mean of %d)\n",
                 env.flags.world, floor_spin, floor_s * 1e6, env.flags.floor_rounds);
+  }
+  if (floor_yield_s > 0) {
+    std::printf("latency floor with yields: the same barrier, %d spins then up to %d "
+                "sched_yield before the futex: %.2f us (mean of %d)\n",
+                floor_spin, kFloorYields, floor_yield_s * 1e6, env.flags.floor_rounds);
   }
   const std::optional<tb::TcpLoopback> loopback = PrintCrossHostGoal(rows, env);
   if (!env.flags.json_out.empty()) {

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -33,6 +34,7 @@ absl::StatusOr<FutexBarrier> FutexBarrier::Create(int world) {
   }
   Shared* s = new (p) Shared;
   s->arrivals.store(0);
+  s->sleepers.store(0);
   return FutexBarrier(s, world);
 }
 
@@ -45,16 +47,22 @@ FutexBarrier::~FutexBarrier() {
   if (shared_ != nullptr) munmap(shared_, sizeof(Shared));
 }
 
-bool FutexBarrier::Wait(int spin_iters, absl::Duration timeout) {
+bool FutexBarrier::Wait(int spin_iters, int yield_iters, absl::Duration timeout) {
   const uint32_t target = ++round_ * static_cast<uint32_t>(world_);
   auto reached = [&](uint32_t v) { return static_cast<int32_t>(v - target) >= 0; };
   if (shared_->arrivals.fetch_add(1, std::memory_order_seq_cst) + 1 == target) {
-    Futex(&shared_->arrivals, FUTEX_WAKE, INT_MAX, nullptr);
+    if (shared_->sleepers.load(std::memory_order_seq_cst) != 0) {
+      Futex(&shared_->arrivals, FUTEX_WAKE, INT_MAX, nullptr);
+    }
     return true;
   }
   for (int i = 0; i < spin_iters; ++i) {
     if (reached(shared_->arrivals.load(std::memory_order_acquire))) return true;
     _mm_pause();
+  }
+  for (int i = 0; i < yield_iters; ++i) {
+    if (reached(shared_->arrivals.load(std::memory_order_acquire))) return true;
+    sched_yield();
   }
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
@@ -63,16 +71,20 @@ bool FutexBarrier::Wait(int spin_iters, absl::Duration timeout) {
     const absl::Time now = absl::Now();
     if (now >= deadline) return false;
     const struct timespec ts = absl::ToTimespec(deadline - now);
-    Futex(&shared_->arrivals, FUTEX_WAIT, seen, &ts);
+    shared_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (!reached(shared_->arrivals.load(std::memory_order_seq_cst))) {
+      Futex(&shared_->arrivals, FUTEX_WAIT, seen, &ts);
+    }
+    shared_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
 
-double FutexBarrier::TimeRounds(int rounds, int spin_iters) {
+double FutexBarrier::TimeRounds(int rounds, int spin_iters, int yield_iters) {
   const absl::Duration timeout = absl::Seconds(60);
-  if (!Wait(spin_iters, timeout)) return -1;  // warm-up
+  if (!Wait(spin_iters, yield_iters, timeout)) return -1;  // warm-up
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < rounds; ++i) {
-    if (!Wait(spin_iters, timeout)) return -1;
+    if (!Wait(spin_iters, yield_iters, timeout)) return -1;
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -8,9 +8,11 @@
 //
 // The barrier is the cheapest protocol a lock-step collective phase can use:
 // each arrival is one fetch_add on one shared word; the last arriver issues
-// one FUTEX_WAKE (all sleepers) on that word; the others FUTEX_WAIT on it
-// (no spin when spin_iters == 0, as ranks > cores). No checks, no headers,
-// no data. Every wait has a deadline (Wait returns false when it passes).
+// one FUTEX_WAKE (all sleepers) on that word when anyone sleeps; the others
+// spin, then sched_yield, then FUTEX_WAIT on it (no spin when
+// spin_iters == 0, as ranks > cores; no yields when yield_iters == 0). No
+// checks, no headers, no data. Every wait has a deadline (Wait returns false
+// when it passes).
 //
 // Thread-safety: one caller per process; the mapping is shared by the
 // processes forked after Create.
@@ -35,17 +37,19 @@ class FutexBarrier {
   ~FutexBarrier();
 
   // One barrier; every one of `world` processes calls it once per round.
-  // Spins up to `spin_iters` loads before sleeping. False if `timeout`
-  // passed first (the barrier is then unusable).
-  bool Wait(int spin_iters, absl::Duration timeout);
+  // Spins up to `spin_iters` loads and yields up to `yield_iters` times
+  // before sleeping. False if `timeout` passed first (the barrier is then
+  // unusable).
+  bool Wait(int spin_iters, int yield_iters, absl::Duration timeout);
 
   // Runs `rounds` barriers (after one warm-up) and returns the mean seconds
   // per barrier as seen by this process, or -1 on a timeout.
-  double TimeRounds(int rounds, int spin_iters);
+  double TimeRounds(int rounds, int spin_iters, int yield_iters);
 
  private:
   struct Shared {
     alignas(64) std::atomic<uint32_t> arrivals;
+    alignas(64) std::atomic<uint32_t> sleepers;
   };
   FutexBarrier(Shared* shared, int world) : shared_(shared), world_(world) {}
   Shared* shared_;

@@ -201,7 +201,7 @@ absl::Status Communicator::WaitPeer(int r, uint32_t target, const OpContext& ctx
                                     const char* what) {
   Control* c = control(r);
   absl::Status s = WaitForSeq(&c->phase, &c->waiters, target, ctx.deadline(),
-                              wait_, [&] {
+                              wait_, &yield_gate_, [&] {
                                 if (abort_requested_.load(std::memory_order_acquire)) {
                                   return absl::AbortedError("abort requested");
                                 }
@@ -250,7 +250,7 @@ absl::Status Communicator::PublishAndWait(const OpContext& ctx) {
     return absl::OkStatus();
   }
   const absl::Status all = WaitForSeq(
-      &hub->arrivals, &hub->arrival_waiters, target, ctx.deadline(), wait_, [&] {
+      &hub->arrivals, &hub->arrival_waiters, target, ctx.deadline(), wait_, &yield_gate_, [&] {
         if (abort_requested_.load(std::memory_order_acquire)) {
           return absl::AbortedError("abort requested");
         }

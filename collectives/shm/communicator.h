@@ -24,7 +24,7 @@
 // step 1 safe. With K >= 2 slots there is no trailing barrier: a fast rank
 // runs ahead by up to K-1 phases while slow ranks still read.
 //
-// Faults. Waits use WaitForSeq (spin, yield, futex) bounded by the op
+// Faults. Waits use WaitForSeq (spin, adaptive yield, futex) bounded by the op
 // deadline. The slow path checks each awaited peer's abort word and whether
 // its pid is alive (kill(pid, 0) and /proc/<pid>/stat for zombies). Any error
 // poisons the communicator: it records the status, sets its own abort word
@@ -147,6 +147,7 @@ class Communicator {
   int size_;
   CommOptions options_;
   WaitPolicy wait_;  // options_.wait or the chosen one
+  YieldGate yield_gate_;  // this rank's adaptive yield stage (wait.h)
   size_t slot_stride_;
   std::vector<std::unique_ptr<Segment>> segments_;  // [size]; own at rank_
   uint64_t phase_ = 0;  // last published phase; phases start at 1

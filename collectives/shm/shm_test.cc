@@ -62,7 +62,7 @@ TEST(WaitTest, FutexWakeReleasesASleeper) {
     PublishSeq(&word, &waiters, 1);
   });
   const absl::Time start = absl::Now();
-  absl::Status s = WaitForSeq(&word, &waiters, 1, start + absl::Seconds(10), policy,
+  absl::Status s = WaitForSeq(&word, &waiters, 1, start + absl::Seconds(10), policy, nullptr,
                               [] { return absl::OkStatus(); });
   writer.join();
   EXPECT_TRUE(s.ok()) << s;
@@ -74,11 +74,11 @@ TEST(WaitTest, DeadlineAndCheckEndTheWait) {
   std::atomic<uint32_t> word{0}, waiters{0};
   const absl::Time start = absl::Now();
   absl::Status s = WaitForSeq(&word, &waiters, 1, start + absl::Milliseconds(100),
-                              WaitPolicy{}, [] { return absl::OkStatus(); });
+                              WaitPolicy{}, nullptr, [] { return absl::OkStatus(); });
   EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   int calls = 0;
-  s = WaitForSeq(&word, &waiters, 1, absl::Now() + absl::Seconds(10), WaitPolicy{}, [&] {
+  s = WaitForSeq(&word, &waiters, 1, absl::Now() + absl::Seconds(10), WaitPolicy{}, nullptr, [&] {
     return ++calls == 3 ? absl::UnavailableError("peer died") : absl::OkStatus();
   });
   EXPECT_EQ(s.message(), "peer died");
@@ -90,10 +90,11 @@ TEST(WaitTest, DeadlineAndCheckEndTheWait) {
 // check: the dead peer had already published.
 TEST(WaitTest, CompletionDuringAFailedCheckWins) {
   std::atomic<uint32_t> word{0}, waiters{0};
-  WaitPolicy policy = ChooseWaitPolicy(16, 2);  // no spin: straight to futex
+  WaitPolicy policy = ChooseWaitPolicy(16, 2);
+  policy.yield_iters = 0;  // no spin, no yield: straight to futex
   policy.futex_slice = absl::Milliseconds(1);
   int calls = 0;
-  absl::Status s = WaitForSeq(&word, &waiters, 1, absl::Now() + absl::Seconds(10), policy, [&] {
+  absl::Status s = WaitForSeq(&word, &waiters, 1, absl::Now() + absl::Seconds(10), policy, nullptr, [&] {
     ++calls;
     word.store(1, std::memory_order_release);  // the phase completed meanwhile
     return absl::UnavailableError("peer rank 2 (pid 1) died");
@@ -102,18 +103,20 @@ TEST(WaitTest, CompletionDuringAFailedCheckWins) {
   EXPECT_EQ(calls, 1);
   // Not completed: the failure stands.
   std::atomic<uint32_t> other{0};
-  s = WaitForSeq(&other, &waiters, 1, absl::Now() + absl::Seconds(10), policy,
+  s = WaitForSeq(&other, &waiters, 1, absl::Now() + absl::Seconds(10), policy, nullptr,
                  [] { return absl::UnavailableError("peer rank 2 (pid 1) died"); });
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
 }
 
-// The choice is a pure function of (ranks, cores): no yield stage ever;
-// a short spin only when every rank has a core of its own.
+// The choice is a pure function of (ranks, cores): a bounded adaptive yield
+// stage always; a short spin only when every rank has a core of its own.
 TEST(WaitPolicyTest, SpinsOnlyWhenEveryRankHasACore) {
   for (int cores : {1, 2, 8, 64}) {
     for (int ranks : {1, 2, 3, 8, 16, 64}) {
       const WaitPolicy p = ChooseWaitPolicy(ranks, cores);
-      EXPECT_EQ(p.yield_iters, 0) << ranks << " ranks on " << cores << " cores";
+      EXPECT_GT(p.yield_iters, 0) << ranks << " ranks on " << cores << " cores";
+      EXPECT_LE(p.yield_iters, 1024) << "a bounded yield stage";
+      EXPECT_TRUE(p.adaptive_yield) << "plain yields collapse next to a busy load";
       EXPECT_GE(p.futex_slice, absl::Milliseconds(1));
       EXPECT_LE(p.futex_slice, absl::Milliseconds(50));
       if (ranks > cores) {
@@ -146,18 +149,19 @@ TEST(WaitPolicyTest, SlotGeometryFollowsOversubscription) {
   }
 }
 
-// With no spin and no yield the first check comes only after a sleep: a
-// wait released by its first wake never pays for one.
+// After the spin and yield stages the first check comes only after a sleep:
+// a wait released by its first wake never pays for one.
 TEST(WaitTest, NoCheckWhenTheFirstWakeReleases) {
   std::atomic<uint32_t> word{0}, waiters{0};
   WaitPolicy policy = ChooseWaitPolicy(16, 2);
   policy.futex_slice = absl::Seconds(5);
+  YieldGate gate;
   int calls = 0;
   std::thread writer([&] {
     while (waiters.load() == 0) std::this_thread::yield();
     PublishSeq(&word, &waiters, 1);
   });
-  absl::Status s = WaitForSeq(&word, &waiters, 1, absl::Now() + absl::Seconds(10), policy,
+  absl::Status s = WaitForSeq(&word, &waiters, 1, absl::Now() + absl::Seconds(10), policy, &gate,
                               [&] { ++calls; return absl::OkStatus(); });
   writer.join();
   EXPECT_TRUE(s.ok()) << s;

@@ -4,7 +4,8 @@
 // that peer has no core of its own (16 ranks on 2 cores, or any ranks next to
 // a busy load), so WaitForSeq backs off in three stages:
 //   1. a bounded spin (policy.spin_iters iterations with _mm_pause),
-//   2. a bounded run of sched_yield calls (policy.yield_iters),
+//   2. a bounded run of sched_yield calls (policy.yield_iters), gated by a
+//      YieldGate when one is passed (below),
 //   3. FUTEX_WAIT on the shared word (non-private: the word lives in a
 //      MAP_SHARED mapping seen by other processes), in slices of at most
 //      policy.futex_slice so that `check` (peer liveness, abort flags) and the
@@ -13,10 +14,24 @@
 // Writers publish with PublishSeq, which issues FUTEX_WAKE only when the
 // word's sleeper count is non-zero, so the fast path costs no syscall.
 //
+// The adaptive yield stage. A sched_yield hands the core to whatever else is
+// runnable on it. When that is our own peer ranks (16 ranks on 2 cores, or 4
+// ranks idle) they run for microseconds and hand it back: yielding beats a
+// futex sleep + wake. When it is a foreign busy process, the yield gives it a
+// whole time slice (milliseconds) after our peer is long done. So each yield
+// is timed; a stage with a yield that took policy.slow_yield or longer is
+// "slow". policy.slow_stages_to_close slow stages in a row close the
+// caller's YieldGate (futex only) for a back-off that doubles while the
+// probes that reopen it keep being slow and halves after each fast stage.
+// One slow stage alone proves little: a rank is also preempted now and then
+// by processes of other scheduling groups (sched_autogroup), which no futex
+// sleep avoids; a hog in our own group makes every yield slow.
+//
 // Sequence numbers wrap: "reached" means (int32_t)(value - target) >= 0.
 //
 // Thread-safety: all functions are safe to call concurrently from any thread
-// or process mapping the same words.
+// or process mapping the same words; a YieldGate belongs to one waiter
+// (a Communicator: one op at a time).
 #ifndef TPU_DIST_COLLECTIVES_SHM_WAIT_H_
 #define TPU_DIST_COLLECTIVES_SHM_WAIT_H_
 
@@ -30,28 +45,66 @@
 namespace tpudist::collectives::shm {
 
 // The stages of a wait. Build one with ChooseWaitPolicy; the fields are
-// public for experiments (collectives_bench --spin / --yield).
+// public for experiments (collectives_bench --spin / --yield /
+// --adaptive_yield).
 struct WaitPolicy {
   int spin_iters = 32;
   int yield_iters = 0;
   absl::Duration futex_slice = absl::Milliseconds(5);
+  // Adaptive yield stage (with a YieldGate; false: plain yields, the gate
+  // is ignored): a sched_yield that returned after slow_yield or more means
+  // another process ran a slice; slow_stages_to_close such stages in a row
+  // close the gate for yield_backoff_min, doubling up to yield_backoff_max
+  // while it keeps happening.
+  bool adaptive_yield = true;
+  absl::Duration slow_yield = absl::Microseconds(250);
+  int slow_stages_to_close = 3;
+  absl::Duration yield_backoff_min = absl::Milliseconds(20);
+  absl::Duration yield_backoff_max = absl::Seconds(1);
 };
 
 // The policy for `local_ranks` ranks sharing `usable_cores` cores (pure; the
 // one place the choice is made). Measured with collectives_bench on the
-// 2-core box (bench/README.md, "Waiting under load"):
-//   - sched_yield is never worth it: under CFS/EEVDF a yielding rank next to
-//     busy competitors gives away whole time slices while the peer it waits
-//     for is already done, whereas a futex sleeper is woken and preempts
-//     them. So there is no yield stage.
+// 2-core box (bench/README.md, "Waiting under load" and "Goal 2: adaptive
+// yield"):
+//   - plain sched_yield collapses next to busy competitors (a yielding rank
+//     gives away whole time slices while the peer it waits for is already
+//     done; 8 B all_reduce 8 ms), but beats the futex when the competitors
+//     are our own ranks. So the yield stage is adaptive (YieldGate).
 //   - ranks > cores: a waiting rank can only make progress by leaving the
-//     core, so no spin either: straight to the futex.
-//   - ranks <= cores: a bounded spin of 1000 pauses catches a peer that is
-//     running right now before paying a futex wake (2 ranks, idle: 8 B
-//     all_reduce 1.5 us vs 5.5 us with 32 spins; with 2 busy processes per
-//     core 8.6 us vs 42 us; 4000 spins: 1.2 us idle but 247 us under load).
+//     core, so no spin: adaptive yields, then the futex.
+//   - ranks <= cores: 32 spins catch a peer running right now, then the
+//     adaptive yields, then the futex. (Without yields 1000 spins had won:
+//     2 ranks idle 8 B 1.5 vs 5.5 us. With them, at load 15, 32 spins won:
+//     geomean of 25 small cases 13 vs 52 us idle, 39 vs 146 us next to 2
+//     busy processes per core: a long spin delays a peer on the same core.)
 // REQUIRES: local_ranks >= 1, usable_cores >= 1.
 WaitPolicy ChooseWaitPolicy(int local_ranks, int usable_cores);
+
+// Whether a waiter may run its yield stage; see "The adaptive yield stage".
+// Times are steady-clock nanoseconds (SteadyNanos()).
+struct YieldGate {
+  int64_t closed_until_ns = 0;  // no yield stage before this time
+  int64_t backoff_ns = 0;       // length of the last closure, decaying; 0: none
+  int slow_streak = 0;          // slow stages in a row (kept after a closure)
+};
+
+inline bool YieldGateOpen(const YieldGate& gate, int64_t now_ns) {
+  return now_ns >= gate.closed_until_ns;
+}
+
+// The gate after a yield stage that ended at `now_ns` and whose slowest
+// sched_yield took `slowest_yield_ns` (pure). Slow (>= policy.slow_yield):
+// the streak grows; at policy.slow_stages_to_close the gate closes for
+// max(yield_backoff_min, 2 x the last back-off), at most yield_backoff_max,
+// and the streak stays one short of closing, so the probe after reopening
+// closes it again if still slow. Fast: streak 0, the remembered back-off
+// halves (dropping to 0 below yield_backoff_min).
+YieldGate NextYieldGate(const YieldGate& gate, int64_t now_ns, int64_t slowest_yield_ns,
+                        const WaitPolicy& policy);
+
+// Monotonic clock in nanoseconds.
+int64_t SteadyNanos();
 
 // Cores this process may run on (sched_getaffinity), at least 1.
 int UsableCores();
@@ -62,7 +115,9 @@ inline bool SeqReached(uint32_t value, uint32_t target) {
 }
 
 // Blocks until SeqReached(word, target). `waiters` counts sleepers on `word`
-// (shared with the writer). `check` is called after every futex sleep that
+// (shared with the writer). `gate` (null, or policy.adaptive_yield false:
+// plain yields) makes the yield stage adaptive and is updated by it.
+// `check` is called after every futex sleep that
 // ended without the target reached (a slice ran out, or a wake such as the
 // one Communicator::Poison sends), never on the way in, so a wait that ends
 // on its first wake costs no check; a non-OK result ends the wait with that
@@ -71,6 +126,7 @@ inline bool SeqReached(uint32_t value, uint32_t target) {
 absl::Status WaitForSeq(const std::atomic<uint32_t>* word,
                         std::atomic<uint32_t>* waiters, uint32_t target,
                         absl::Time deadline, const WaitPolicy& policy,
+                        YieldGate* gate,
                         absl::FunctionRef<absl::Status()> check);
 
 // Stores `value` into `word` (release + full fence) and wakes sleepers.
