@@ -70,14 +70,15 @@ at::Tensor GemmaAttentionImpl::Body(const at::Tensor& hidden, const at::Tensor& 
   // Head counts from the tensors, not the config: under tensor parallelism
   // q_proj / o_proj (and k/v when KV heads divide the ranks) hold this rank's
   // heads only.
-  // One fused ATen op (the CPU flash kernel: blockwise, online softmax in
-  // fp32, fused backward) instead of matmul + mask + softmax + matmul with
-  // their S x S intermediates; K/V are broadcast over the query groups inside
-  // it (enable_gqa) rather than copied by RepeatKv.
-  TORCH_CHECK(q.size(1) % k.size(1) == 0, "GemmaAttention: ", q.size(1), " query heads vs ", k.size(1),
-              " key/value heads");
-  at::Tensor out = at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
-                                                    /*scale=*/1.0, /*enable_gqa=*/true);  // [B, H, S, D]
+  // Eager attention, as the transformers oracle fixtures are made (fp32
+  // logits within 1e-5): at::scaled_dot_product_attention's CPU flash kernel
+  // (online softmax) was tried and moved the tiny model's logits by up to
+  // 1.6e-4, past HfOracle's tolerance.
+  const int64_t groups = q.size(1) / k.size(1);
+  at::Tensor scores = at::matmul(q, RepeatKv(k, groups).transpose(2, 3));  // [B, H, S, S]; scaling 1.0
+  scores = scores + mask;
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  at::Tensor out = at::matmul(probs, RepeatKv(v, groups));  // [B, H, S, D]
   out = out.transpose(1, 2).reshape({b, s, -1});  // [B, S, H * D]
   return o_proj->forward(out);
 }

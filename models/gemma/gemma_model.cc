@@ -126,7 +126,10 @@ CausalLMOutput GemmaForCausalLMImpl::Body(const at::Tensor& input_ids, const at:
   at::Tensor h = model->forward(input_ids, attention_mask);
   at::Tensor logits = at::linear(h, model->embed_tokens->weight);  // tied lm_head
   if (const auto& cap = model->config().final_logit_softcapping; cap.has_value()) {
-    logits = SoftcapFunction::apply(logits, *cap);
+    // fp32: one fused backward; lower precision: HF's three ops, whose bf16
+    // roundings the FSDP2 oracle's gradient bounds are set for.
+    logits = logits.scalar_type() == at::kFloat ? SoftcapFunction::apply(logits, *cap)
+                                                : at::tanh(logits / *cap) * *cap;
   }
   CausalLMOutput out;
   out.logits = logits.to(at::kFloat);
