@@ -70,6 +70,10 @@ at::Tensor GemmaAttentionImpl::Body(const at::Tensor& hidden, const at::Tensor& 
   // Head counts from the tensors, not the config: under tensor parallelism
   // q_proj / o_proj (and k/v when KV heads divide the ranks) hold this rank's
   // heads only.
+  // Eager attention, as the transformers oracle fixtures are made (fp32
+  // logits within 1e-5): at::scaled_dot_product_attention's CPU flash kernel
+  // (online softmax) was tried and moved the tiny model's logits by up to
+  // 1.6e-4, past HfOracle's tolerance.
   const int64_t groups = q.size(1) / k.size(1);
   at::Tensor scores = at::matmul(q, RepeatKv(k, groups).transpose(2, 3));  // [B, H, S, S]; scaling 1.0
   scores = scores + mask;

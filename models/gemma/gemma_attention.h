@@ -53,7 +53,7 @@ class GemmaAttentionImpl : public tpudist::nn::HookableModule {
  public:
   GemmaAttentionImpl(const GemmaConfig& config, int64_t layer);
 
-  // hidden: [B, S, hidden]; cos, sin: [B, S, D] in hidden's dtype;
+  // hidden: [B, S, hidden]; cos, sin: [B or 1, S, D] in hidden's dtype;
   // mask: additive [B or 1, 1, S, S] in hidden's dtype.
   // `shared`: read by shared layers, written by storing layers. REQUIRES: a
   // shared layer's source layer ran earlier in the same forward with `shared`.
@@ -74,7 +74,7 @@ class GemmaAttentionImpl : public tpudist::nn::HookableModule {
 
  private:
   // The forward body on the (possibly hook-rewritten) tensors.
-  // hidden: [B, S, hidden]; cos, sin: [B, S, D]; mask: [B or 1, 1, S, S].
+  // hidden: [B, S, hidden]; cos, sin: [B or 1, S, D]; mask: [B or 1, 1, S, S].
   at::Tensor Body(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                   SharedKv* shared);
 

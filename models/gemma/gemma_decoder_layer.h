@@ -44,7 +44,7 @@ class GemmaDecoderLayerImpl : public tpudist::nn::HookableModule {
   GemmaDecoderLayerImpl(const GemmaConfig& config, int64_t layer);
 
   // hidden: [B, S, hidden]; per_layer_input: [B, S, P] (undefined when the
-  // config has no per-layer inputs); cos, sin: [B, S, D]; mask: additive
+  // config has no per-layer inputs); cos, sin: [B or 1, S, D]; mask: additive
   // [B or 1, 1, S, S]. Returns [B, S, hidden].
   at::Tensor forward(const at::Tensor& hidden, const at::Tensor& per_layer_input, const at::Tensor& cos,
                      const at::Tensor& sin, const at::Tensor& mask, SharedKv* shared);

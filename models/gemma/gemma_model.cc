@@ -4,11 +4,12 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
+#include <torch/autograd.h>
 #include <torch/nn/functional/loss.h>
 
 #include "absl/strings/match.h"
 #include "models/gemma/attention_mask.h"
-#include "models/gemma/rope.h"
+#include "models/gemma/position_tables.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -19,9 +20,29 @@ at::Tensor ScaledEmbedding(torch::nn::Embedding table, const at::Tensor& ids, do
   return table->forward(ids) * s;
 }
 
+// Final-logit soft-capping y = cap * tanh(x / cap) as one autograd node:
+// the forward is HF's three ops in HF's order (bit-identical), the backward
+// one fused op, dx = dy * (1 - t^2) with t = tanh(x / cap), instead of three
+// passes over the [B, S, V] logits (mul, tanh backward, div).
+class SoftcapFunction : public torch::autograd::Function<SoftcapFunction> {
+ public:
+  // x: [..., V]. Returns [..., V] in x's dtype.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, double cap) {
+    at::Tensor t = at::tanh(x / cap);
+    ctx->save_for_backward({t});
+    return t * cap;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
+    return {at::tanh_backward(grads[0], ctx->get_saved_variables()[0]), at::Tensor()};
+  }
+};
+
 }  // namespace
 
-GemmaTextModelImpl::GemmaTextModelImpl(const GemmaConfig& config) : config_(config) {
+GemmaTextModelImpl::GemmaTextModelImpl(const GemmaConfig& config) : config_(config), tables_(config) {
   const int64_t h = config.hidden_size;
   const int64_t lp = config.num_hidden_layers * config.hidden_size_per_layer_input;
   embed_tokens = register_module(
@@ -60,24 +81,27 @@ at::Tensor GemmaTextModelImpl::forward(const at::Tensor& input_ids, const at::Te
 
 at::Tensor GemmaTextModelImpl::Body(const at::Tensor& input_ids, const at::Tensor& attention_mask) {
   TORCH_CHECK(input_ids.dim() == 2, "GemmaTextModel: input_ids must be [B, S], got ", input_ids.sizes());
-  const int64_t b = input_ids.size(0), s = input_ids.size(1);
+  const int64_t s = input_ids.size(1);
   at::Tensor h = ScaledEmbedding(embed_tokens, input_ids, std::sqrt(static_cast<double>(config_.hidden_size)));
   const at::ScalarType dtype = h.scalar_type();
   at::Tensor ple;  // [B, S, L, P]
   if (config_.hidden_size_per_layer_input > 0) ple = PerLayerInputs(input_ids, h);
 
-  at::Tensor positions = at::arange(s, at::kLong).unsqueeze(0).expand({b, s});
-  auto [cos_s, sin_s] = RopeCosSin(RopeInvFreq(config_.sliding_rope, config_.head_dim), positions, dtype);
-  const int64_t full_dim = config_.global_head_dim > 0 ? config_.global_head_dim : config_.head_dim;
-  auto [cos_f, sin_f] = RopeCosSin(RopeInvFreq(config_.full_rope, full_dim), positions, dtype);
-  at::Tensor mask_s = AdditiveMask(VisibleMask(s, config_.sliding_window, attention_mask), dtype);
-  at::Tensor mask_f = AdditiveMask(VisibleMask(s, std::nullopt, attention_mask), dtype);
+  // RoPE tables and the unpadded causal masks depend only on (S, dtype,
+  // device): cached. A padding mask changes per batch: those masks are built.
+  const AttentionTables& t = tables_.Get(s, dtype, h.device());
+  at::Tensor mask_s = t.mask_sliding, mask_f = t.mask_full;  // [1 or B, 1, S, S]
+  if (attention_mask.defined()) {
+    mask_s = AdditiveMask(VisibleMask(s, config_.sliding_window, attention_mask), dtype).to(h.device());
+    mask_f = AdditiveMask(VisibleMask(s, std::nullopt, attention_mask), dtype).to(h.device());
+  }
 
   SharedKv shared;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const bool sliding = config_.layer_types[i] == LayerType::kSliding;
     at::Tensor pli = ple.defined() ? ple.select(2, i) : at::Tensor();
-    h = layers->at<GemmaDecoderLayerImpl>(i).forward(h, pli, sliding ? cos_s : cos_f, sliding ? sin_s : sin_f,
+    h = layers->at<GemmaDecoderLayerImpl>(i).forward(h, pli, sliding ? t.cos_sliding : t.cos_full,
+                                                     sliding ? t.sin_sliding : t.sin_full,
                                                      sliding ? mask_s : mask_f, &shared);
   }
   return norm->forward(h);
@@ -102,7 +126,10 @@ CausalLMOutput GemmaForCausalLMImpl::Body(const at::Tensor& input_ids, const at:
   at::Tensor h = model->forward(input_ids, attention_mask);
   at::Tensor logits = at::linear(h, model->embed_tokens->weight);  // tied lm_head
   if (const auto& cap = model->config().final_logit_softcapping; cap.has_value()) {
-    logits = at::tanh(logits / *cap) * *cap;
+    // fp32: one fused backward; lower precision: HF's three ops, whose bf16
+    // roundings the FSDP2 oracle's gradient bounds are set for.
+    logits = logits.scalar_type() == at::kFloat ? SoftcapFunction::apply(logits, *cap)
+                                                : at::tanh(logits / *cap) * *cap;
   }
   CausalLMOutput out;
   out.logits = logits.to(at::kFloat);

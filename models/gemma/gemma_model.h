@@ -44,6 +44,7 @@
 #include "nn/module_hooks.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/gemma_decoder_layer.h"
+#include "models/gemma/position_tables.h"
 #include "models/gemma/rms_norm.h"
 
 namespace tpudist::models::gemma {
@@ -76,6 +77,9 @@ class GemmaTextModelImpl : public tpudist::nn::HookableModule {
   at::Tensor Body(const at::Tensor& input_ids, const at::Tensor& attention_mask);
 
   GemmaConfig config_;
+  // RoPE cos/sin and unpadded masks for the last (S, dtype, device) seen;
+  // handed read-only to the layers (see position_tables.h).
+  PositionTables tables_;
 };
 TORCH_MODULE(GemmaTextModel);
 

@@ -17,7 +17,10 @@
 namespace tpudist::models::gemma {
 
 // Pure function. `x`: [..., dim]; `weight`: [dim] or undefined (no scale).
-// Returns [..., dim] in x's dtype.
+// Returns [..., dim] in x's dtype, bit-identical to the composite formula
+// above. fp32: records one autograd node with a hand-written backward
+// (first-order gradients only: a double backward would treat the saved
+// normalised x as a constant); other dtypes: the composite formula's ops.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // A HookableModule (hooks empty unless a plan registers some, e.g. the

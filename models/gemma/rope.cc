@@ -1,6 +1,7 @@
 #include "models/gemma/rope.h"
 
 #include <cmath>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
@@ -39,9 +40,19 @@ at::Tensor RotateHalf(const at::Tensor& x) {
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  at::Tensor c = cos.unsqueeze(2);  // [B, S, 1, D]
-  at::Tensor s = sin.unsqueeze(2);
-  return x * c + RotateHalf(x) * s;
+  // rotate_half(x) * sin == swap_halves(x) * (sign * sin) with sign = -1 on
+  // the first half, +1 on the second: bit-identical (negation is exact) but
+  // the sign lands on the small [B or 1, S, D] table, and swapping the halves
+  // is one flip of a [..., 2, D/2] view instead of narrow + neg + cat (whose
+  // backward allocates and fills a zero tensor per slice).
+  const int64_t d = x.size(-1), half = d / 2;
+  at::Tensor c = cos.unsqueeze(2);  // [B or 1, S, 1, D]
+  at::Tensor signed_sin = at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1).unsqueeze(2);
+  std::vector<int64_t> split(x.sizes().begin(), x.sizes().end() - 1);  // [..., 2, D/2]
+  split.push_back(2);
+  split.push_back(half);
+  at::Tensor swapped = x.reshape(split).flip({-2}).reshape(x.sizes());  // (x1, x2) -> (x2, x1)
+  return x * c + swapped * signed_sin;
 }
 
 }  // namespace tpudist::models::gemma

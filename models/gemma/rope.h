@@ -34,7 +34,7 @@ std::pair<at::Tensor, at::Tensor> RopeCosSin(const at::Tensor& inv_freq, const a
 // x: [..., D] -> [..., D], (x1, x2) -> (-x2, x1) over the two halves.
 at::Tensor RotateHalf(const at::Tensor& x);
 
-// x: [B, S, H, D]; cos, sin: [B, S, D]. Returns [B, S, H, D].
+// x: [B, S, H, D]; cos, sin: [B or 1, S, D]. Returns [B, S, H, D].
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace tpudist::models::gemma
