@@ -195,36 +195,52 @@ Buffers MakeBuffers(CollectiveOp op, int64_t bytes, at::ScalarType dtype, int wo
   return b;
 }
 
-// Runs one op of `pg` (ours or Gloo) on `b` and waits.
+// Runs one op of `pg` (ours or Gloo) on `b` and waits. Every op says it is
+// waited on at once (asyncOp = false), as Python's async_op=False does: that
+// lets tpu_dist run small ops on the calling thread (Gloo ignores the flag).
 void RunOp(c10d::Backend& pg, bool is_gloo, CollectiveOp op, Buffers& b) {
   std::vector<at::Tensor> one = {b.in};
   switch (op) {
-    case CollectiveOp::kAllReduce:
-      pg.allreduce(one)->wait();
+    case CollectiveOp::kAllReduce: {
+      c10d::AllreduceOptions o;
+      o.asyncOp = false;
+      pg.allreduce(one, o)->wait();
       break;
-    case CollectiveOp::kAllGather:
+    }
+    case CollectiveOp::kAllGather: {
+      c10d::AllgatherOptions o;
+      o.asyncOp = false;
       if (is_gloo) {
         std::vector<std::vector<at::Tensor>> outs = {b.out_views};
-        pg.allgather(outs, one)->wait();
+        pg.allgather(outs, one, o)->wait();
       } else {
-        pg._allgather_base(b.out, b.in)->wait();
+        pg._allgather_base(b.out, b.in, o)->wait();
       }
       break;
-    case CollectiveOp::kReduceScatter:
+    }
+    case CollectiveOp::kReduceScatter: {
+      c10d::ReduceScatterOptions o;
+      o.asyncOp = false;
       if (is_gloo) {
         std::vector<at::Tensor> out = {b.out};
         std::vector<std::vector<at::Tensor>> ins = {b.in_views};
-        pg.reduce_scatter(out, ins)->wait();
+        pg.reduce_scatter(out, ins, o)->wait();
       } else {
-        pg._reduce_scatter_base(b.out, b.in)->wait();
+        pg._reduce_scatter_base(b.out, b.in, o)->wait();
       }
       break;
-    case CollectiveOp::kBroadcast:
-      pg.broadcast(one)->wait();
+    }
+    case CollectiveOp::kBroadcast: {
+      c10d::BroadcastOptions o;
+      o.asyncOp = false;
+      pg.broadcast(one, o)->wait();
       break;
+    }
     case CollectiveOp::kAllToAll: {
+      c10d::AllToAllOptions o;
+      o.asyncOp = false;
       std::vector<int64_t> even;
-      pg.alltoall_base(b.out, b.in, even, even)->wait();
+      pg.alltoall_base(b.out, b.in, even, even, o)->wait();
       break;
     }
     case CollectiveOp::kMemcpy:

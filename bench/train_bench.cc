@@ -216,6 +216,7 @@ double DdpStep(Env& env, g::GemmaForCausalLM& compute, torch::optim::AdamW& opt,
   std::vector<at::Tensor> bucket = {at::cat(flat_grads).to(at::kFloat)};  // [sum numel] fp32
   c10d::AllreduceOptions avg;
   avg.reduceOp = c10d::ReduceOp::AVG;
+  avg.asyncOp = false;  // DDP-like: one bucket, waited on at once
   if (env.flags.backend == "gloo") {  // Gloo lacks AVG: SUM then scale
     avg.reduceOp = c10d::ReduceOp::SUM;
     env.mesh->Group(0)->allreduce(bucket, avg)->wait();

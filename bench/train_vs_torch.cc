@@ -203,6 +203,7 @@ int main(int argc, char** argv) {
           .to(at::kFloat)};
   c10d::AllreduceOptions sum;
   sum.reduceOp = c10d::ReduceOp::SUM;
+  sum.asyncOp = false;
   group->allreduce(losses, sum)->wait();
   const double cpu_ms_all_ranks = losses[0][2].item<double>() * 1e3 / f.steps;
   losses[0].narrow(0, 0, 2).div_(f.world);

@@ -16,9 +16,9 @@ namespace tpudist::collectives {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::CompleteAfterIssued(
     const char* name, c10d::OpType type, std::chrono::milliseconds timeout,
-    std::vector<at::Tensor> outputs) {
+    bool caller_waits, std::vector<at::Tensor> outputs) {
   std::lock_guard<std::mutex> lock(issue_mu_);
-  return Enqueue(name, type, timeout, /*bytes=*/0, std::move(outputs),
+  return Enqueue(name, type, timeout, /*bytes=*/0, caller_waits, std::move(outputs),
                  [](CollectiveBackend& comm, const OpContext&) {
                    return comm.poison();
                  });
@@ -32,12 +32,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allreduce_coalesced(
   c10d::AllreduceOptions one;
   one.reduceOp = opts.reduceOp;
   one.timeout = opts.timeout;
+  one.asyncOp = opts.asyncOp;
   for (at::Tensor& t : tensors) {
     std::vector<at::Tensor> single = {t};
     allreduce(single, one);
   }
   return CompleteAfterIssued("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED,
-                             OpTimeout(opts.timeout), tensors);
+                             OpTimeout(opts.timeout), !opts.asyncOp, tensors);
 }
 
 // output_lists is per rank, as torch's allgather_coalesced passes it:
@@ -65,7 +66,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allgather_coalesced(
     allgather(out, in, opts);
   }
   return CompleteAfterIssued("allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED,
-                             OpTimeout(opts.timeout), std::move(outputs));
+                             OpTimeout(opts.timeout), !opts.asyncOp, std::move(outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allgather_into_tensor_coalesced(
@@ -84,7 +85,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allgather_into_tensor_coales
   for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
   return CompleteAfterIssued("allgather_into_tensor_coalesced",
                              c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
-                             OpTimeout(opts.timeout), outputs);
+                             OpTimeout(opts.timeout), !opts.asyncOp, outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce_scatter_tensor_coalesced(
@@ -103,7 +104,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce_scatter_tensor_coales
   for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
   return CompleteAfterIssued("reduce_scatter_tensor_coalesced",
                              c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
-                             OpTimeout(opts.timeout), outputs);
+                             OpTimeout(opts.timeout), !opts.asyncOp, outputs);
 }
 
 }  // namespace tpudist::collectives

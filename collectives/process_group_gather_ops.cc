@@ -72,7 +72,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allgather(
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("allgather", c10d::OpType::ALLGATHER, OpTimeout(opts.timeout),
-                 in.nbytes(), outs,
+                 in.nbytes(), !opts.asyncOp, outs,
                  [in, outs, dtype, seq](CollectiveBackend& comm,
                                         const OpContext& ctx) mutable {
                    at::Tensor src = ContiguousBuffer(in);  // [in.sizes()]
@@ -97,7 +97,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_allgather_base(
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("_allgather_base", c10d::OpType::_ALLGATHER_BASE,
-                 OpTimeout(opts.timeout), in.nbytes(), {out},
+                 OpTimeout(opts.timeout), in.nbytes(), !opts.asyncOp, {out},
                  [in, out, dtype, seq, this](CollectiveBackend& comm,
                                              const OpContext& ctx) mutable {
                    at::Tensor src = ContiguousBuffer(in);   // [n]
@@ -128,7 +128,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::gather(
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("gather", c10d::OpType::GATHER, OpTimeout(opts.timeout),
-                 in.nbytes(), outs,
+                 in.nbytes(), !opts.asyncOp, outs,
                  [in, outs, dtype, root, seq](CollectiveBackend& comm,
                                               const OpContext& ctx) mutable {
                    at::Tensor src = ContiguousBuffer(in);
@@ -159,7 +159,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::scatter(
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("scatter", c10d::OpType::SCATTER, OpTimeout(opts.timeout),
-                 out.nbytes(), {out},
+                 out.nbytes(), !opts.asyncOp, {out},
                  [ins, out, dtype, root, seq](CollectiveBackend& comm,
                                               const OpContext& ctx) mutable {
                    Buffers src(ins);                        // root: size x [out.sizes()]
@@ -187,7 +187,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce_scatter(
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("reduce_scatter", c10d::OpType::REDUCE_SCATTER,
-                 OpTimeout(opts.timeout), out.nbytes() * size_, {out},
+                 OpTimeout(opts.timeout), out.nbytes() * size_, !opts.asyncOp, {out},
                  [ins, out, dtype, kind, seq](CollectiveBackend& comm,
                                               const OpContext& ctx) mutable {
                    Buffers src(ins);                        // size x [out.sizes()]
@@ -214,7 +214,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_reduce_scatter_base(
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE,
-                 OpTimeout(opts.timeout), in.nbytes(), {out},
+                 OpTimeout(opts.timeout), in.nbytes(), !opts.asyncOp, {out},
                  [in, out, dtype, kind, seq, this](CollectiveBackend& comm,
                                                    const OpContext& ctx) mutable {
                    at::Tensor src = ContiguousBuffer(in);   // [size * n]
@@ -253,7 +253,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall_base(
   const uint32_t seq = NextSeq();
   return Enqueue(
       "alltoall_base", c10d::OpType::ALLTOALL_BASE, OpTimeout(opts.timeout),
-      in.nbytes(), {out},
+      in.nbytes(), !opts.asyncOp, {out},
       [in, out, dtype, seq, in_rows, out_rows, row_bytes](
           CollectiveBackend& comm, const OpContext& ctx) mutable {
         at::Tensor src = ContiguousBuffer(in);   // [rows_in, ...]
@@ -293,7 +293,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall(
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
-  return Enqueue("alltoall", c10d::OpType::ALLTOALL, OpTimeout(opts.timeout), 0, outs,
+  return Enqueue("alltoall", c10d::OpType::ALLTOALL, OpTimeout(opts.timeout), 0, !opts.asyncOp, outs,
                  [ins, outs, dtype, seq](CollectiveBackend& comm,
                                          const OpContext& ctx) mutable {
                    Buffers src(ins), dst(outs);  // size x [per-peer shapes]

@@ -434,6 +434,48 @@ TEST(ProcessGroupSingleTest, AsyncOpsRunInIssueOrder) {
   });
 }
 
+// c10d's asyncOp decides the inline path: a small op the caller will wait on
+// later (asyncOp = true, the default; FSDP's prefetch) must not block its
+// issuer until the peers arrive, while one waited on at once (asyncOp =
+// false, Python's async_op=False) may run on the calling thread.
+TEST(ProcessGroupSingleTest, SmallOpsRunInlineOnlyWhenTheCallerWaits) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("inl");
+  RunThreads(2, [&](int rank) {
+    auto o = SmallOptions(job);
+    o.timeout = std::chrono::seconds(5);  // a wrongly inlined op fails in 5 s
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
+    // Rank 1 joins only after rank 0's issuing calls returned: with either op
+    // run inline on rank 0 this deadlocks into rank 0's op timeout.
+    std::vector<at::Tensor> sum = {at::full({16}, float(rank + 1))};  // [16], 64 B
+    at::Tensor in = at::full({16}, float(rank), at::kFloat);         // [16]
+    at::Tensor gathered = at::zeros({32}, at::kFloat);               // [2 * 16]
+    c10::intrusive_ptr<c10d::Work> reduce, gather;
+    if (rank == 1) store->wait({"issued"}, std::chrono::seconds(10));
+    reduce = pg->allreduce(sum);
+    gather = pg->_allgather_base(gathered, in);
+    if (rank == 0) store->set("issued", {1});
+    EXPECT_TRUE(reduce->wait(std::chrono::seconds(10)));
+    EXPECT_TRUE(gather->wait(std::chrono::seconds(10)));
+    EXPECT_TRUE(at::equal(sum[0], at::full({16}, 3.0f)));
+    EXPECT_TRUE(at::equal(gathered, at::cat({at::zeros({16}), at::ones({16})})));
+    // Waited on at once: inline when the queue is idle, so the Work is done
+    // when the call returns (the worker may still be between ops for the
+    // first one; of 20, nearly all run inline).
+    int done_on_return = 0;
+    for (int i = 0; i < 20; ++i) {
+      c10d::AllreduceOptions now;
+      now.asyncOp = false;
+      std::vector<at::Tensor> t = {at::full({16}, float(i))};  // [16]
+      auto w = pg->allreduce(t, now);
+      if (w->isCompleted()) ++done_on_return;
+      EXPECT_TRUE(w->wait(std::chrono::seconds(10)));
+      EXPECT_TRUE(at::equal(t[0], at::full({16}, 2.0f * i)));
+    }
+    EXPECT_GE(done_on_return, 1);
+  });
+}
+
 TEST(ProcessGroupSingleTest, SubgroupsFollowTheGivenRankOrder) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("sub");

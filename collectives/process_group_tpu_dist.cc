@@ -147,7 +147,7 @@ std::chrono::milliseconds ProcessGroupTpuDist::OpTimeout(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     const char* name, c10d::OpType type, std::chrono::milliseconds timeout,
-    int64_t bytes, std::vector<at::Tensor> outputs, OpBody body) {
+    int64_t bytes, bool caller_waits, std::vector<at::Tensor> outputs, OpBody body) {
   auto work = c10::make_intrusive<TpuDistWork>(rank_, type, std::move(outputs), timeout);
   std::function<void()> run = [this, work, name, timeout, bytes, body = std::move(body)] {
     OpContext ctx;
@@ -163,14 +163,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     }
     work->Finish(s);
   };
-  // Latency-bound collectives skip the two thread handoffs when the queue is
-  // idle (issue order is unaffected). A recv waits on the p2p worker: it must
+  // Latency-bound collectives whose caller waits at once (c10d's asyncOp ==
+  // false) skip the two thread handoffs when the queue is idle (issue order
+  // is unaffected). An async op (the c10d default; FSDP's prefetch, Python's
+  // async_op=True) always goes to the worker: run inline it would block its
+  // issuer until every peer arrived. A recv waits on the p2p worker: it must
   // block neither the issuer nor the collectives queued after it.
   if (type == c10d::OpType::RECV) {
     p2p_worker_->Enqueue(std::move(run));
     return work;
   }
-  if (bytes <= options_.inline_max_bytes && worker_->RunInlineIfIdle(run)) {
+  if (caller_waits && bytes <= options_.inline_max_bytes && worker_->RunInlineIfIdle(run)) {
     return work;
   }
   worker_->Enqueue(std::move(run));
@@ -189,7 +192,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allreduce(
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("allreduce", c10d::OpType::ALLREDUCE, OpTimeout(opts.timeout),
-                 t.nbytes(), tensors,
+                 t.nbytes(), !opts.asyncOp, tensors,
                  [t, dtype, kind, seq](CollectiveBackend& comm,
                                              const OpContext& ctx) mutable {
                    at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
@@ -213,7 +216,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::broadcast(
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("broadcast", c10d::OpType::BROADCAST, OpTimeout(opts.timeout),
-                 t.nbytes(), tensors,
+                 t.nbytes(), !opts.asyncOp, tensors,
                  [t, dtype, root, seq](CollectiveBackend& comm,
                                        const OpContext& ctx) mutable {
                    at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
@@ -240,7 +243,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce(
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("reduce", c10d::OpType::REDUCE, OpTimeout(opts.timeout),
-                 t.nbytes(), tensors,
+                 t.nbytes(), !opts.asyncOp, tensors,
                  [t, dtype, kind, root, seq](CollectiveBackend& comm,
                                              const OpContext& ctx) mutable {
                    at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
@@ -255,8 +258,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::barrier(
     const c10d::BarrierOptions& opts) {
   std::lock_guard<std::mutex> lock(issue_mu_);
   const uint32_t seq = NextSeq();
-  return Enqueue("barrier", c10d::OpType::BARRIER, OpTimeout(opts.timeout), 0, {},
-                 [seq](CollectiveBackend& comm, const OpContext& ctx) {
+  return Enqueue("barrier", c10d::OpType::BARRIER, OpTimeout(opts.timeout), 0,
+                 !opts.asyncOp, {}, [seq](CollectiveBackend& comm, const OpContext& ctx) {
                    OpSpec spec{ctx, seq, DataType::kUInt8, {}, 0};
                    return comm.Barrier(spec);
                  });
@@ -327,8 +330,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
   std::lock_guard<std::mutex> lock(issue_mu_);
   if (p2p_) {
     tcp::TcpP2p* p2p = p2p_.get();
-    return Enqueue("recv", c10d::OpType::RECV, options_.timeout, t.nbytes(), tensors,
-                   [t, src_rank, tag, p2p](CollectiveBackend&, const OpContext& ctx) mutable {
+    return Enqueue("recv", c10d::OpType::RECV, options_.timeout, t.nbytes(),
+                   /*caller_waits=*/false, tensors, [t, src_rank, tag, p2p](CollectiveBackend&, const OpContext& ctx) mutable {
                      at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
                      absl::Status s = p2p->Recv(
                          src_rank, tag,
@@ -354,7 +357,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
   }
   c10::intrusive_ptr<c10d::Store> p2p = p2p_store_;
   return Enqueue(
-      "recv", c10d::OpType::RECV, options_.timeout, t.nbytes(), tensors,
+      "recv", c10d::OpType::RECV, options_.timeout, t.nbytes(), /*caller_waits=*/false, tensors,
       [t, key, src_rank, me, p2p](CollectiveBackend&, const OpContext& ctx) mutable {
         try {
           p2p->wait({key}, absl::ToChronoMilliseconds(ctx.timeout));

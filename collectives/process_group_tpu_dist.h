@@ -32,9 +32,13 @@
 // Execution: every op call validates its local arguments (throwing
 // c10::Error on misuse, like Gloo), then is queued on the group's single
 // worker thread and returns an async Work. Ops run in issue order. Small
-// collectives (<= Options::inline_max_bytes) run on the calling thread when
-// nothing is queued, saving two thread handoffs; their Work is already
-// complete when returned. Errors
+// collectives (<= Options::inline_max_bytes) whose caller waits at once --
+// c10d's `asyncOp == false`, which Python's `async_op=False` sets; C++ callers
+// set it in the op's options -- run on the calling thread when nothing is
+// queued, saving two thread handoffs; their Work is already complete when
+// returned. Ops issued with `asyncOp == true` (the c10d default: prefetches,
+// functional collectives) always run on the worker so they overlap compute
+// instead of blocking their issuer until every peer arrives. Errors
 // (cross-rank mismatch, peer death, timeout) fail the Work on every rank and
 // poison the group: later ops fail fast with the same cause.
 //
@@ -114,9 +118,10 @@ class ProcessGroupTpuDist : public c10d::Backend {
     // rank's TCP rail at once (HierarchicalOptions::multi_rail_min_bytes).
     int64_t multi_rail_min_bytes = 2 << 20;
     int64_t rail_chunk_bytes = 4 << 20;  // HierarchicalOptions::rail_chunk_bytes
-    // Collectives of at most this many bytes run on the calling thread when
-    // the group's queue is idle (their Work is complete on return); larger
-    // ones always run on the worker thread so they overlap compute. -1: never.
+    // Collectives of at most this many bytes issued with asyncOp == false run
+    // on the calling thread when the group's queue is idle (their Work is
+    // complete on return); larger or async ones always run on the worker
+    // thread so they overlap compute. -1: never.
     int64_t inline_max_bytes = 16 << 10;
     // Spin / yield / futex back-off of the shm waits (collectives/shm/wait.h);
     // nullopt: shm::ChooseWaitPolicy(ranks on this host, usable cores).
@@ -255,10 +260,11 @@ class ProcessGroupTpuDist : public c10d::Backend {
   using OpBody = std::function<absl::Status(CollectiveBackend&, const OpContext&)>;
 
   // Queues `body` and returns its Work; `outputs` are what the future
-  // resolves to.
+  // resolves to. `caller_waits` (c10d's !asyncOp) allows running a small op
+  // inline on the calling thread when the queue is idle.
   c10::intrusive_ptr<c10d::Work> Enqueue(const char* name, c10d::OpType type,
                                          std::chrono::milliseconds timeout,
-                                         int64_t bytes,
+                                         int64_t bytes, bool caller_waits,
                                          std::vector<at::Tensor> outputs,
                                          OpBody body);
   std::chrono::milliseconds OpTimeout(std::chrono::milliseconds requested) const;
@@ -266,6 +272,7 @@ class ProcessGroupTpuDist : public c10d::Backend {
   // failing if the group is poisoned by then; its result is `outputs`.
   c10::intrusive_ptr<c10d::Work> CompleteAfterIssued(const char* name, c10d::OpType type,
                                                      std::chrono::milliseconds timeout,
+                                                     bool caller_waits,
                                                      std::vector<at::Tensor> outputs);
   uint32_t NextSeq() { return ++op_seq_; }
   // Per-(peer, tag) message counter for send/recv keys.

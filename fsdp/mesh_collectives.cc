@@ -64,8 +64,10 @@ absl::StatusOr<at::Tensor> AllGatherAlongDim(const DeviceMesh& mesh, int mesh_di
   std::vector<at::Tensor> inputs = {PadTo(local, tensor_dim, full)};
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int64_t i = 0; i < n; ++i) outputs[0].push_back(at::empty_like(inputs[0]));
+  c10d::AllgatherOptions opts;
+  opts.asyncOp = false;  // Run waits at once
   absl::Status s = Run("all_gather", mesh, mesh_dim, inputs[0], [&] {
-    return mesh.Group(mesh_dim)->allgather(outputs, inputs);
+    return mesh.Group(mesh_dim)->allgather(outputs, inputs, opts);
   });
   if (!s.ok()) return s;
   return at::cat(outputs[0], tensor_dim).narrow(tensor_dim, 0, logical_size).contiguous();
@@ -76,6 +78,7 @@ absl::StatusOr<at::Tensor> AllReduceAlongDim(const DeviceMesh& mesh, int mesh_di
   std::vector<at::Tensor> tensors = {local.contiguous().clone()};
   c10d::AllreduceOptions opts;
   opts.reduceOp = ToC10d(op);
+  opts.asyncOp = false;
   absl::Status s = Run("all_reduce", mesh, mesh_dim, tensors[0], [&] {
     return mesh.Group(mesh_dim)->allreduce(tensors, opts);
   });
@@ -98,6 +101,7 @@ absl::StatusOr<at::Tensor> ReduceScatterAlongDim(const DeviceMesh& mesh, int mes
   std::vector<at::Tensor> outputs = {at::empty_like(inputs[0][0])};
   c10d::ReduceScatterOptions opts;
   opts.reduceOp = ToC10d(op);
+  opts.asyncOp = false;
   absl::Status s = Run("reduce_scatter", mesh, mesh_dim, padded, [&] {
     return mesh.Group(mesh_dim)->reduce_scatter(outputs, inputs, opts);
   });
@@ -121,8 +125,10 @@ absl::StatusOr<at::Tensor> AllToAllAlongDim(const DeviceMesh& mesh, int mesh_dim
   at::Tensor input = at::stack(pieces, 0).contiguous();  // [n, ...piece]
   at::Tensor output = at::empty_like(input);
   std::vector<int64_t> no_splits;
+  c10d::AllToAllOptions opts;
+  opts.asyncOp = false;
   absl::Status s = Run("all_to_all", mesh, mesh_dim, input, [&] {
-    return mesh.Group(mesh_dim)->alltoall_base(output, input, no_splits, no_splits);
+    return mesh.Group(mesh_dim)->alltoall_base(output, input, no_splits, no_splits, opts);
   });
   if (!s.ok()) return s;
   std::vector<at::Tensor> received;
@@ -139,6 +145,7 @@ absl::StatusOr<at::Tensor> BroadcastAlongDim(const DeviceMesh& mesh, int mesh_di
   std::vector<at::Tensor> tensors = {local.contiguous().clone()};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
+  opts.asyncOp = false;
   absl::Status s = Run("broadcast", mesh, mesh_dim, tensors[0], [&] {
     return mesh.Group(mesh_dim)->broadcast(tensors, opts);
   });

@@ -160,8 +160,10 @@ absl::StatusOr<std::vector<at::Tensor>> FsdpParamGroup::GatherFullMaster() {
   at::Tensor in = flat_shard_.clone();
   at::Tensor out = at::empty({world_ * layout_.shard_numel}, in.options());
   c10::intrusive_ptr<c10d::Work> work;
+  c10d::AllgatherOptions opts;
+  opts.asyncOp = false;  // waited on right below
   try {
-    work = mesh_.Group(0)->_allgather_base(out, in);
+    work = mesh_.Group(0)->_allgather_base(out, in, opts);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("FullyShard(", label_, "): state-dict all-gather on rank ",
                                             rank_, " failed: ", ::tpudist::collectives::ExceptionMessage(e)));
@@ -191,14 +193,16 @@ absl::Status FsdpParamGroup::SetShardsFromFull(absl::Span<const at::Tensor> full
   return absl::OkStatus();
 }
 
-absl::Status FsdpParamGroup::StartUnshard() {
+absl::Status FsdpParamGroup::StartUnshard(bool waits_now) {
   if (state_ != State::kSharded) return absl::OkStatus();
   PhaseScope timed(*this, "unshard_issue");
   gather_in_ = flat_shard_.to(param_dtype_);  // copy even when the dtype matches
   if (gather_in_.data_ptr() == flat_shard_.data_ptr()) gather_in_ = gather_in_.clone();
   gather_out_ = at::empty({world_ * layout_.shard_numel}, gather_in_.options());
+  c10d::AllgatherOptions opts;
+  opts.asyncOp = !waits_now;
   try {
-    gather_work_ = mesh_.Group(0)->_allgather_base(gather_out_, gather_in_);
+    gather_work_ = mesh_.Group(0)->_allgather_base(gather_out_, gather_in_, opts);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("FullyShard(", label_, "): all-gather of ",
                                             gather_in_.nbytes(), " bytes on rank ", rank_,
@@ -214,7 +218,7 @@ absl::Status FsdpParamGroup::StartUnshard() {
 absl::Status FsdpParamGroup::WaitUnshard() {
   if (state_ == State::kUnsharded) return absl::OkStatus();
   if (state_ == State::kSharded) {
-    absl::Status s = StartUnshard();
+    absl::Status s = StartUnshard(/*waits_now=*/true);
     if (!s.ok()) return s;
   }
   absl::Status s;

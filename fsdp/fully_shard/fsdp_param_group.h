@@ -87,7 +87,10 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   absl::Status SetShardsFromFull(absl::Span<const at::Tensor> full);
 
   // Issues the all-gather (no-op unless kSharded). Then kGathering.
-  absl::Status StartUnshard();
+  // `waits_now`: the caller waits for it at once (WaitUnshard), so the
+  // backend may run a small one on this thread (c10d asyncOp = false); a
+  // prefetch (false) always overlaps on the backend's worker.
+  absl::Status StartUnshard(bool waits_now = false);
   // Completes the all-gather (issuing it first if needed) and installs the
   // full parameters. No-op when kUnsharded.
   absl::Status WaitUnshard();

@@ -18,6 +18,7 @@ absl::Status AgreeOnStatus(const DeviceMesh& mesh, const absl::Status& mine, abs
   std::vector<at::Tensor> v = {at::full({1}, mine.ok() ? 1 : 0, at::kInt)};  // [1]
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::MIN;
+  o.asyncOp = false;  // waited on at once
   try {
     for (int d = 0; d < mesh.ndim(); ++d) {
       if (!mesh.Group(d)->allreduce(v, o)->wait(mesh.collective_timeout_ms())) {
@@ -41,6 +42,8 @@ int64_t MeshFlatRank(const DeviceMesh& mesh) {
 absl::StatusOr<std::vector<nlohmann::json>> AllGatherJson(const DeviceMesh& mesh, const nlohmann::json& mine,
                                                           absl::string_view what) {
   std::vector<nlohmann::json> list = {mine};
+  c10d::AllgatherOptions o;
+  o.asyncOp = false;  // waited on at once
   try {
     for (int d = mesh.ndim() - 1; d >= 0; --d) {
       const int64_t n = mesh.size(d);
@@ -48,7 +51,7 @@ absl::StatusOr<std::vector<nlohmann::json>> AllGatherJson(const DeviceMesh& mesh
       std::vector<at::Tensor> len = {at::full({1}, static_cast<int64_t>(packed.size()), at::kLong)};  // [1]
       std::vector<std::vector<at::Tensor>> lens(1);
       for (int64_t i = 0; i < n; ++i) lens[0].push_back(at::zeros({1}, at::kLong));  // [1] each
-      if (!mesh.Group(d)->allgather(lens, len)->wait(mesh.collective_timeout_ms())) {
+      if (!mesh.Group(d)->allgather(lens, len, o)->wait(mesh.collective_timeout_ms())) {
         return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
       }
       int64_t longest = 1;
@@ -57,7 +60,7 @@ absl::StatusOr<std::vector<nlohmann::json>> AllGatherJson(const DeviceMesh& mesh
       std::memcpy(bytes[0].data_ptr(), packed.data(), packed.size());
       std::vector<std::vector<at::Tensor>> all(1);
       for (int64_t i = 0; i < n; ++i) all[0].push_back(at::zeros({longest}, at::kByte));  // [longest] each
-      if (!mesh.Group(d)->allgather(all, bytes)->wait(mesh.collective_timeout_ms())) {
+      if (!mesh.Group(d)->allgather(all, bytes, o)->wait(mesh.collective_timeout_ms())) {
         return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
       }
       list.clear();

@@ -17,8 +17,10 @@ namespace {
 
 absl::Status Broadcast(const DeviceMesh& mesh, at::Tensor& t, const std::string& what) {
   std::vector<at::Tensor> list = {t};
+  c10d::BroadcastOptions opts;
+  opts.asyncOp = false;  // waited on at once
   try {
-    if (!mesh.Group(0)->broadcast(list)->wait(mesh.collective_timeout_ms())) {
+    if (!mesh.Group(0)->broadcast(list, opts)->wait(mesh.collective_timeout_ms())) {
       return absl::DeadlineExceededError(absl::StrCat("SetModelStateDict: broadcast of ", what, " timed out"));
     }
   } catch (const std::exception& e) {
