@@ -70,6 +70,7 @@
 #include "models/gemma/gemma_decoder_layer.h"
 #include "nlohmann/json.hpp"
 #include "nn/fused_adamw.h"
+#include "nn/malloc_tuning.h"
 #include "testing/temp_dir.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
@@ -382,6 +383,9 @@ int main(int argc, char** argv) {
   Env env;
   env.flags = ParseAndStrip(&argc, argv);
   benchmark::Initialize(&argc, argv);
+  // Both sides (FSDP, DDP-like) run in the same forked ranks, so with the same
+  // allocator settings (nn/malloc_tuning.h).
+  const std::string malloc_note = tpudist::nn::TuneMallocForTraining();
   // The FileStore's directory, removed when this (the parent) process
   // returns from main; the forked ranks' copies leave it alone.
   const tpudist::testing::ScopedTempDir run_dir("tpud_train_bench");
@@ -446,6 +450,7 @@ int main(int argc, char** argv) {
   std::printf("load average %.2f -> %.2f; %d warm-up round(s) (a ddp, fsdp pair each) before the "
               "%d reported\n",
               load_before, load_after, env.flags.warmup_rounds, env.flags.rounds);
+  std::printf("%s\n", malloc_note.c_str());
   std::printf("gemm %lld^3 per rank: bf16 %.2f GFLOP/s, fp32 %.2f GFLOP/s; model %.3f GFLOP "
               "per rank-step\n",
               static_cast<long long>(env.flags.gemm_n), env.gemm_bf16 / 1e9, env.gemm_fp32 / 1e9,

@@ -53,6 +53,7 @@
 #include "models/gemma/gemma_model.h"
 #include "models/gemma/hf_checkpoint.h"
 #include "models/gemma/parallelize_gemma.h"
+#include "nn/malloc_tuning.h"
 #include "nlohmann/json.hpp"
 #include "testing/temp_dir.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
@@ -128,6 +129,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const tb::TrainVsTorchFlags f = *parsed;
+  // Our runtime's allocator settings (nn/malloc_tuning.h), before the ranks
+  // fork; torch's side runs with glibc's defaults unless the environment
+  // sets MALLOC_* (then both sides use those and this changes nothing).
+  const std::string malloc_note = tpudist::nn::TuneMallocForTraining();
   const std::string load_before = LoadAvg();
   // The FileStore's directory, removed when this (the parent) process
   // returns from main; the forked ranks' copies leave it alone.
@@ -233,6 +238,7 @@ int main(int argc, char** argv) {
               "tokens/s | CPU %.1f ms per step (all ranks) | loss0 %.6f last %.6f | load %s -> %s\n",
               f.backend.c_str(), f.plan.c_str(), f.world, mean_ms, min_ms, tokens * 1e3 / mean_ms,
               cpu_ms_all_ranks, l0, ln, load_before.c_str(), load_after.c_str());
+  std::printf("ours: %s\n", malloc_note.c_str());
   if (!f.json_out.empty()) {
     nlohmann::json j = {{"side", "ours"},          {"backend", f.backend},
                         {"plan", f.plan},           {"world", f.world},

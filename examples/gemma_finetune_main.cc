@@ -32,6 +32,7 @@
 #include "examples/finetune/finetune_trainer.h"
 #include "examples/finetune/metrics_log.h"
 #include "examples/finetune/training_flags.h"
+#include "nn/malloc_tuning.h"
 #include "tpu_runtime/env_discovery.h"
 #include "tpu_runtime/exit_codes.h"
 #include "tpu_runtime/launcher/flag_names.h"
@@ -115,6 +116,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "gemma_finetune: discovery failed: %s\n", info.status().ToString().c_str());
     return 1;
   }
+  const std::string malloc_note = tpudist::nn::TuneMallocForTraining();
+  if (info->rank == 0) fprintf(stderr, "gemma_finetune: %s\n", malloc_note.c_str());
   ft::FineTuneConfig c;
   c.model_dir = absl::GetFlag(FLAGS_model_dir);
   c.dataset = absl::GetFlag(FLAGS_dataset);
