@@ -251,6 +251,14 @@ void RunOp(c10d::Backend& pg, bool is_gloo, CollectiveOp op, Buffers& b) {
   }
 }
 
+// A barrier waited on at once (asyncOp = false, like RunOp's ops): run on
+// the calling thread, so the timed loop does not start behind a worker-run op.
+void WaitedBarrier(c10d::Backend& pg) {
+  c10d::BarrierOptions o;
+  o.asyncOp = false;
+  pg.barrier(o)->wait();
+}
+
 // Which (op, dtype) Gloo accepts: a tiny op each, same on every rank (the
 // rejection is argument / dtype validation, identical everywhere).
 void ProbeGloo(Env& env) {
@@ -302,9 +310,9 @@ void RegisterCase(Env& env, CollectiveOp op, const std::string& dt, int64_t byte
         Buffers b = MakeBuffers(op, bytes, DType(dt), env.flags.world, env.rank);
         c10d::Backend& pg = is_gloo ? static_cast<c10d::Backend&>(*env.gloo)
                                          : static_cast<c10d::Backend&>(*env.ours);
-        env.ours->barrier()->wait();
+        WaitedBarrier(*env.ours);
         RunOp(pg, is_gloo, op, b);  // warm-up: page faults, lazy set-up
-        env.ours->barrier()->wait();
+        WaitedBarrier(*env.ours);
         const auto start = Clock::now();
         const double cpu_start = ProcessCpuSeconds();
         for (auto _ : state) RunOp(pg, is_gloo, op, b);

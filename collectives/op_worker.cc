@@ -15,7 +15,7 @@ OpWorker::OpWorker(const std::string& name)
 
 OpWorker::~OpWorker() {
   const bool on_worker = std::this_thread::get_id() == thread_.get_id();
-  std::deque<std::function<void()>> dropped;
+  std::deque<std::pair<std::function<void()>, std::function<void()>>> dropped;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->stop = true;
@@ -32,15 +32,16 @@ OpWorker::~OpWorker() {
   }
 }
 
-void OpWorker::Enqueue(std::function<void()> op) {
+void OpWorker::Enqueue(std::function<void()> op, std::function<void()> then) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    state_->queue.push_back(std::move(op));
+    state_->queue.emplace_back(std::move(op), std::move(then));
   }
   state_->cv.notify_one();
 }
 
-bool OpWorker::RunInlineIfIdle(const std::function<void()>& op) {
+bool OpWorker::RunInlineIfIdle(const std::function<void()>& op,
+                               const std::function<void()>& then) {
   State& s = *state_;
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -57,31 +58,35 @@ bool OpWorker::RunInlineIfIdle(const std::function<void()>& op) {
   // Wake the worker only if ops queued up meanwhile: an idle worker woken
   // for nothing costs a context switch per inline op.
   if (pending) s.cv.notify_all();
+  if (then) then();
   return true;
 }
 
 void OpWorker::Loop(const std::shared_ptr<State>& state) {
   State& s = *state;
   while (true) {
-    std::function<void()> op;
+    std::pair<std::function<void()>, std::function<void()>> task;
     {
       std::unique_lock<std::mutex> lock(s.mu);
       // Idle wait: every change that can make the predicate true (Enqueue,
       // stop, an inline op ending with ops queued) notifies the cv.
       s.cv.wait(lock, [&] { return !s.busy && (s.stop || !s.queue.empty()); });
       if (s.queue.empty()) return;
-      op = std::move(s.queue.front());
+      task = std::move(s.queue.front());
       s.queue.pop_front();
       s.busy = true;
     }
-    op();
-    // Destroying the op may destroy the OpWorker (and its group) on this
-    // thread; only `s`, owned by this thread too, is touched afterwards.
-    op = nullptr;
+    task.first();
     {
       std::lock_guard<std::mutex> lock(s.mu);
       s.busy = false;
     }
+    // Idle before `then`: the caller it wakes may run its next op inline.
+    if (task.second) task.second();
+    // Completing or destroying the op may destroy the OpWorker (and its
+    // group) on this thread; only `s`, owned by this thread too, is touched
+    // afterwards.
+    task = {};
   }
 }
 

@@ -15,6 +15,12 @@
 // The idle worker sleeps on a condition variable until an op, a stop, or the
 // end of an inline op with ops queued behind it: it does not poll.
 //
+// An op may come with a `then` step (completing its Work) that runs after
+// the worker is marked idle again: a caller woken by that completion finds
+// the worker idle and can run its next op inline. Without the split, the
+// woken caller raced the worker's own bookkeeping, usually lost, queued its
+// op, and every later waited-on op followed it onto the worker thread.
+//
 // Thread-safety: Enqueue() and RunInlineIfIdle() are thread-safe.
 #ifndef TPU_DIST_COLLECTIVES_OP_WORKER_H_
 #define TPU_DIST_COLLECTIVES_OP_WORKER_H_
@@ -26,6 +32,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace tpudist::collectives {
 
@@ -38,19 +45,23 @@ class OpWorker {
   OpWorker& operator=(const OpWorker&) = delete;
   ~OpWorker();
 
-  void Enqueue(std::function<void()> op);
+  // Queues `op`; `then` (may be empty) runs on the worker right after `op`,
+  // once the worker counts as idle. `then` must not touch what ops share.
+  void Enqueue(std::function<void()> op, std::function<void()> then = nullptr);
 
   // Runs `op` on the calling thread if no op is queued or running (so issue
-  // order is kept) and returns true; returns false without running it
-  // otherwise. Used for latency-bound small ops, where two thread handoffs
-  // would cost more than the op.
-  bool RunInlineIfIdle(const std::function<void()>& op);
+  // order is kept), then `then` (may be empty), and returns true; returns
+  // false without running either otherwise. Used for latency-bound small
+  // ops, where two thread handoffs would cost more than the op.
+  bool RunInlineIfIdle(const std::function<void()>& op,
+                       const std::function<void()>& then = nullptr);
 
  private:
   struct State {
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<std::function<void()>> queue;  // GUARDED_BY(mu)
+    // (op, then) pairs.
+    std::deque<std::pair<std::function<void()>, std::function<void()>>> queue;  // GUARDED_BY(mu)
     bool stop = false;                        // GUARDED_BY(mu)
     bool busy = false;  // an op is running (worker or inline); GUARDED_BY(mu)
   };

@@ -68,6 +68,24 @@ TEST(OpWorkerTest, ThreadIsNamedAndWakesForOpsEnqueuedWhileAnInlineOpRuns) {
   EXPECT_EQ(name, "tpud-test-name-");  // truncated to 15 characters
 }
 
+TEST(OpWorkerTest, ThenRunsOnceTheWorkerIsIdle) {
+  // `then` completes an op's Work; whoever it wakes must find the worker
+  // idle, or its next small op queues behind the worker's bookkeeping.
+  OpWorker w;
+  std::atomic<bool> then_ran{false}, inline_ran{false}, inline_accepted{false};
+  w.Enqueue([] {}, [&] {
+    inline_accepted = w.RunInlineIfIdle([&] { inline_ran = true; });
+    then_ran = true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return then_ran.load(); }, std::chrono::seconds(2)));
+  EXPECT_TRUE(inline_accepted.load());
+  EXPECT_TRUE(inline_ran.load());
+  // Inline ops run their `then` too, after the op.
+  std::vector<int> order;
+  ASSERT_TRUE(w.RunInlineIfIdle([&] { order.push_back(1); }, [&] { order.push_back(2); }));
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+}
+
 TEST(OpWorkerTest, DestroyedByItsOwnOpDoesNotDeadlockOrAbort) {
   // The only owner of the worker is the closure of an op queued on it, so
   // the worker is destroyed on its own thread when that closure is dropped.

@@ -149,7 +149,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     const char* name, c10d::OpType type, std::chrono::milliseconds timeout,
     int64_t bytes, bool caller_waits, std::vector<at::Tensor> outputs, OpBody body) {
   auto work = c10::make_intrusive<TpuDistWork>(rank_, type, std::move(outputs), timeout);
-  std::function<void()> run = [this, work, name, timeout, bytes, body = std::move(body)] {
+  // The op computes its status; `finish` completes the Work after the worker
+  // counts as idle again (OpWorker's `then`), so a caller woken by it can run
+  // its next waited-on op inline.
+  auto result = std::make_shared<absl::Status>();
+  std::function<void()> finish = [work, result] { work->Finish(*result); };
+  std::function<void()> run = [this, result, name, timeout, bytes, body = std::move(body)] {
     OpContext ctx;
     ctx.name = name;
     ctx.bytes = bytes;
@@ -161,7 +166,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     } catch (const std::exception& e) {  // torch copy_ / store errors
       s = backend_->Poison(absl::InternalError(absl::StrCat(name, ": ", ::tpudist::collectives::ExceptionMessage(e))));
     }
-    work->Finish(s);
+    *result = std::move(s);
   };
   // Latency-bound collectives whose caller waits at once (c10d's asyncOp ==
   // false) skip the two thread handoffs when the queue is idle (issue order
@@ -170,13 +175,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
   // issuer until every peer arrived. A recv waits on the p2p worker: it must
   // block neither the issuer nor the collectives queued after it.
   if (type == c10d::OpType::RECV) {
-    p2p_worker_->Enqueue(std::move(run));
+    p2p_worker_->Enqueue(std::move(run), std::move(finish));
     return work;
   }
-  if (caller_waits && bytes <= options_.inline_max_bytes && worker_->RunInlineIfIdle(run)) {
+  if (caller_waits && bytes <= options_.inline_max_bytes && worker_->RunInlineIfIdle(run, finish)) {
     return work;
   }
-  worker_->Enqueue(std::move(run));
+  worker_->Enqueue(std::move(run), std::move(finish));
   return work;
 }
 
