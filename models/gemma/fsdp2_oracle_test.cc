@@ -16,11 +16,15 @@
 // element whose tiny gradient rounds differently moves differently. Bounds
 // (relative: of the loss, of the tensor's largest |element|, of the distance
 // trained), with the figures measured when they were set (AVX2 CPU; then
-// AVX-512 CPU, fixtures regenerated there, 2026-12-04):
+// AVX-512 CPU, fixtures regenerated there, 2026-12-04; final weights also on
+// an Intel Xeon with AMX, fixtures regenerated there, 2026-12-04 late):
 //                     fp32                          bf16 compute
 //   losses            1e-5  (2.3e-7; 3.0e-7)        2e-3  (6.5e-4; 7.3e-4)
 //   step-0 grads      1e-5  (2.3e-7; 1.8e-7)        1e-2  (3.7e-3; 3.7e-3)
-//   final weights     1e-4  (1.9e-5; 3.1e-5, lr 1e-4) 3e-2 (1.5e-2; 1.1e-2, fixture in bf16)
+//   final weights     2e-4  (1.9e-5; 3.1e-5; 1.25e-4,  3e-2 (1.5e-2; 1.1e-2, fixture in bf16)
+//                           lr 1e-4: embed_tokens, the
+//                           same for the binary before
+//                           and after that day's changes)
 //   ||final - init||  3e-4  (3.7e-5; 1.4e-4 at lr 2e-5) 0.15 (5.8e-2; 6.4e-2)
 // The fp32 weight bounds are under torch's own 1-vs-2-rank gap on either CPU
 // (1.0e-4 / 2.5e-4 of the distance trained): float-order noise, not a bug.
@@ -59,7 +63,7 @@ namespace {
 
 constexpr char kPle[] = "model.embed_tokens_per_layer.weight";
 constexpr double kFp32Rel = 1e-5;
-constexpr double kFp32FinalRel = 1e-4;
+constexpr double kFp32FinalRel = 2e-4;
 constexpr double kFp32TrainedRel = 3e-4;
 constexpr double kBf16LossRel = 2e-3;
 constexpr double kBf16GradRel = 1e-2;
