@@ -27,7 +27,7 @@ std::string TuneMallocForTraining() {
   const bool ok = mallopt(M_MMAP_THRESHOLD, static_cast<int>(t->mmap_threshold)) == 1 &&
                   mallopt(M_TRIM_THRESHOLD, static_cast<int>(t->trim_threshold)) == 1 &&
                   mallopt(M_TOP_PAD, static_cast<int>(t->top_pad)) == 1;
-  if (!ok) return "malloc: mallopt refused the training settings; glibc defaults in use";
+  if (!ok) return "malloc: mallopt refused part of the training settings (some glibc defaults remain)";
   return "malloc: freed blocks kept for reuse (mmap threshold " +
          std::to_string(t->mmap_threshold >> 20) + " MiB, trim threshold " +
          std::to_string(t->trim_threshold >> 20) + " MiB; TPU_DIST_MALLOC_TUNING=0 turns this off)";
