@@ -176,14 +176,20 @@ absl::Status AllToAll(Communicator& comm, const OpSpec& spec,
                       absl::Span<const int64_t> out_bytes) {
   // Phase 0 exchanges every rank's send and receive byte counts (2W int64),
   // giving every rank the full W x W matrix; a pair whose counts disagree
-  // fails on every rank. Data phases 1..P then move up to `sub` bytes per
-  // (src, dst) pair: src copies its next piece for dst into sub-slot dst,
-  // and dst copies sub-slot dst of every src out. P is the same everywhere
-  // because it is computed from the shared matrix (AlltoallPhases).
+  // fails on every rank. A rank's own block is one direct memcpy; data
+  // phases 1..P then move up to `sub` bytes per (src, dst) pair, src != dst:
+  // src copies its next piece for dst into its sub-slot for dst (one of
+  // W - 1: the self pair takes no slot space, which halves the phases at
+  // W = 2), and dst copies its sub-slot of every src out. P is the same
+  // everywhere because it is computed from the shared matrix with its
+  // diagonal zeroed (AlltoallPhases).
   const int world = comm.size();
   const int me = comm.rank();
-  int64_t sub = (comm.slot_bytes() / world) & ~int64_t{63};
-  if (sub == 0) sub = comm.slot_bytes() / world;
+  const int peers = std::max(world - 1, 1);
+  int64_t sub = (comm.slot_bytes() / peers) & ~int64_t{63};
+  if (sub == 0) sub = comm.slot_bytes() / peers;
+  // Index of `dst` among `src`'s W - 1 peers (REQUIRES src != dst).
+  auto sub_slot = [](int src, int dst) { return dst < src ? dst : dst - 1; };
   std::vector<int64_t> matrix(world * world);  // [src][dst] bytes
   const OpHeader header = MakeHeader(spec, OpKind::kAlltoall, ReduceKind{}, -1, false);
   absl::Status exchanged = RunPhases(
@@ -214,19 +220,25 @@ absl::Status AllToAll(Communicator& comm, const OpSpec& spec,
         return absl::OkStatus();
       });
   if (!exchanged.ok()) return exchanged;
-  const int64_t phases = AlltoallPhases(matrix, world, sub);
+  const int64_t self_bytes = matrix[me * world + me];
+  if (self_bytes > 0 && outs[me] != ins[me]) std::memcpy(outs[me], ins[me], self_bytes);
+  std::vector<int64_t> off_diagonal = matrix;
+  for (int r = 0; r < world; ++r) off_diagonal[r * world + r] = 0;
+  const int64_t phases = AlltoallPhases(off_diagonal, world, sub);
   for (int64_t k = 0; k < phases; ++k) {
     const int64_t off = k * sub;
     if (absl::Status s = comm.BeginPhase(spec.ctx); !s.ok()) return s;
     void* slot = comm.my_data();
     for (int j = 0; j < world; ++j) {
+      if (j == me) continue;
       const int64_t n = std::clamp<int64_t>(matrix[me * world + j] - off, 0, sub);
-      if (n > 0) std::memcpy(At(slot, j * sub), At(ins[j], off), n);
+      if (n > 0) std::memcpy(At(slot, sub_slot(me, j) * sub), At(ins[j], off), n);
     }
     if (absl::Status s = comm.PublishAndWait(spec.ctx); !s.ok()) return s;
     for (int r = 0; r < world; ++r) {
+      if (r == me) continue;
       const int64_t n = std::clamp<int64_t>(matrix[r * world + me] - off, 0, sub);
-      if (n > 0) std::memcpy(At(outs[r], off), At(comm.peer_data(r), me * sub), n);
+      if (n > 0) std::memcpy(At(outs[r], off), At(comm.peer_data(r), sub_slot(r, me) * sub), n);
     }
   }
   return absl::OkStatus();

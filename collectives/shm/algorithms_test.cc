@@ -8,7 +8,8 @@
 // results except AVG, which is compared to 1 ulp of the type. The Gloo
 // oracle tests (process_group_gloo_oracle_test.cc) check the same ops through
 // the process group against Gloo. shm::ReduceScatter with its output apart
-// from and equal to the rank's own block, against the same reference.
+// from and equal to the rank's own block, against the same reference;
+// shm::AllToAll's blocks over several phases.
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -243,6 +244,58 @@ TEST(ShmReduceScatterTest, OwnBlockInPlaceMatchesTheReference) {
       }
     }
   });
+}
+
+// shm::AllToAll with uneven byte counts per (src, dst) pair, several phases
+// of a small slot, zero-byte pairs, and a round where only the own block is
+// non-empty: every rank receives exactly each source's block for it, and
+// the own block arrives although it takes no slot space.
+TEST(ShmAllToAllTest, UnevenBlocksOverSeveralPhasesArriveIntact) {
+  for (int world : {1, 2, 3, 4}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    const std::string job = testing::UniqueJob("shma2a");
+    testing::RunThreads(world, [&](int rank) {
+      CommOptions options;
+      options.job_id = job;
+      options.slot_bytes = 64 * 4 * 4;  // 1 KiB: 256..1024 B per pair and phase
+      options.num_slots = 2;
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          Communicator::Create(*store, rank, world, options);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      for (int round = 0; round < 2; ++round) {
+        // Bytes rank src sends to rank dst; round 1: only the own block.
+        auto bytes = [&](int src, int dst) -> int64_t {
+          if (round == 1) return src == dst ? 5000 : 0;
+          return (src * 5 + dst * 3) % 4 == 0 ? 0 : 97 * (src + 2 * dst + 1) + (src == dst ? 2100 : 0);
+        };
+        auto value = [](int src, int dst, int64_t i) { return static_cast<char>(src * 31 + dst * 7 + i * 13); };
+        std::vector<std::vector<char>> in(world), out(world);
+        std::vector<const void*> ins(world);
+        std::vector<void*> outs(world);
+        std::vector<int64_t> in_bytes(world), out_bytes(world);
+        for (int j = 0; j < world; ++j) {
+          in_bytes[j] = bytes(rank, j);
+          out_bytes[j] = bytes(j, rank);
+          in[j].resize(in_bytes[j] + 1);
+          for (int64_t i = 0; i < in_bytes[j]; ++i) in[j][i] = value(rank, j, i);
+          out[j].assign(out_bytes[j] + 1, 0);
+          ins[j] = in[j].data();
+          outs[j] = out[j].data();
+        }
+        OpSpec spec = AllReduceSpec(round + 1, DataType::kUInt8, 0);
+        spec.ctx.name = "alltoall";
+        const absl::Status s = AllToAll(**comm, spec, ins, in_bytes, outs, out_bytes);
+        ASSERT_TRUE(s.ok()) << s;
+        for (int src = 0; src < world; ++src) {
+          int64_t bad = 0;
+          for (int64_t i = 0; i < out_bytes[src]; ++i) bad += out[src][i] != value(src, rank, i);
+          EXPECT_EQ(bad, 0) << "world " << world << " round " << round << ": rank " << rank << " from "
+                            << src << ", " << out_bytes[src] << " bytes";
+          EXPECT_EQ(out[src][out_bytes[src]], 0) << "wrote past the block from " << src;
+        }
+      }
+    });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
