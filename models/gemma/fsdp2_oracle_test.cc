@@ -24,7 +24,12 @@
 //   final weights     2e-4  (1.9e-5; 3.1e-5; 1.25e-4,  3e-2 (1.5e-2; 1.1e-2, fixture in bf16)
 //                           lr 1e-4: embed_tokens, the
 //                           same for the binary before
-//                           and after that day's changes)
+//                           and after that day's changes;
+//                           1.69e-4 with the RMSNorm row
+//                           loops, 2026-12-05), or torch's
+//                           own 1-vs-2-rank gap on this
+//                           metric x kWorldSlack where
+//                           larger (9.6e-5 on the Xeon)
 //   ||final - init||  3e-4  (3.7e-5; 1.4e-4 at lr 2e-5) 0.15 (5.8e-2; 6.4e-2)
 // The fp32 weight bounds are under torch's own 1-vs-2-rank gap on either CPU
 // (1.0e-4 / 2.5e-4 of the distance trained): float-order noise, not a bug.
@@ -91,16 +96,20 @@ nlohmann::json TorchWorldGaps() {
   return j.is_discarded() ? nlohmann::json::object() : j;
 }
 
-// torch FSDP2's own 1-vs-2-rank ||w1 - w2|| / ||w1 - w0|| at (lr, bf16).
-double TorchWorldGap(double lr, bool bf16) {
+// torch FSDP2's own 1-vs-2-rank figure `field` at (lr, bf16):
+// "apart_over_trained" (||w1 - w2|| / ||w1 - w0||) or "final_max_rel" (the
+// largest final-weight gap of a tensor relative to its largest element;
+// nullopt when the fixtures predate it).
+std::optional<double> TorchWorldGap(double lr, bool bf16, const std::string& field = "apart_over_trained") {
   const nlohmann::json gaps = TorchWorldGaps();
   for (const auto& [key, g] : gaps.items()) {
     if (std::abs(g["lr"].get<double>() - lr) <= 1e-12 && g["mixed_precision"].get<bool>() == bf16) {
-      return g["apart_over_trained"].get<double>();
+      if (!g.contains(field)) return std::nullopt;
+      return g[field].get<double>();
     }
   }
   ADD_FAILURE() << "world_size.json has no lr " << lr << (bf16 ? " bf16" : " fp32") << " entry";
-  return 0;
+  return 0.0;
 }
 
 // One torch FSDP2 run as the oracle script saved it.
@@ -245,11 +254,17 @@ void ExpectMatchesTorch(const std::string& run_name, bool bf16, const Bounds& b)
   if (!t.grad0.empty()) {
     EXPECT_EQ(ours.grad0.size(), t.grad0.size());
   }
+  // Final weights: b.final_rel, or torch's own 1-vs-2-rank gap on the same
+  // metric (x kWorldSlack) where that is larger -- float-order noise that
+  // AdamW's sign-like first steps amplify element by element.
+  const std::optional<double> torch_final_gap =
+      t.final.empty() ? std::nullopt : TorchWorldGap(t.lr, bf16, "final_max_rel");
+  const double final_bound = std::max(b.final_rel, kWorldSlack * torch_final_gap.value_or(0.0));
   for (const auto& [name, want] : t.final) {
     ASSERT_EQ(ours.final.count(name), 1u) << name;
     const double rel = MaxRel(ours.final.at(name), want);
     max_final = std::max(max_final, rel);
-    EXPECT_LE(rel, b.final_rel) << run_name << " final " << name;
+    EXPECT_LE(rel, final_bound) << run_name << " final " << name;
   }
   // Distance trained per parameter (every run, also those without weights).
   absl::StatusOr<GemmaForCausalLM> init = LoadGemmaFromHf(SourceDir() + "/data/tiny_gemma");
@@ -271,10 +286,11 @@ void ExpectMatchesTorch(const std::string& run_name, bool bf16, const Bounds& b)
     trained += t.trained.at(name) * t.trained.at(name);
   }
   const double ratio = t.final.empty() ? 0 : std::sqrt(apart / trained);
-  const double torch_gap = t.final.empty() ? 0 : TorchWorldGap(t.lr, bf16);
+  const double torch_gap = t.final.empty() ? 0 : TorchWorldGap(t.lr, bf16).value_or(0.0);
   EXPECT_LE(ratio, kWorldSlack * torch_gap) << run_name;
   std::cout << "[fsdp2 oracle] " << run_name << ": max rel diff loss " << max_loss << ", step-0 grad shard "
-            << max_grad << ", final weight " << max_final << ", distance trained " << max_trained
+            << max_grad << ", final weight " << max_final << " (bound " << final_bound << "; torch 1 vs 2 ranks "
+            << torch_final_gap.value_or(-1) << "), distance trained " << max_trained
             << "; ||ours - torch|| / ||torch - init|| " << ratio << " (torch 1 vs 2 ranks: " << torch_gap << ")\n";
 }
 

@@ -144,6 +144,36 @@ TEST_P(GemmaRmsNormGrad, MatchesAutogradOfTheCompositeFormula) {
   }
 }
 
+// The fp32 hand loops on more rows than one backward block (ragged last
+// block), a non-contiguous input and gradient, and rows of 64 and 67
+// (the eight-way dot product's tail): y bit-identical, gradients close.
+TEST(GemmaRmsNormLoops, ManyRowsAndStridedInputsMatchTheCompositeFormula) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  for (int64_t dim : {64, 67}) {
+    for (bool with_weight : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "dim " << dim << (with_weight ? " scaled" : " unscaled"));
+      at::Tensor base = at::randn({dim, 2, 300}, gen) * 3.0;   // [dim, 2, 300]
+      at::Tensor w0 = at::randn({dim}, gen) + 1.0;             // [dim]
+      at::Tensor dy = at::randn({300, 2, dim}, gen).transpose(0, 1);  // [2, 300, dim], strided
+      auto run = [&](bool fused) {
+        at::Tensor leaf = base.clone().requires_grad_(true);
+        at::Tensor x = leaf.permute({1, 2, 0});  // [2, 300, dim], not contiguous
+        at::Tensor w = with_weight ? w0.clone().requires_grad_(true) : at::Tensor();
+        at::Tensor y = fused ? RmsNorm(x, w, 1e-6) : CompositeRmsNorm(x, w, 1e-6);
+        y.backward(dy);
+        return std::make_tuple(y.detach(), leaf.grad(), with_weight ? w.grad() : at::Tensor());
+      };
+      auto [y1, dx1, dw1] = run(true);
+      auto [y2, dx2, dw2] = run(false);
+      EXPECT_TRUE(at::equal(y1, y2));
+      EXPECT_TRUE(at::allclose(dx1, dx2, 1e-5, 1e-5)) << "max diff " << (dx1 - dx2).abs().max().item<float>();
+      if (with_weight) {
+        EXPECT_TRUE(at::allclose(dw1, dw2, 1e-5, 1e-4)) << "max diff " << (dw1 - dw2).abs().max().item<float>();
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DtypesAndScale, GemmaRmsNormGrad,
                          ::testing::Combine(::testing::Values(at::kFloat, at::kBFloat16), ::testing::Bool()));
 

@@ -18,9 +18,11 @@ namespace tpudist::models::gemma {
 
 // Pure function. `x`: [..., dim]; `weight`: [dim] or undefined (no scale).
 // Returns [..., dim] in x's dtype, bit-identical to the composite formula
-// above. fp32: records one autograd node with a hand-written backward
-// (first-order gradients only: a double backward would treat the saved
-// normalised x as a constant); other dtypes: the composite formula's ops.
+// above. fp32: records one autograd node, forward and backward as hand
+// loops over the rows (first-order gradients only: a double backward would
+// treat the saved x and scale as constants); other dtypes: the composite
+// formula's ops. Uses at::parallel_for's threads; the weight gradient does
+// not depend on their number.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // A HookableModule (hooks empty unless a plan registers some, e.g. the

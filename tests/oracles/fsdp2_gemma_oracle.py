@@ -31,7 +31,8 @@ models/gemma/parallelize_gemma.cc does.
 Issue 14's world-size question: ``world_size_study`` trains torch FSDP2 at 1 and 2 ranks without
 padding (equal token counts per rank: the same math) for fp32 and bf16 at lr 1e-3, 1e-4, 2e-5 and
 writes ``world_size.json`` (per case: ||w1 - w2|| / ||w1 - w0||, the largest loss gap, the step-0
-gradient gap) and ``world_size_batches.safetensors`` (the ids); models/gemma/fsdp2_oracle_test.cc
+gradient gap, the largest final-weight gap of a tensor relative to its largest element) and
+``world_size_batches.safetensors`` (the ids); models/gemma/fsdp2_oracle_test.cc
 runs our FullyShard the same way and must not be further apart than torch is from itself.
 
 Deterministic: fixed seeds, one thread per rank. Run through regenerate.sh.
@@ -202,6 +203,8 @@ def world_size_study(out: Path | None) -> dict[str, Any]:
                 "max_loss_gap": float((a["losses"].mean(1) - b["losses"].mean(1)).abs().max()),
                 "step0_grad_max_rel": max(float((a[k].double() - b[k].double()).abs().max() / a[k].double().abs().max())
                                           for k in a if k.startswith("grad0.")),
+                "final_max_rel": max(float((a[k].double() - b[k].double()).abs().max() / a[k].double().abs().max())
+                                     for k in a if k.startswith("final.")),
             }
     if out is not None:
         save_file({"input_ids": batches["input_ids"].contiguous()}, str(out / "world_size_batches.safetensors"),
