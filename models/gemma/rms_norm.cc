@@ -1,6 +1,7 @@
 #include "models/gemma/rms_norm.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -48,6 +49,46 @@ __attribute__((target_clones("avx2", "default"))) void ScaleRows(const float* x,
   }
 }
 
+// Eight floats (GCC vector extension: lane-wise IEEE ops, AVX2 or two SSE
+// registers per clone); unaligned loads and stores through memcpy. The
+// helpers are always inlined, so the vector-return ABI note is moot.
+#pragma GCC diagnostic ignored "-Wpsabi"  // to the end of the file: GCC reports it there
+typedef float Float8 __attribute__((vector_size(32)));
+typedef double Double8 __attribute__((vector_size(64)));
+__attribute__((always_inline)) inline Float8 Load8(const float* p) {
+  Float8 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+__attribute__((always_inline)) inline void Store8(float* p, Float8 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// One row of the backward: dx (null: skipped) and dw_acc += dy * xhat
+// (null: skipped), xhat = x * ri; `kScaled`: g = dy * w, else g = dy.
+template <bool kScaled>
+__attribute__((always_inline)) inline void BackwardRow(const float* x, float ri, const float* dy, const float* w,
+                                                       int64_t d, float inv_d, float* dx, double* dw_acc) {
+  auto g8 = [&](int64_t j) { return kScaled ? Load8(dy + j) * Load8(w + j) : Load8(dy + j); };
+  auto g1 = [&](int64_t j) { return kScaled ? dy[j] * w[j] : dy[j]; };
+  Float8 acc = {};  // sum of g * xhat, eight interleaved partial sums
+  int64_t j = 0;
+  for (; j + 8 <= d; j += 8) acc += g8(j) * (Load8(x + j) * ri);
+  for (; j < d; ++j) acc[0] += g1(j) * (x[j] * ri);
+  const float dot = (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) * inv_d;
+  if (dx != nullptr) {
+    for (j = 0; j + 8 <= d; j += 8) Store8(dx + j, (g8(j) - (Load8(x + j) * ri) * dot) * ri);
+    for (; j < d; ++j) dx[j] = (g1(j) - (x[j] * ri) * dot) * ri;
+  }
+  if (dw_acc != nullptr) {
+    for (j = 0; j + 8 <= d; j += 8) {
+      Double8 a;
+      std::memcpy(&a, dw_acc + j, sizeof(a));
+      a += __builtin_convertvector(Load8(dy + j) * (Load8(x + j) * ri), Double8);
+      std::memcpy(dw_acc + j, &a, sizeof(a));
+    }
+    for (; j < d; ++j) dw_acc[j] += static_cast<double>(dy[j] * (x[j] * ri));
+  }
+}
+
 // For `n` rows: dx[i, :] (null: skipped) and dw_acc[:] += dy * xhat (null:
 // skipped), xhat = x * r[i].
 __attribute__((target_clones("avx2", "default"))) void BackwardRows(const float* x, const float* r, const float* dy,
@@ -55,29 +96,11 @@ __attribute__((target_clones("avx2", "default"))) void BackwardRows(const float*
                                                                       float* dx, double* dw_acc) {
   const float inv_d = d == 0 ? 0.0f : 1.0f / static_cast<float>(d);
   for (int64_t i = 0; i < n; ++i) {
-    const float ri = r[i];
-    const float* xi = x + i * d;
-    const float* dyi = dy + i * d;
-    float acc[8] = {};  // sum of g * xhat, eight interleaved partial sums
-    int64_t j = 0;
-    for (; j + 8 <= d; j += 8) {
-      for (int k = 0; k < 8; ++k) {
-        const float g = w != nullptr ? dyi[j + k] * w[j + k] : dyi[j + k];
-        acc[k] += g * (xi[j + k] * ri);
-      }
-    }
-    for (; j < d; ++j) acc[0] += (w != nullptr ? dyi[j] * w[j] : dyi[j]) * (xi[j] * ri);
-    const float dot = (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) * inv_d;
-    if (dx != nullptr) {
-      float* dxi = dx + i * d;
-      if (w != nullptr) {
-        for (j = 0; j < d; ++j) dxi[j] = (dyi[j] * w[j] - (xi[j] * ri) * dot) * ri;
-      } else {
-        for (j = 0; j < d; ++j) dxi[j] = (dyi[j] - (xi[j] * ri) * dot) * ri;
-      }
-    }
-    if (dw_acc != nullptr) {
-      for (j = 0; j < d; ++j) dw_acc[j] += static_cast<double>(dyi[j] * (xi[j] * ri));
+    float* dxi = dx == nullptr ? nullptr : dx + i * d;
+    if (w != nullptr) {
+      BackwardRow<true>(x + i * d, r[i], dy + i * d, w, d, inv_d, dxi, dw_acc);
+    } else {
+      BackwardRow<false>(x + i * d, r[i], dy + i * d, w, d, inv_d, dxi, dw_acc);
     }
   }
 }
