@@ -98,24 +98,51 @@ absl::Status AllGather(Communicator& comm, const OpSpec& spec, const void* in,
 
 absl::Status Broadcast(Communicator& comm, const OpSpec& spec, int root,
                        void* data, int64_t bytes) {
-  // Root copies chunk i into its slot; after the sync the others copy it
-  // out. Non-roots publish empty slots to keep the phase count in lock-step.
+  // Chunk 0 rides with the header in one lock-step phase (so mismatched
+  // calls fail on every rank). Chunks 1.. stream (communicator.h): the root
+  // copies chunk i into the slot of phase base + i and publishes without a
+  // group barrier; each other rank waits for that, copies it out and
+  // publishes. Before writing over the slot of phase q the root waits for
+  // every reader to have published q (chunk 0's slot: base + 1, since it is
+  // read after the lock-step phase). So the root runs up to num_slots chunks
+  // ahead and a reader never waits for the other readers: next to a busy
+  // load that is 1 scheduling round per num_slots chunks instead of one per
+  // chunk. A closing barrier restores the lock-step invariant.
   const int64_t chunk = comm.slot_bytes();
+  const int64_t chunks = NumChunks(bytes, chunk);
   const bool is_root = comm.rank() == root;
-  return RunPhases(
-      comm, spec, MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, root, true),
-      NumChunks(bytes, chunk),
-      [&](int64_t i, void* slot) {
+  absl::Status first = RunPhases(
+      comm, spec, MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, root, true), 1,
+      [&](int64_t, void* slot) {
         if (!is_root || bytes == 0) return;
-        const Range c = ChunkRange(bytes, chunk, i);
-        std::memcpy(slot, At(data, c.begin), c.size);
+        std::memcpy(slot, data, ChunkRange(bytes, chunk, 0).size);
       },
-      [&](int64_t i) {
-        if (is_root || bytes == 0) return absl::OkStatus();
-        const Range c = ChunkRange(bytes, chunk, i);
-        std::memcpy(At(data, c.begin), comm.peer_data(root), c.size);
+      [&](int64_t) {
+        if (!is_root && bytes > 0) std::memcpy(data, comm.peer_data(root), ChunkRange(bytes, chunk, 0).size);
         return absl::OkStatus();
       });
+  if (!first.ok() || chunks <= 1) return first;
+  const uint64_t base = comm.phase();
+  const int64_t slots = comm.num_slots();
+  for (int64_t i = 1; i < chunks; ++i) {
+    const Range c = ChunkRange(bytes, chunk, i);
+    if (is_root) {
+      if (i >= slots) {
+        const uint64_t read = base + static_cast<uint64_t>(std::max<int64_t>(i - slots, 1));
+        for (int r = 0; r < comm.size(); ++r) {
+          if (r == root) continue;
+          if (absl::Status s = comm.WaitPeerPublished(r, read, spec.ctx); !s.ok()) return s;
+        }
+      }
+      if (absl::Status s = comm.BeginPhase(spec.ctx); !s.ok()) return s;
+      std::memcpy(comm.my_data(), At(data, c.begin), c.size);
+    } else {
+      if (absl::Status s = comm.WaitPeerPublished(root, base + i, spec.ctx); !s.ok()) return s;
+      std::memcpy(At(data, c.begin), comm.peer_data_next(root), c.size);
+    }
+    if (absl::Status s = comm.PublishNext(spec.ctx); !s.ok()) return s;
+  }
+  return comm.WaitAllPublished(spec.ctx);
 }
 
 absl::Status Gather(Communicator& comm, const OpSpec& spec, int root,

@@ -9,17 +9,22 @@
 // oracle tests (process_group_gloo_oracle_test.cc) check the same ops through
 // the process group against Gloo. shm::ReduceScatter with its output apart
 // from and equal to the rank's own block, against the same reference;
-// shm::AllToAll's blocks over several phases.
+// shm::AllToAll's blocks over several phases; shm::Broadcast's streamed
+// chunks.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/core/reduce_kernels.h"
 #include "collectives/core/stream_copy.h"
 #include "collectives/shm/algorithms.h"
 #include "collectives/shm/communicator.h"
+#include "collectives/shm/phases.h"
 #include "collectives/test_util.h"
 #include "gtest/gtest.h"
 #include "torch/csrc/distributed/c10d/HashStore.hpp"
@@ -296,6 +301,109 @@ TEST(ShmAllToAllTest, UnevenBlocksOverSeveralPhasesArriveIntact) {
       }
     });
   }
+}
+
+// shm::Broadcast streams chunks 1.. without a barrier per chunk: many
+// chunks of a small slot, 2 and 3 slots (the root waits for readers before
+// reusing a slot), every root in turn, a reader that sleeps now and then
+// (the root fills the ring and waits), and an all_reduce between broadcasts
+// (the closing barrier must leave the lock-step protocol intact).
+TEST(ShmBroadcastTest, StreamedChunksArriveIntactFromEveryRoot) {
+  for (int world : {1, 2, 3, 4}) {
+    for (int slots : {2, 3}) {
+      auto store = c10::make_intrusive<c10d::HashStore>();
+      const std::string job = testing::UniqueJob("shmbc");
+      testing::RunThreads(world, [&](int rank) {
+        CommOptions options;
+        options.job_id = job;
+        options.slot_bytes = 1024;
+        options.num_slots = slots;
+        absl::StatusOr<std::unique_ptr<Communicator>> comm =
+            Communicator::Create(*store, rank, world, options);
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        uint32_t seq = 0;
+        for (int64_t bytes : {int64_t{0}, int64_t{1}, int64_t{1024}, int64_t{1025}, int64_t{9 * 1024 + 13}}) {
+          for (int root = 0; root < world; ++root) {
+            auto value = [&](int64_t i) { return static_cast<char>(root * 29 + i * 7 + bytes); };
+            std::vector<char> buf(bytes + 1, 0);  // [bytes] + a guard byte
+            if (rank == root) {
+              for (int64_t i = 0; i < bytes; ++i) buf[i] = value(i);
+            }
+            if (rank == (root + 1) % world && bytes > 4096 && root % 2 == 0) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a late reader
+            }
+            OpSpec spec = AllReduceSpec(++seq, DataType::kUInt8, bytes);
+            spec.ctx.name = "broadcast";
+            const absl::Status s = Broadcast(**comm, spec, root, buf.data(), bytes);
+            ASSERT_TRUE(s.ok()) << s;
+            int64_t bad = 0;
+            for (int64_t i = 0; i < bytes; ++i) bad += buf[i] != value(i);
+            EXPECT_EQ(bad, 0) << "world " << world << " slots " << slots << " root " << root << " rank " << rank
+                              << ", " << bytes << " bytes";
+            EXPECT_EQ(buf[bytes], 0) << "wrote past the end";
+            std::vector<char> sum(4 * 300);  // [300] fp32: a lock-step op in between
+            for (int i = 0; i < 300; ++i) Store(DataType::kFloat32, sum.data(), i, rank + i);
+            ASSERT_TRUE(AllReduce(**comm, AllReduceSpec(++seq, DataType::kFloat32, 300), ReduceKind::kSum,
+                                  sum.data(), /*small_bytes=*/-1)
+                            .ok());
+            for (int i = 0; i < 300; ++i) {
+              ASSERT_EQ(Load(DataType::kFloat32, sum.data(), i), world * (world - 1) / 2 + world * i) << i;
+            }
+          }
+        }
+      });
+    }
+  }
+}
+
+// The receiving half of a 2-rank broadcast from rank 0, written out from
+// communicator.h's streaming contract, sleeping before each chunk: a reader
+// that is descheduled mid-stream.
+absl::Status SlowReader(Communicator& comm, const OpSpec& spec, char* data, int64_t bytes) {
+  const int64_t chunk = comm.slot_bytes();
+  absl::Status s = internal::RunPhases(
+      comm, spec, MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, 0, true), 1, [](int64_t, void*) {},
+      [&](int64_t) {
+        std::memcpy(data, comm.peer_data(0), std::min(bytes, chunk));
+        return absl::OkStatus();
+      });
+  if (!s.ok()) return s;
+  const uint64_t base = comm.phase();
+  for (int64_t i = 1; i * chunk < bytes; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (absl::Status w = comm.WaitPeerPublished(0, base + i, spec.ctx); !w.ok()) return w;
+    std::memcpy(data + i * chunk, comm.peer_data_next(0), std::min(chunk, bytes - i * chunk));
+    if (absl::Status p = comm.PublishNext(spec.ctx); !p.ok()) return p;
+  }
+  return comm.WaitAllPublished(spec.ctx);
+}
+
+// The streaming root must not write over a slot its reader has not read:
+// against a reader that lags, every chunk still arrives intact.
+TEST(ShmBroadcastTest, RootWaitsForALaggingReader) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = testing::UniqueJob("shmbcslow");
+  constexpr int64_t kBytes = 12 * 1024 + 5;  // 13 chunks of 1 KiB
+  testing::RunThreads(2, [&](int rank) {
+    CommOptions options;
+    options.job_id = job;
+    options.slot_bytes = 1024;
+    options.num_slots = 2;
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(*store, rank, 2, options);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    std::vector<char> buf(kBytes, 0);  // [kBytes]
+    if (rank == 0) {
+      for (int64_t i = 0; i < kBytes; ++i) buf[i] = static_cast<char>(i * 13 + i / 1024);
+    }
+    OpSpec spec = AllReduceSpec(1, DataType::kUInt8, kBytes);
+    spec.ctx.name = "broadcast";
+    const absl::Status s =
+        rank == 0 ? Broadcast(**comm, spec, 0, buf.data(), kBytes) : SlowReader(**comm, spec, buf.data(), kBytes);
+    ASSERT_TRUE(s.ok()) << s;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < kBytes; ++i) bad += buf[i] != static_cast<char>(i * 13 + i / 1024);
+    EXPECT_EQ(bad, 0) << "rank " << rank;
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -236,6 +236,11 @@ absl::Status Communicator::BeginPhase(const OpContext& ctx) {
 }
 
 absl::Status Communicator::PublishAndWait(const OpContext& ctx) {
+  if (absl::Status s = PublishNext(ctx); !s.ok()) return s;
+  return WaitAllPublished(ctx);
+}
+
+absl::Status Communicator::PublishNext(const OpContext& ctx) {
   if (!poison_.ok()) return poison_;
   if (abort_requested_.load(std::memory_order_acquire)) return FailRequested(ctx);
   ++phase_;
@@ -245,10 +250,27 @@ absl::Status Communicator::PublishAndWait(const OpContext& ctx) {
   if (size_ == 1) return absl::OkStatus();
   Control* hub = control(0);
   const uint32_t target = phase * static_cast<uint32_t>(size_);
-  if (hub->arrivals.fetch_add(1, std::memory_order_seq_cst) + 1 == target) {
-    if (hub->arrival_waiters.load(std::memory_order_seq_cst) != 0) WakeAll(&hub->arrivals);
-    return absl::OkStatus();
+  if (hub->arrivals.fetch_add(1, std::memory_order_seq_cst) + 1 == target &&
+      hub->arrival_waiters.load(std::memory_order_seq_cst) != 0) {
+    WakeAll(&hub->arrivals);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::WaitPeerPublished(int r, uint64_t phase, const OpContext& ctx) {
+  if (!poison_.ok()) return poison_;
+  return WaitPeer(r, static_cast<uint32_t>(phase), ctx, "to publish");
+}
+
+const void* Communicator::peer_data_next(int r) const { return slot(r, phase_ + 1) + kHeaderBytes; }
+
+absl::Status Communicator::WaitAllPublished(const OpContext& ctx) {
+  if (!poison_.ok()) return poison_;
+  if (size_ == 1) return absl::OkStatus();
+  const uint32_t phase = static_cast<uint32_t>(phase_);
+  Control* hub = control(0);
+  const uint32_t target = phase * static_cast<uint32_t>(size_);
+  if (SeqReached(hub->arrivals.load(std::memory_order_acquire), target)) return absl::OkStatus();
   const absl::Status all = WaitForSeq(
       &hub->arrivals, &hub->arrival_waiters, target, ctx.deadline(), wait_, &yield_gate_, [&] {
         if (abort_requested_.load(std::memory_order_acquire)) {

@@ -112,11 +112,33 @@ class Communicator {
   absl::Status BeginPhase(const OpContext& ctx);
   void* my_data() const;
   OpHeader* my_header() const;
-  // Steps 3 of a phase.
+  // Steps 3 of a phase: PublishNext() then WaitAllPublished().
   absl::Status PublishAndWait(const OpContext& ctx);
   // Step 4: peer r's slot of the current (last published) phase.
   const void* peer_data(int r) const;
   const OpHeader* peer_header(int r) const;
+
+  // Streaming phases, for ops where one rank writes and the others only read
+  // (broadcast): no group barrier per phase. Readers wait for the writer's
+  // phase word (WaitPeerPublished), read its slot of the phase they publish
+  // next (peer_data_next) and then publish; the writer, before reusing the
+  // slot of phase q, waits for every reader to have published q. Such an op
+  // must start with a lock-step phase and end with WaitAllPublished, which
+  // restores the invariant above for the next op (every rank has read every
+  // phase it published).
+  //
+  // Publishes the next phase (this rank's phase word and the group's
+  // arrival count) without waiting.
+  absl::Status PublishNext(const OpContext& ctx);
+  // Waits until every rank has published this rank's current phase.
+  absl::Status WaitAllPublished(const OpContext& ctx);
+  // Waits until peer r has published (absolute) phase `phase`.
+  absl::Status WaitPeerPublished(int r, uint64_t phase, const OpContext& ctx);
+  // Peer r's slot of the phase this rank publishes next.
+  const void* peer_data_next(int r) const;
+  // This rank's last published (absolute) phase; slots: num_slots().
+  uint64_t phase() const { return phase_; }
+  int num_slots() const { return options_.num_slots; }
 
   // Compares every rank's header of the current phase with ours; on mismatch
   // poisons and returns InvalidArgument listing each rank's header. Every rank
