@@ -46,6 +46,9 @@ struct OpHeader {
   uint8_t check_count = 1;  // 0: counts may legitimately differ (alltoall)
   uint8_t ndim = 0;
   int32_t root = -1;
+  // This rank's hints to the algorithm; not compared by HeadersAgree (ranks
+  // may differ; every rank reads all of them and decides alike).
+  uint8_t saw_foreign_load = 0;  // Communicator::SawForeignLoad()
   int64_t count = 0;      // elements (or bytes for untyped ops)
   int64_t dims[kMaxDims] = {};
 };

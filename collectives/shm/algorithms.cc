@@ -99,29 +99,48 @@ absl::Status AllGather(Communicator& comm, const OpSpec& spec, const void* in,
 absl::Status Broadcast(Communicator& comm, const OpSpec& spec, int root,
                        void* data, int64_t bytes) {
   // Chunk 0 rides with the header in one lock-step phase (so mismatched
-  // calls fail on every rank). Chunks 1.. stream (communicator.h): the root
-  // copies chunk i into the slot of phase base + i and publishes without a
-  // group barrier; each other rank waits for that, copies it out and
-  // publishes. Before writing over the slot of phase q the root waits for
-  // every reader to have published q (chunk 0's slot: base + 1, since it is
-  // read after the lock-step phase). So the root runs up to num_slots chunks
-  // ahead and a reader never waits for the other readers: next to a busy
-  // load that is 1 scheduling round per num_slots chunks instead of one per
-  // chunk. A closing barrier restores the lock-step invariant.
+  // calls fail on every rank). The headers also carry each rank's
+  // SawForeignLoad(); if any rank saw one, chunks 1.. stream
+  // (communicator.h): the root copies chunk i into the slot of phase
+  // base + i and publishes without a group barrier; each other rank waits
+  // for that, copies it out and publishes. Before writing over the slot of
+  // phase q the root waits for every reader to have published q (chunk 0's
+  // slot: base + 1, since it is read after the lock-step phase). So the root
+  // runs up to num_slots chunks ahead and a reader never waits for the other
+  // readers: next to a busy load, one scheduling round per num_slots chunks
+  // instead of one per chunk. A closing barrier restores the lock-step
+  // invariant; readers copy the last chunk after it, as in a lock-step
+  // phase. Otherwise (idle cores) chunks 1.. are lock-step phases: there the
+  // root copies chunk i while readers copy chunk i - 1 and no wait is long
+  // enough to sleep, where a root running ahead waits long at the end.
   const int64_t chunk = comm.slot_bytes();
   const int64_t chunks = NumChunks(bytes, chunk);
   const bool is_root = comm.rank() == root;
+  OpHeader header = MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, root, true);
+  header.saw_foreign_load = comm.SawForeignLoad() ? 1 : 0;
+  bool stream = false;
   absl::Status first = RunPhases(
-      comm, spec, MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, root, true), 1,
+      comm, spec, header, 1,
       [&](int64_t, void* slot) {
         if (!is_root || bytes == 0) return;
         std::memcpy(slot, data, ChunkRange(bytes, chunk, 0).size);
       },
       [&](int64_t) {
         if (!is_root && bytes > 0) std::memcpy(data, comm.peer_data(root), ChunkRange(bytes, chunk, 0).size);
+        for (int r = 0; r < comm.size(); ++r) stream = stream || comm.peer_header(r)->saw_foreign_load != 0;
         return absl::OkStatus();
       });
   if (!first.ok() || chunks <= 1) return first;
+  if (!stream) {
+    for (int64_t i = 1; i < chunks; ++i) {
+      const Range c = ChunkRange(bytes, chunk, i);
+      if (absl::Status s = comm.BeginPhase(spec.ctx); !s.ok()) return s;
+      if (is_root) std::memcpy(comm.my_data(), At(data, c.begin), c.size);
+      if (absl::Status s = comm.PublishAndWait(spec.ctx); !s.ok()) return s;
+      if (!is_root) std::memcpy(At(data, c.begin), comm.peer_data(root), c.size);
+    }
+    return absl::OkStatus();
+  }
   const uint64_t base = comm.phase();
   const int64_t slots = comm.num_slots();
   for (int64_t i = 1; i < chunks; ++i) {
@@ -138,11 +157,16 @@ absl::Status Broadcast(Communicator& comm, const OpSpec& spec, int root,
       std::memcpy(comm.my_data(), At(data, c.begin), c.size);
     } else {
       if (absl::Status s = comm.WaitPeerPublished(root, base + i, spec.ctx); !s.ok()) return s;
-      std::memcpy(At(data, c.begin), comm.peer_data_next(root), c.size);
+      if (i + 1 < chunks) std::memcpy(At(data, c.begin), comm.peer_data_next(root), c.size);
     }
     if (absl::Status s = comm.PublishNext(spec.ctx); !s.ok()) return s;
   }
-  return comm.WaitAllPublished(spec.ctx);
+  if (absl::Status s = comm.WaitAllPublished(spec.ctx); !s.ok()) return s;
+  if (!is_root) {
+    const Range c = ChunkRange(bytes, chunk, chunks - 1);
+    std::memcpy(At(data, c.begin), comm.peer_data(root), c.size);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Gather(Communicator& comm, const OpSpec& spec, int root,

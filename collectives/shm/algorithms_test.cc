@@ -303,55 +303,58 @@ TEST(ShmAllToAllTest, UnevenBlocksOverSeveralPhasesArriveIntact) {
   }
 }
 
-// shm::Broadcast streams chunks 1.. without a barrier per chunk: many
-// chunks of a small slot, 2 and 3 slots (the root waits for readers before
+// shm::Broadcast, streamed (chunks 1.. without a barrier per chunk, as next
+// to a busy load) and lock-step: many chunks of a small slot, 2 and 3 slots (the root waits for readers before
 // reusing a slot), every root in turn, a reader that sleeps now and then
 // (the root fills the ring and waits), and an all_reduce between broadcasts
 // (the closing barrier must leave the lock-step protocol intact).
 TEST(ShmBroadcastTest, StreamedChunksArriveIntactFromEveryRoot) {
   for (int world : {1, 2, 3, 4}) {
     for (int slots : {2, 3}) {
-      auto store = c10::make_intrusive<c10d::HashStore>();
-      const std::string job = testing::UniqueJob("shmbc");
-      testing::RunThreads(world, [&](int rank) {
-        CommOptions options;
-        options.job_id = job;
-        options.slot_bytes = 1024;
-        options.num_slots = slots;
-        absl::StatusOr<std::unique_ptr<Communicator>> comm =
-            Communicator::Create(*store, rank, world, options);
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        uint32_t seq = 0;
-        for (int64_t bytes : {int64_t{0}, int64_t{1}, int64_t{1024}, int64_t{1025}, int64_t{9 * 1024 + 13}}) {
-          for (int root = 0; root < world; ++root) {
-            auto value = [&](int64_t i) { return static_cast<char>(root * 29 + i * 7 + bytes); };
-            std::vector<char> buf(bytes + 1, 0);  // [bytes] + a guard byte
-            if (rank == root) {
-              for (int64_t i = 0; i < bytes; ++i) buf[i] = value(i);
-            }
-            if (rank == (root + 1) % world && bytes > 4096 && root % 2 == 0) {
-              std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a late reader
-            }
-            OpSpec spec = AllReduceSpec(++seq, DataType::kUInt8, bytes);
-            spec.ctx.name = "broadcast";
-            const absl::Status s = Broadcast(**comm, spec, root, buf.data(), bytes);
-            ASSERT_TRUE(s.ok()) << s;
-            int64_t bad = 0;
-            for (int64_t i = 0; i < bytes; ++i) bad += buf[i] != value(i);
-            EXPECT_EQ(bad, 0) << "world " << world << " slots " << slots << " root " << root << " rank " << rank
-                              << ", " << bytes << " bytes";
-            EXPECT_EQ(buf[bytes], 0) << "wrote past the end";
-            std::vector<char> sum(4 * 300);  // [300] fp32: a lock-step op in between
-            for (int i = 0; i < 300; ++i) Store(DataType::kFloat32, sum.data(), i, rank + i);
-            ASSERT_TRUE(AllReduce(**comm, AllReduceSpec(++seq, DataType::kFloat32, 300), ReduceKind::kSum,
-                                  sum.data(), /*small_bytes=*/-1)
-                            .ok());
-            for (int i = 0; i < 300; ++i) {
-              ASSERT_EQ(Load(DataType::kFloat32, sum.data(), i), world * (world - 1) / 2 + world * i) << i;
+      for (bool stream : {true, false}) {
+        auto store = c10::make_intrusive<c10d::HashStore>();
+        const std::string job = testing::UniqueJob("shmbc");
+        testing::RunThreads(world, [&](int rank) {
+          CommOptions options;
+          options.job_id = job;
+          options.slot_bytes = 1024;
+          options.num_slots = slots;
+          options.assume_foreign_load = stream;
+          absl::StatusOr<std::unique_ptr<Communicator>> comm =
+              Communicator::Create(*store, rank, world, options);
+          ASSERT_TRUE(comm.ok()) << comm.status();
+          uint32_t seq = 0;
+          for (int64_t bytes : {int64_t{0}, int64_t{1}, int64_t{1024}, int64_t{1025}, int64_t{9 * 1024 + 13}}) {
+            for (int root = 0; root < world; ++root) {
+              auto value = [&](int64_t i) { return static_cast<char>(root * 29 + i * 7 + bytes); };
+              std::vector<char> buf(bytes + 1, 0);  // [bytes] + a guard byte
+              if (rank == root) {
+                for (int64_t i = 0; i < bytes; ++i) buf[i] = value(i);
+              }
+              if (rank == (root + 1) % world && bytes > 4096 && root % 2 == 0) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a late reader
+              }
+              OpSpec spec = AllReduceSpec(++seq, DataType::kUInt8, bytes);
+              spec.ctx.name = "broadcast";
+              const absl::Status s = Broadcast(**comm, spec, root, buf.data(), bytes);
+              ASSERT_TRUE(s.ok()) << s;
+              int64_t bad = 0;
+              for (int64_t i = 0; i < bytes; ++i) bad += buf[i] != value(i);
+              EXPECT_EQ(bad, 0) << "world " << world << " slots " << slots << (stream ? " streamed" : " lock-step")
+                                << " root " << root << " rank " << rank << ", " << bytes << " bytes";
+              EXPECT_EQ(buf[bytes], 0) << "wrote past the end";
+              std::vector<char> sum(4 * 300);  // [300] fp32: a lock-step op in between
+              for (int i = 0; i < 300; ++i) Store(DataType::kFloat32, sum.data(), i, rank + i);
+              ASSERT_TRUE(AllReduce(**comm, AllReduceSpec(++seq, DataType::kFloat32, 300), ReduceKind::kSum,
+                                    sum.data(), /*small_bytes=*/-1)
+                              .ok());
+              for (int i = 0; i < 300; ++i) {
+                ASSERT_EQ(Load(DataType::kFloat32, sum.data(), i), world * (world - 1) / 2 + world * i) << i;
+              }
             }
           }
-        }
-      });
+        });
+      }
     }
   }
 }
@@ -361,8 +364,10 @@ TEST(ShmBroadcastTest, StreamedChunksArriveIntactFromEveryRoot) {
 // that is descheduled mid-stream.
 absl::Status SlowReader(Communicator& comm, const OpSpec& spec, char* data, int64_t bytes) {
   const int64_t chunk = comm.slot_bytes();
+  OpHeader header = MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, 0, true);
+  header.saw_foreign_load = 1;  // every rank then streams
   absl::Status s = internal::RunPhases(
-      comm, spec, MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, 0, true), 1, [](int64_t, void*) {},
+      comm, spec, header, 1, [](int64_t, void*) {},
       [&](int64_t) {
         std::memcpy(data, comm.peer_data(0), std::min(bytes, chunk));
         return absl::OkStatus();

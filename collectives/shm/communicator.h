@@ -88,6 +88,9 @@ struct CommOptions {
   absl::Duration setup_timeout = absl::Minutes(5);
   // nullopt: ChooseWaitPolicy(world, UsableCores()).
   std::optional<WaitPolicy> wait;
+  // SawForeignLoad() always true (tests and experiments: the paths taken
+  // next to a busy load, e.g. broadcast's streaming chunks).
+  bool assume_foreign_load = false;
   // Rank numbers used in error messages: rank_labels[r] names local rank r
   // (the multi-host path passes group ranks); empty = local numbering.
   std::vector<int> rank_labels;
@@ -136,6 +139,10 @@ class Communicator {
   absl::Status WaitPeerPublished(int r, uint64_t phase, const OpContext& ctx);
   // Peer r's slot of the phase this rank publishes next.
   const void* peer_data_next(int r) const;
+  // Whether this rank's waits have recently found the cores busy with other
+  // processes (its YieldGate closed, or closed lately and not yet decayed):
+  // a local hint for how far a streaming writer runs ahead.
+  bool SawForeignLoad() const { return options_.assume_foreign_load || yield_gate_.backoff_ns > 0; }
   // This rank's last published (absolute) phase; slots: num_slots().
   uint64_t phase() const { return phase_; }
   int num_slots() const { return options_.num_slots; }
