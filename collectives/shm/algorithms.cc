@@ -272,7 +272,8 @@ absl::Status AllToAll(Communicator& comm, const OpSpec& spec,
       });
   if (!exchanged.ok()) return exchanged;
   const int64_t self_bytes = matrix[me * world + me];
-  if (self_bytes > 0 && outs[me] != ins[me]) std::memcpy(outs[me], ins[me], self_bytes);
+  // memmove: a caller may pass views of one buffer whose own blocks overlap.
+  if (self_bytes > 0 && outs[me] != ins[me]) std::memmove(outs[me], ins[me], self_bytes);
   std::vector<int64_t> off_diagonal = matrix;
   for (int r = 0; r < world; ++r) off_diagonal[r * world + r] = 0;
   const int64_t phases = AlltoallPhases(off_diagonal, world, sub);

@@ -126,9 +126,11 @@ class Communicator {
   // phase word (WaitPeerPublished), read its slot of the phase they publish
   // next (peer_data_next) and then publish; the writer, before reusing the
   // slot of phase q, waits for every reader to have published q. Such an op
-  // must start with a lock-step phase and end with WaitAllPublished, which
-  // restores the invariant above for the next op (every rank has read every
-  // phase it published).
+  // must start with a lock-step phase and end with WaitAllPublished at a
+  // phase every rank publishes last (the arrival count is a barrier only
+  // while no rank can be past that phase); a reader may read the last phase
+  // after it, as in a lock-step phase. That restores the invariant above
+  // for the next op.
   //
   // Publishes the next phase (this rank's phase word and the group's
   // arrival count) without waiting.
@@ -140,8 +142,9 @@ class Communicator {
   // Peer r's slot of the phase this rank publishes next.
   const void* peer_data_next(int r) const;
   // Whether this rank's waits have recently found the cores busy with other
-  // processes (its YieldGate closed, or closed lately and not yet decayed):
-  // a local hint for how far a streaming writer runs ahead.
+  // processes (its YieldGate closed, or closed lately and not yet decayed).
+  // A local hint; an op that acts on it shares it first (broadcast puts it
+  // in its phase-0 header and streams if any rank saw a foreign load).
   bool SawForeignLoad() const { return options_.assume_foreign_load || yield_gate_.backoff_ns > 0; }
   // This rank's last published (absolute) phase; slots: num_slots().
   uint64_t phase() const { return phase_; }
