@@ -30,7 +30,49 @@ namespace py = pybind11;
 
 namespace {
 
+// The holder of a Python-owned ProcessGroupTpuDist: it drops its reference
+// with the GIL released. The group's destructor joins its op workers, and a
+// worker that drops the last C++ reference to an op's tensor needs the GIL
+// (torch keeps a tensor's Python object alive for as long as C++ holds the
+// tensor, and frees it under the GIL). Destroyed by a GIL holder, the two
+// waited on each other forever (a recv completing just before its rank
+// dropped the group). torch binds its own Backend and ProcessGroup with a
+// holder of the same kind; the layout is one intrusive_ptr, as pybind11
+// expects of torch's intrusive_ptr<Backend> arguments that read it.
+template <typename T>
+class GilFreeDestructorHolder {
+ public:
+  GilFreeDestructorHolder() = default;
+  // From a live object (pybind11 builds holders from raw pointers).
+  explicit GilFreeDestructorHolder(T* p)
+      : ptr_(c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(p)) {}
+  explicit GilFreeDestructorHolder(c10::intrusive_ptr<T> p) : ptr_(std::move(p)) {}
+  GilFreeDestructorHolder(const GilFreeDestructorHolder&) = default;
+  GilFreeDestructorHolder(GilFreeDestructorHolder&&) noexcept = default;
+  GilFreeDestructorHolder& operator=(const GilFreeDestructorHolder&) = default;
+  GilFreeDestructorHolder& operator=(GilFreeDestructorHolder&&) noexcept = default;
+  ~GilFreeDestructorHolder() {
+    if (ptr_ && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      ptr_.reset();
+    }
+  }
+  T* get() const { return ptr_.get(); }
+
+ private:
+  c10::intrusive_ptr<T> ptr_;
+};
+
+}  // namespace
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, GilFreeDestructorHolder<T>, true);
+
+namespace {
+
 using tpudist::collectives::ProcessGroupTpuDist;
+static_assert(sizeof(GilFreeDestructorHolder<ProcessGroupTpuDist>) ==
+                  sizeof(c10::intrusive_ptr<c10d::Backend>),
+              "torch reads this holder as an intrusive_ptr<Backend>");
 namespace tr = tpudist::tpu_runtime;
 namespace dist = tpudist::distributed;
 
@@ -63,7 +105,7 @@ PYBIND11_MODULE(_C, m) {
   // The base class must be registered before ours refers to it.
   py::module_::import("torch.distributed");
 
-  py::class_<ProcessGroupTpuDist, c10d::Backend, c10::intrusive_ptr<ProcessGroupTpuDist>>(
+  py::class_<ProcessGroupTpuDist, c10d::Backend, GilFreeDestructorHolder<ProcessGroupTpuDist>>(
       m, "ProcessGroupTpuDist",
       R"(The tpu_dist backend. Construction is collective over `store`.
 
@@ -94,7 +136,8 @@ A malformed variable raises ValueError naming it.)")
              absl::StatusOr<dist::GroupConfig> config =
                  dist::ResolveGroupConfigFromProcess(/*info=*/nullptr, o);
              if (!config.ok()) throw py::value_error(std::string(config.status().message()));
-             return c10::make_intrusive<ProcessGroupTpuDist>(store, rank, size, config->tpu_dist);
+             return GilFreeDestructorHolder<ProcessGroupTpuDist>(
+                 c10::make_intrusive<ProcessGroupTpuDist>(store, rank, size, config->tpu_dist));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("group_name") = "default", py::arg("host_id") = "",

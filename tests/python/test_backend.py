@@ -269,3 +269,46 @@ def test_pending_recv_blocks_neither_collectives_nor_sends() -> None:
     results = run_ranks(_pending_recv, 2, timeout_s=60)
     assert results[0] == [1.0, 1.0, 1.0, 2.0, 2.0, 7.0]
     assert results[1] == [0.0, 0.0, 0.0, 2.0, 2.0, 7.0]
+
+
+# Two ranks of one group in this one process (world 2 over a HashStore). Rank
+# 1 drops its group with a recv pending whose tensor only the op still holds
+# (its Python object is gone). The destructor aborts the recv and joins the
+# worker, which then drops the tensor, and that takes the GIL (torch frees a
+# tensor's preserved Python object under it). Destroyed under the GIL, the two
+# waited on each other forever; the torch suite's send/recv tests hung this
+# way at exit, when a rank's last recv completed just before its group went.
+_DESTROY_UNDER_THE_GIL = """
+import datetime, threading
+import torch, torch.distributed as dist
+import tpu_dist
+from tpu_dist import _C
+store = dist.HashStore()
+pgs = [None, None]
+def make(r):
+    pgs[r] = _C.ProcessGroupTpuDist(store, r, 2, datetime.timedelta(seconds=20),
+                                    group_name="gil")
+threads = [threading.Thread(target=make, args=(r,)) for r in range(2)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+pg0, pg1 = pgs
+del pgs
+out = torch.zeros(1024)
+work = pg1.recv([out], 0, 7)
+del out, work
+del pg1
+del pg0
+print("destroyed", flush=True)
+"""
+
+
+def test_dropping_a_group_under_the_gil_does_not_deadlock_with_its_worker() -> None:
+    import subprocess
+    import sys
+
+    try:
+        p = subprocess.run([sys.executable, "-c", _DESTROY_UNDER_THE_GIL],
+                           capture_output=True, text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("dropping the group hung (destructor joined its worker under the GIL)")
+    assert p.returncode == 0 and "destroyed" in p.stdout, p.stdout + p.stderr

@@ -89,6 +89,27 @@ def compare_reports(base: dict[str, Any], other: dict[str, Any],
             "stale_expected_failures": stale}
 
 
+_HANG = re.compile(r"(Process \d+ timed out with traceback|Could not retrieve traceback "
+                   r"for timed out process)")
+
+
+def hang_tracebacks(log_path: str | None, max_lines: int = 40) -> list[str]:
+    """The ranks' stacks torch's harness logs when a test times out.
+
+    MultiProcessTestCase asks every rank still running at the timeout for a
+    faulthandler dump of all its threads and logs it; those blocks (each cut
+    to `max_lines`) are what says where a rank hung.
+    """
+    if not log_path or not Path(log_path).exists():
+        return []
+    lines = Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines()
+    blocks = []
+    for i, line in enumerate(lines):
+        if _HANG.search(line):
+            blocks.append("\n".join(lines[i:i + max_lines]))
+    return blocks
+
+
 def _counts(report: dict[str, Any] | None) -> str:
     if not report or report.get("fatal"):
         return "not run"
@@ -162,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             break
 
     summary: dict[str, Any] = {"selection": selection, "worlds": {}}
+    hangs: list[str] = []  # printed last: CI shows the tail of the output
     print("\n=== torch distributed suite: counts")
     for world in args.worlds:
         for backend in (args.baseline, args.backend):
@@ -182,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"REGRESSION world {world}: {r['test']}: {args.baseline} passed, "
                   f"{args.backend} {r['outcome']}: {r['message'][:400]}")
             status = max(status, 1)
+        if any("timed out" in r["message"] for r in cmp["regressions"]):
+            hangs += [f"--- world {world}, from {other.get('log')}:\n{b}"
+                      for b in hang_tracebacks(other.get("log"))]
         for r in cmp["expected_failures"]:
             print(f"expected failure world {world}: {r['test']} ({r['outcome']}): {r['reason']}")
         for name in cmp["stale_expected_failures"]:
@@ -197,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         (args.out_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n",
                                                    encoding="utf-8")
     print("OK: no regressions" if status == 0 else f"FAILED (status {status})")
+    if hangs:
+        print("\n=== where the timed-out ranks were (torch's harness dump)")
+        print("\n".join(hangs))
     return status
 
 

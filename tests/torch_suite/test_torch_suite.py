@@ -53,6 +53,25 @@ def test_harness_runs_gloo(tmp_path: Path) -> None:
     assert report["shm_leftovers"] == []
 
 
+def test_hang_tracebacks_are_cut_from_the_log(tmp_path: Path) -> None:
+    """What torch's harness logs for a timed-out rank reaches the report."""
+    log = tmp_path / "suite.log"
+    stack = [f'  File "x.py", line {i} in f{i}' for i in range(60)]
+    log.write_text("\n".join([
+        "===== phase native #1", "noise",
+        "ERROR:torch.testing._internal.common_distributed:Process 2 timed out with "
+        "traceback: ", "", "Current thread 0x1 (most recent call first):", *stack,
+        "Could not retrieve traceback for timed out process: 1", "end"]) + "\n")
+    blocks = compare.hang_tracebacks(str(log), max_lines=10)
+    assert len(blocks) == 2
+    assert blocks[0].startswith("ERROR:") and "line 6 in f6" in blocks[0]
+    assert "line 7 in f7" not in blocks[0]
+    assert blocks[1].splitlines() == [
+        "Could not retrieve traceback for timed out process: 1", "end"]
+    assert compare.hang_tracebacks(None) == []
+    assert compare.hang_tracebacks(str(tmp_path / "missing.log")) == []
+
+
 def test_missing_backend_module_fails_clearly() -> None:
     p = _script("run_suite.py", "--backend", "tpu_dist_not_a_module", "--tests",
                 "test_barrier", timeout=120)
