@@ -3,6 +3,8 @@
 #include <c10/util/Exception.h>
 #include <c10/util/strides.h>
 
+#include <cstring>
+
 namespace tpudist::fsdp {
 
 at::Tensor MakeFlatShard(absl::Span<const at::Tensor> full, const FlatParamLayout& layout,
@@ -67,6 +69,33 @@ void CopyFullToRanks(const at::Tensor& full_rows, const FlatParamEntry& e, int64
   if (rem > 0) dst[whole].narrow(0, 0, rem).copy_(full_rows.narrow(0, whole * e.padded_rows, rem));
 }
 
+// The same copies as one memcpy per (parameter, rank) block, for contiguous
+// buffers of one dtype: a parameter group unshards twice a step, and at
+// the tiny model's sizes the two TensorIterator copies per parameter cost
+// more than the bytes they move. by_rank: W rows of shard_bytes; full: the
+// parameter's [d0, row_numel] rows.
+void MemcpyRanksToFull(const uint8_t* by_rank, int64_t shard_bytes, const FlatParamEntry& e,
+                       int64_t w, int64_t elem_bytes, uint8_t* full) {
+  const int64_t row_bytes = e.row_numel * elem_bytes;
+  for (int64_t r = 0; r < w; ++r) {
+    const ChunkExtent rows = ShardRows(e, w, r);
+    if (rows.size == 0 || row_bytes == 0) continue;
+    std::memcpy(full + rows.offset * row_bytes, by_rank + r * shard_bytes + e.offset * elem_bytes,
+                rows.size * row_bytes);
+  }
+}
+
+void MemcpyFullToRanks(const uint8_t* full, const FlatParamEntry& e, int64_t w,
+                       int64_t elem_bytes, int64_t shard_bytes, uint8_t* by_rank) {
+  const int64_t row_bytes = e.row_numel * elem_bytes;
+  for (int64_t r = 0; r < w; ++r) {
+    const ChunkExtent rows = ShardRows(e, w, r);
+    if (rows.size == 0 || row_bytes == 0) continue;
+    std::memcpy(by_rank + r * shard_bytes + e.offset * elem_bytes, full + rows.offset * row_bytes,
+                rows.size * row_bytes);
+  }
+}
+
 }  // namespace
 
 std::vector<at::Tensor> UnpackAllGather(const at::Tensor& gathered, const FlatParamLayout& layout) {
@@ -74,11 +103,19 @@ std::vector<at::Tensor> UnpackAllGather(const at::Tensor& gathered, const FlatPa
   TORCH_CHECK(gathered.numel() == w * layout.shard_numel, "UnpackAllGather: ", gathered.numel(),
               " elements, expected ", w, " x ", layout.shard_numel);
   const at::Tensor by_rank = gathered.view({w, layout.shard_numel});
+  const bool flat = gathered.is_contiguous();
+  const int64_t elem = gathered.element_size();
   std::vector<at::Tensor> out;
   out.reserve(layout.entries.size());
   for (const FlatParamEntry& e : layout.entries) {
     at::Tensor full = at::empty(e.shape, gathered.options());
-    CopyRanksToFull(by_rank, e, w, full.view({e.shape[0], e.row_numel}));
+    if (flat) {
+      MemcpyRanksToFull(static_cast<const uint8_t*>(gathered.data_ptr()),
+                        layout.shard_numel * elem, e, w, elem,
+                        static_cast<uint8_t*>(full.data_ptr()));
+    } else {
+      CopyRanksToFull(by_rank, e, w, full.view({e.shape[0], e.row_numel}));
+    }
     out.push_back(std::move(full));
   }
   return out;
@@ -96,7 +133,13 @@ at::Tensor PackReduceScatterInput(absl::Span<const at::Tensor> grads, const Flat
     const FlatParamEntry& e = layout.entries[i];
     TORCH_CHECK(grads[i].sizes() == at::IntArrayRef(e.shape), "PackReduceScatterInput: grad ", i,
                 " has shape ", grads[i].sizes(), ", expected ", at::IntArrayRef(e.shape));
-    CopyFullToRanks(grads[i].reshape({e.shape[0], e.row_numel}), e, w, by_rank);
+    if (grads[i].scalar_type() == dtype && grads[i].is_contiguous()) {
+      const int64_t elem = input.element_size();
+      MemcpyFullToRanks(static_cast<const uint8_t*>(grads[i].data_ptr()), e, w, elem,
+                        layout.shard_numel * elem, static_cast<uint8_t*>(input.data_ptr()));
+    } else {  // casts while it copies (bf16 grads into an fp32 reduction)
+      CopyFullToRanks(grads[i].reshape({e.shape[0], e.row_numel}), e, w, by_rank);
+    }
   }
   return input;
 }

@@ -73,9 +73,25 @@ TEST(FlatBufferTest, ShardGatherScatterRoundTripMatchesChunk) {
     }
     std::vector<at::Tensor> back = UnpackAllGather(at::cat(flats), *layout);
     for (size_t i = 0; i < full.size(); ++i) EXPECT_TRUE(at::equal(back[i], full[i])) << w;
-    at::Tensor rs = PackReduceScatterInput(full, *layout, at::kDouble).view({w, -1});
-    for (int64_t r = 0; r < w; ++r) {
-      EXPECT_TRUE(at::equal(rs[r], flats[r].to(at::kDouble))) << "w " << w << " r " << r;
+    // Contiguous and same dtype: one memcpy per (parameter, rank) block;
+    // strided or another dtype: TensorIterator copies. All must agree.
+    const at::Tensor gathered = at::cat(flats);
+    const at::Tensor strided_gathered = at::stack({gathered, -gathered}, 1).select(1, 0);
+    ASSERT_FALSE(strided_gathered.is_contiguous());
+    std::vector<at::Tensor> back2 = UnpackAllGather(strided_gathered, *layout);
+    for (size_t i = 0; i < full.size(); ++i) EXPECT_TRUE(at::equal(back2[i], full[i])) << w;
+    std::vector<at::Tensor> strided_full;
+    for (const at::Tensor& t : full) {
+      strided_full.push_back(t.dim() == 2 ? t.t().contiguous().t() : t);
+    }
+    ASSERT_FALSE(strided_full[0].is_contiguous());
+    for (const auto& grads : {full, strided_full}) {
+      at::Tensor rs = PackReduceScatterInput(grads, *layout, at::kDouble).view({w, -1});
+      at::Tensor rs32 = PackReduceScatterInput(grads, *layout, at::kFloat).view({w, -1});
+      for (int64_t r = 0; r < w; ++r) {
+        EXPECT_TRUE(at::equal(rs[r], flats[r].to(at::kDouble))) << "w " << w << " r " << r;
+        EXPECT_TRUE(at::equal(rs32[r], flats[r])) << "w " << w << " r " << r;
+      }
     }
   }
 }
