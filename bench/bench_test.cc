@@ -4,12 +4,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bench/bench_math.h"
 #include "bench/bench_report.h"
 #include "bench/busy_load.h"
+#include "bench/collectives_bench_flags.h"
 #include "bench/forked_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -19,6 +21,49 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+
+// Our flags come out of argv; Google Benchmark's stay, in order.
+TEST(CollectivesBenchFlagsTest, ParsesOursAndLeavesTheRest) {
+  std::vector<std::string> args = {"bench", "--world=16", "--benchmark_filter=all_reduce",
+                                   "--ops=all_reduce,broadcast", "--dtypes=fp32",
+                                   "--hosts=2", "--rail_chunk_bytes=2097152",
+                                   "--busy_threads_per_core=2", "--gloo=0", "--v=1"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  const CollectivesBenchFlags f = ParseCollectivesBenchFlags(&argc, argv.data());
+  EXPECT_EQ(f.world, 16);
+  EXPECT_THAT(f.ops, ElementsAre("all_reduce", "broadcast"));
+  EXPECT_THAT(f.dtypes, ElementsAre("fp32"));
+  EXPECT_EQ(f.hosts, 2);
+  EXPECT_EQ(f.rail_chunk_bytes, 2097152);
+  EXPECT_EQ(f.busy_per_core, 2);
+  EXPECT_FALSE(f.gloo);
+  EXPECT_FALSE(f.quick);
+  EXPECT_EQ(f.max_bytes, int64_t{64} << 20);
+  ASSERT_EQ(argc, 3);
+  EXPECT_STREQ(argv[0], "bench");
+  EXPECT_STREQ(argv[1], "--benchmark_filter=all_reduce");
+  EXPECT_STREQ(argv[2], "--v=1");
+}
+
+TEST(CollectivesBenchFlagsTest, QuickOverridesTheSizes) {
+  std::vector<std::string> args = {"bench", "--max_bytes=1048576", "--quick",
+                                   "--floor_rounds=500"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  const CollectivesBenchFlags f = ParseCollectivesBenchFlags(&argc, argv.data());
+  EXPECT_TRUE(f.quick);
+  EXPECT_EQ(f.min_bytes, 8);
+  EXPECT_EQ(f.max_bytes, 64 << 10);
+  EXPECT_EQ(f.floor_rounds, 20);
+  EXPECT_EQ(argc, 1);
+  std::vector<std::string> bad = {"bench", "--world=two"};
+  std::vector<char*> bad_argv = {bad[0].data(), bad[1].data()};
+  int bad_argc = 2;
+  EXPECT_THROW(ParseCollectivesBenchFlags(&bad_argc, bad_argv.data()), std::invalid_argument);
+}
 
 TEST(BenchMathTest, BusBwFactorsFollowNcclTests) {
   EXPECT_DOUBLE_EQ(BusBwFactor(CollectiveOp::kAllReduce, 2), 1.0);

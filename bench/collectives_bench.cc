@@ -51,12 +51,12 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "bench/bench_math.h"
 #include "bench/bench_report.h"
 #include "bench/busy_load.h"
 #include "bench/forked_ranks.h"
+#include "bench/collectives_bench_flags.h"
 #include "bench/futex_barrier.h"
 #include "bench/tcp_loopback.h"
 #include "collectives/process_group_tpu_dist.h"
@@ -73,78 +73,7 @@ using tb::CollectiveOp;
 using tpudist::collectives::ProcessGroupTpuDist;
 using Clock = std::chrono::steady_clock;
 
-struct Flags {
-  int world = 2;
-  bool quick = false;
-  int64_t min_bytes = 8;
-  int64_t max_bytes = 64 << 20;
-  int64_t step = 8;
-  std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                                  "all_to_all"};
-  std::vector<std::string> dtypes = {"fp32", "bf16"};
-  bool gloo = true;
-  int64_t gloo_max_bytes = int64_t{1} << 40;
-  std::string json_out;
-  int hosts = 1;           // emulated hosts (host id per rank), multi-host path
-  int64_t multi_rail_min_bytes = -1;  // -1: the group's default; huge: leaders path only
-  int64_t rail_chunk_bytes = -1;      // -1: the group's default
-  int64_t slot_bytes = 0;  // 0: the group's default
-  int slots = 0;           // 0: the group's default
-  int spin = -1;           // -1: the group's default
-  int yield = -1;
-  int adaptive_yield = -1;  // -1: the group's default
-  int slow_yield_us = -1;
-  int slow_stages = -1;
-  int yield_backoff_ms = -1;
-  int busy_per_core = 0;   // busy processes per usable core (bench/busy_load.h)
-  int floor_rounds = 2000; // bare futex barriers timed as the latency floor (0: none)
-};
-
-// Parses our flags out of argv, leaving Google Benchmark's.
-Flags ParseAndStrip(int* argc, char** argv) {
-  Flags f;
-  int out = 1;
-  auto value = [](const std::string& a, const char* name) -> const char* {
-    const size_t n = std::strlen(name);
-    return a.compare(0, n, name) == 0 ? a.c_str() + n : nullptr;
-  };
-  for (int i = 1; i < *argc; ++i) {
-    const std::string a = argv[i];
-    const char* v = nullptr;
-    if ((v = value(a, "--world="))) f.world = std::stoi(v);
-    else if ((v = value(a, "--min_bytes="))) f.min_bytes = std::stoll(v);
-    else if ((v = value(a, "--max_bytes="))) f.max_bytes = std::stoll(v);
-    else if ((v = value(a, "--step="))) f.step = std::stoll(v);
-    else if ((v = value(a, "--ops="))) f.ops = absl::StrSplit(v, ',');
-    else if ((v = value(a, "--dtypes="))) f.dtypes = absl::StrSplit(v, ',');
-    else if ((v = value(a, "--gloo="))) f.gloo = std::stoi(v) != 0;
-    else if ((v = value(a, "--gloo_max_bytes="))) f.gloo_max_bytes = std::stoll(v);
-    else if ((v = value(a, "--json_out="))) f.json_out = v;
-    else if ((v = value(a, "--hosts="))) f.hosts = std::stoi(v);
-    else if ((v = value(a, "--multi_rail_min_bytes="))) f.multi_rail_min_bytes = std::stoll(v);
-    else if ((v = value(a, "--rail_chunk_bytes="))) f.rail_chunk_bytes = std::stoll(v);
-    else if ((v = value(a, "--slot_bytes="))) f.slot_bytes = std::stoll(v);
-    else if ((v = value(a, "--slots="))) f.slots = std::stoi(v);
-    else if ((v = value(a, "--spin="))) f.spin = std::stoi(v);
-    else if ((v = value(a, "--yield="))) f.yield = std::stoi(v);
-    else if ((v = value(a, "--adaptive_yield="))) f.adaptive_yield = std::stoi(v);
-    else if ((v = value(a, "--slow_yield_us="))) f.slow_yield_us = std::stoi(v);
-    else if ((v = value(a, "--slow_stages="))) f.slow_stages = std::stoi(v);
-    else if ((v = value(a, "--yield_backoff_ms="))) f.yield_backoff_ms = std::stoi(v);
-    else if ((v = value(a, "--busy_threads_per_core="))) f.busy_per_core = std::stoi(v);
-    else if ((v = value(a, "--floor_rounds="))) f.floor_rounds = std::stoi(v);
-    else if (a == "--quick" || a == "--smoke") f.quick = true;
-    else argv[out++] = argv[i];
-  }
-  *argc = out;
-  if (f.quick) {
-    f.min_bytes = 8;
-    f.max_bytes = 64 << 10;
-    f.step = 8192;  // 8 B and 64 KiB
-    f.floor_rounds = std::min(f.floor_rounds, 20);
-  }
-  return f;
-}
+using Flags = tb::CollectivesBenchFlags;
 
 // Everything one rank needs; owned by main, captured by the benchmarks.
 struct Env {
@@ -450,7 +379,7 @@ double LoadAverage() {
 
 int main(int argc, char** argv) {
   Env env;
-  env.flags = ParseAndStrip(&argc, argv);
+  env.flags = tb::ParseCollectivesBenchFlags(&argc, argv);
   benchmark::Initialize(&argc, argv);
   const double load_before = LoadAverage();
   // Before ForkRanks: no threads yet. Only rank 0 owns (and stops) it.

@@ -1,0 +1,56 @@
+#include "bench/collectives_bench_flags.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_split.h"
+
+namespace tpudist::bench {
+
+CollectivesBenchFlags ParseCollectivesBenchFlags(int* argc, char** argv) {
+  CollectivesBenchFlags f;
+  int out = 1;
+  auto value = [](const std::string& a, const char* name) -> const char* {
+    const size_t n = std::strlen(name);
+    return a.compare(0, n, name) == 0 ? a.c_str() + n : nullptr;
+  };
+  for (int i = 1; i < *argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = nullptr;
+    if ((v = value(a, "--world="))) f.world = std::stoi(v);
+    else if ((v = value(a, "--min_bytes="))) f.min_bytes = std::stoll(v);
+    else if ((v = value(a, "--max_bytes="))) f.max_bytes = std::stoll(v);
+    else if ((v = value(a, "--step="))) f.step = std::stoll(v);
+    else if ((v = value(a, "--ops="))) f.ops = absl::StrSplit(v, ',');
+    else if ((v = value(a, "--dtypes="))) f.dtypes = absl::StrSplit(v, ',');
+    else if ((v = value(a, "--gloo="))) f.gloo = std::stoi(v) != 0;
+    else if ((v = value(a, "--gloo_max_bytes="))) f.gloo_max_bytes = std::stoll(v);
+    else if ((v = value(a, "--json_out="))) f.json_out = v;
+    else if ((v = value(a, "--hosts="))) f.hosts = std::stoi(v);
+    else if ((v = value(a, "--multi_rail_min_bytes="))) f.multi_rail_min_bytes = std::stoll(v);
+    else if ((v = value(a, "--rail_chunk_bytes="))) f.rail_chunk_bytes = std::stoll(v);
+    else if ((v = value(a, "--slot_bytes="))) f.slot_bytes = std::stoll(v);
+    else if ((v = value(a, "--slots="))) f.slots = std::stoi(v);
+    else if ((v = value(a, "--spin="))) f.spin = std::stoi(v);
+    else if ((v = value(a, "--yield="))) f.yield = std::stoi(v);
+    else if ((v = value(a, "--adaptive_yield="))) f.adaptive_yield = std::stoi(v);
+    else if ((v = value(a, "--slow_yield_us="))) f.slow_yield_us = std::stoi(v);
+    else if ((v = value(a, "--slow_stages="))) f.slow_stages = std::stoi(v);
+    else if ((v = value(a, "--yield_backoff_ms="))) f.yield_backoff_ms = std::stoi(v);
+    else if ((v = value(a, "--busy_threads_per_core="))) f.busy_per_core = std::stoi(v);
+    else if ((v = value(a, "--floor_rounds="))) f.floor_rounds = std::stoi(v);
+    else if (a == "--quick" || a == "--smoke") f.quick = true;
+    else argv[out++] = argv[i];
+  }
+  *argc = out;
+  if (f.quick) {
+    f.min_bytes = 8;
+    f.max_bytes = 64 << 10;
+    f.step = 8192;  // 8 B and 64 KiB
+    f.floor_rounds = std::min(f.floor_rounds, 20);
+  }
+  return f;
+}
+
+}  // namespace tpudist::bench
