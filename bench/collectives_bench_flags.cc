@@ -5,16 +5,14 @@
 #include <string>
 
 #include "absl/strings/str_split.h"
+#include "bench/flag_value.h"
 
 namespace tpudist::bench {
 
 CollectivesBenchFlags ParseCollectivesBenchFlags(int* argc, char** argv) {
   CollectivesBenchFlags f;
   int out = 1;
-  auto value = [](const std::string& a, const char* name) -> const char* {
-    const size_t n = std::strlen(name);
-    return a.compare(0, n, name) == 0 ? a.c_str() + n : nullptr;
-  };
+  const auto value = FlagValue;
   for (int i = 1; i < *argc; ++i) {
     const std::string a = argv[i];
     const char* v = nullptr;

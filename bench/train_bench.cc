@@ -61,6 +61,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/bench_math.h"
+#include "bench/flag_value.h"
 #include "bench/forked_ranks.h"
 #include "distributed/init_process_group.h"
 #include "fsdp/device_mesh.h"
@@ -102,10 +103,7 @@ struct Flags {
 Flags ParseAndStrip(int* argc, char** argv) {
   Flags f;
   int out = 1;
-  auto value = [](const std::string& a, const char* name) -> const char* {
-    const size_t n = std::strlen(name);
-    return a.compare(0, n, name) == 0 ? a.c_str() + n : nullptr;
-  };
+  const auto value = tb::FlagValue;
   for (int i = 1; i < *argc; ++i) {
     const std::string a = argv[i];
     const char* v = nullptr;
