@@ -54,15 +54,21 @@ void ExpectSame(const at::Tensor& ours, const at::Tensor& gloo, int world,
       << what << ": max diff " << (a - b).abs().max().item<double>();
 }
 
-class GlooOracleTest : public ::testing::TestWithParam<std::tuple<int, int64_t>> {};
+// (world, element count, next to a foreign load): the last runs the shm
+// paths taken next to a busy load (phases that run ahead, 8 slots).
+class GlooOracleTest : public ::testing::TestWithParam<std::tuple<int, int64_t, bool>> {};
 
 TEST_P(GlooOracleTest, ProcessGroupOpsMatchGloo) {
-  const auto [world, count] = GetParam();
+  const auto [world, count, load] = GetParam();
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("pgo");
-  RunThreads(world, [&, world = world, count = count](int rank) {
+  RunThreads(world, [&, world = world, count = count, load = load](int rank) {
     ProcessGroupTpuDist::Options opts = SmallOptions(job);
     opts.group_name = "oracle";
+    if (load) {
+      opts.shm_assume_foreign_load = true;
+      opts.shm_num_slots = 8;
+    }
     c10::intrusive_ptr<c10d::ProcessGroup> ours =
         NewTpuDistProcessGroup(store, rank, world, opts);
     c10::intrusive_ptr<c10d::ProcessGroup> gloo = NewGlooProcessGroup(
@@ -183,11 +189,16 @@ TEST_P(GlooOracleTest, ProcessGroupOpsMatchGloo) {
 INSTANTIATE_TEST_SUITE_P(
     WorldByCount, GlooOracleTest,
     ::testing::Combine(::testing::Values(1, 2, 3, 4),
-                       ::testing::Values<int64_t>(1, 37, 2500)),
+                       ::testing::Values<int64_t>(1, 37, 2500), ::testing::Values(false)),
     [](const auto& info) {
       return "w" + std::to_string(std::get<0>(info.param)) + "_n" +
              std::to_string(std::get<1>(info.param));
     });
+INSTANTIATE_TEST_SUITE_P(
+    NextToABusyLoad, GlooOracleTest,
+    ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values<int64_t>(2500),
+                       ::testing::Values(true)),
+    [](const auto& info) { return "w" + std::to_string(std::get<0>(info.param)) + "_n2500_load"; });
 
 // The factory's group is a real c10d::ProcessGroup: the backend's errors
 // reach the caller through it. As for any third-party backend, the front end

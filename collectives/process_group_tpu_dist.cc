@@ -59,6 +59,7 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
   comm_options.group_name = options_.group_name;
   comm_options.slot_bytes = options_.shm_slot_bytes;
   comm_options.num_slots = options_.shm_num_slots;
+  comm_options.assume_foreign_load = options_.shm_assume_foreign_load;
   comm_options.setup_timeout = absl::FromChrono(options_.timeout);
   comm_options.wait = options_.wait;
   tcp::TcpP2pOptions p2p_options;

@@ -113,6 +113,10 @@ class ProcessGroupTpuDist : public c10d::Backend {
     // outnumber cores.
     int64_t shm_slot_bytes = 0;
     int shm_num_slots = 0;
+    // Take the shm paths meant for cores busy with other processes (phases
+    // that run ahead, streamed broadcast) even on idle cores: tests and
+    // experiments (shm::CommOptions::assume_foreign_load).
+    bool shm_assume_foreign_load = false;
     int64_t small_allreduce_bytes = 64 << 10;  // one-shot allreduce limit
     // Across hosts: payloads of at least this many bytes use every local
     // rank's TCP rail at once (HierarchicalOptions::multi_rail_min_bytes).

@@ -117,6 +117,19 @@ absl::StatusOr<GroupConfig> ResolveGroupConfig(const tr::RankInfo* info, const t
   absl::StatusOr<std::string> worker = ResolveWorkerHostname(info, env);
   if (!worker.ok()) return worker.status();
   o.worker_hostname = *worker;
+  // Shm tuning for tests and experiments (0 / unset: chosen per host).
+  absl::StatusOr<std::optional<int>> slot_bytes = tr::GetInt(env, "TPU_DIST_SHM_SLOT_BYTES", 0);
+  if (!slot_bytes.ok()) return slot_bytes.status();
+  if (*slot_bytes) o.shm_slot_bytes = **slot_bytes;
+  absl::StatusOr<std::optional<int>> slots = tr::GetInt(env, "TPU_DIST_SHM_SLOTS", 0, 1024);
+  if (!slots.ok()) return slots.status();
+  if (*slots) o.shm_num_slots = **slots;
+  absl::StatusOr<std::optional<int>> small = tr::GetInt(env, "TPU_DIST_SMALL_ALLREDUCE_BYTES", 0);
+  if (!small.ok()) return small.status();
+  if (*small) o.small_allreduce_bytes = **small;
+  absl::StatusOr<std::optional<int>> load = tr::GetInt(env, "TPU_DIST_ASSUME_FOREIGN_LOAD", 0, 1);
+  if (!load.ok()) return load.status();
+  if (*load) o.shm_assume_foreign_load = **load == 1;
   absl::StatusOr<std::string> secret = tr::JobSecretFromEnv(env);
   if (!secret.ok()) return secret.status();
   o.job_secret = *secret;

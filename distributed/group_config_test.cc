@@ -98,6 +98,30 @@ TEST(GroupConfigTest, JobIdPrecedence) {
   EXPECT_EQ(Resolve(nullptr, {{"TPU_DIST_JOB_ID", "envjob"}}).tpu_dist.job_id, "envjob");
 }
 
+// Tests and experiments set the shm slots and take the paths meant for busy
+// cores on idle ones.
+TEST(GroupConfigTest, ShmTuningFromTheEnvironment) {
+  GroupConfig c = Resolve(nullptr, {});
+  EXPECT_FALSE(c.tpu_dist.shm_assume_foreign_load);
+  EXPECT_EQ(c.tpu_dist.shm_slot_bytes, 0);
+  EXPECT_EQ(c.tpu_dist.shm_num_slots, 0);
+  EXPECT_EQ(c.tpu_dist.small_allreduce_bytes, 64 << 10);
+  c = Resolve(nullptr, {{"TPU_DIST_ASSUME_FOREIGN_LOAD", "1"},
+                        {"TPU_DIST_SHM_SLOT_BYTES", "256"},
+                        {"TPU_DIST_SHM_SLOTS", "8"},
+                        {"TPU_DIST_SMALL_ALLREDUCE_BYTES", "0"}});
+  EXPECT_TRUE(c.tpu_dist.shm_assume_foreign_load);
+  EXPECT_EQ(c.tpu_dist.small_allreduce_bytes, 0);
+  EXPECT_EQ(c.tpu_dist.shm_slot_bytes, 256);
+  EXPECT_EQ(c.tpu_dist.shm_num_slots, 8);
+  EXPECT_FALSE(Resolve(nullptr, {{"TPU_DIST_ASSUME_FOREIGN_LOAD", "0"}}).tpu_dist.shm_assume_foreign_load);
+  EXPECT_THAT(ErrorOf(nullptr, {{"TPU_DIST_ASSUME_FOREIGN_LOAD", "yes"}}),
+              HasSubstr("TPU_DIST_ASSUME_FOREIGN_LOAD=\"yes\""));
+  EXPECT_THAT(ErrorOf(nullptr, {{"TPU_DIST_SHM_SLOTS", "-2"}}), HasSubstr("TPU_DIST_SHM_SLOTS"));
+  EXPECT_THAT(ErrorOf(nullptr, {{"TPU_DIST_SHM_SLOT_BYTES", "1k"}}),
+              HasSubstr("TPU_DIST_SHM_SLOT_BYTES=\"1k\""));
+}
+
 TEST(GroupConfigTest, BindAddressAndWorkerHostname) {
   const tr::RankInfo info = Info();
   const tr::EnvMap workers = {{"TPU_WORKER_HOSTNAMES", "h0, h1 ,h2"}, {"TPU_WORKER_ID", "1"}};

@@ -10,9 +10,11 @@
 
 namespace tpudist::collectives::shm {
 
+using internal::AgreedLead;
 using internal::At;
 using internal::PeerSlots;
 using internal::RunPhases;
+using internal::RunPhasesAhead;
 
 absl::Status Reduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
                     int root, void* data) {
@@ -116,8 +118,7 @@ absl::Status Broadcast(Communicator& comm, const OpSpec& spec, int root,
   const int64_t chunk = comm.slot_bytes();
   const int64_t chunks = NumChunks(bytes, chunk);
   const bool is_root = comm.rank() == root;
-  OpHeader header = MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, root, true);
-  header.saw_foreign_load = comm.SawForeignLoad() ? 1 : 0;
+  const OpHeader header = MakeHeader(spec, OpKind::kBroadcast, ReduceKind{}, root, true);
   bool stream = false;
   absl::Status first = RunPhases(
       comm, spec, header, 1,
@@ -277,23 +278,26 @@ absl::Status AllToAll(Communicator& comm, const OpSpec& spec,
   std::vector<int64_t> off_diagonal = matrix;
   for (int r = 0; r < world; ++r) off_diagonal[r * world + r] = 0;
   const int64_t phases = AlltoallPhases(off_diagonal, world, sub);
-  for (int64_t k = 0; k < phases; ++k) {
-    const int64_t off = k * sub;
-    if (absl::Status s = comm.BeginPhase(spec.ctx); !s.ok()) return s;
-    void* slot = comm.my_data();
-    for (int j = 0; j < world; ++j) {
-      if (j == me) continue;
-      const int64_t n = std::clamp<int64_t>(matrix[me * world + j] - off, 0, sub);
-      if (n > 0) std::memcpy(At(slot, sub_slot(me, j) * sub), At(ins[j], off), n);
-    }
-    if (absl::Status s = comm.PublishAndWait(spec.ctx); !s.ok()) return s;
-    for (int r = 0; r < world; ++r) {
-      if (r == me) continue;
-      const int64_t n = std::clamp<int64_t>(matrix[r * world + me] - off, 0, sub);
-      if (n > 0) std::memcpy(At(outs[r], off), At(comm.peer_data(r), sub_slot(r, me) * sub), n);
-    }
-  }
-  return absl::OkStatus();
+  // Data phase k is phase k + 1 after the exchange (which agreed the lead).
+  return RunPhasesAhead(
+      comm, spec, 1, phases + 1, AgreedLead(comm),
+      [&](int64_t i, void* slot) {
+        const int64_t off = (i - 1) * sub;
+        for (int j = 0; j < world; ++j) {
+          if (j == me) continue;
+          const int64_t n = std::clamp<int64_t>(matrix[me * world + j] - off, 0, sub);
+          if (n > 0) std::memcpy(At(slot, sub_slot(me, j) * sub), At(ins[j], off), n);
+        }
+      },
+      [&](int64_t i) {
+        const int64_t off = (i - 1) * sub;
+        for (int r = 0; r < world; ++r) {
+          if (r == me) continue;
+          const int64_t n = std::clamp<int64_t>(matrix[r * world + me] - off, 0, sub);
+          if (n > 0) std::memcpy(At(outs[r], off), At(comm.peer_data(r), sub_slot(r, me) * sub), n);
+        }
+        return absl::OkStatus();
+      });
 }
 
 absl::Status Barrier(Communicator& comm, const OpSpec& spec) {

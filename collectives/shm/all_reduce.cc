@@ -10,9 +10,11 @@
 
 namespace tpudist::collectives::shm {
 
+using internal::AgreedLead;
 using internal::At;
 using internal::PeerSlots;
 using internal::RunPhases;
+using internal::RunPhasesAhead;
 
 namespace {
 
@@ -47,17 +49,19 @@ absl::Status OneShot(Communicator& comm, const OpSpec& spec, ReduceKind op,
 // Reduce-scatter + all-gather pipelined over chunks, ONE phase per chunk (a
 // phase is a barrier, and a barrier costs each of W ranks a context switch
 // when ranks outnumber cores). Each slot carries a chunk at byte 0 and, at
-// layout.result_offset, this rank's reduced slice of the previous chunk
+// layout.result_offset, this rank's reduced slice of chunk i - L
 // (PipelinedAllReduceLayout of AllReducePhaseBytes: at 16 ranks only 128 KiB
-// of each 2 MiB slot, so a phase's data stays cached). Phase i (0 <= i <= chunks):
-//   write: copy chunk i into the slot; copy my reduced slice of chunk i-1
-//     (reduced into my buffer after phase i-1) into the result area.
+// of each 2 MiB slot, so a phase's data stays cached). L is the lead the
+// ranks agree on after phase 0 (phases.h): 1 (lock-step) unless a rank saw a
+// foreign load. Phase i (0 <= i < chunks + L):
+//   write: copy chunk i into the slot; copy my reduced slice of chunk i-L
+//     (reduced into my buffer by read(i-L)) into the result area.
 //   read:  reduce my EvenSlice(chunk i, W, rank) from all W slots into my
 //     buffer (in rank order: identical on every rank); copy every peer's
-//     reduced slice of chunk i-1 out of its result area into my buffer.
-// The chunk regions touched by read(i) (i and i-1) were both copied out of
-// my buffer by write(i) / write(i-1) before, so reducing in place is safe.
-// chunks + 1 phases instead of 2 per chunk. Results of messages of at least
+//     reduced slice of chunk i-L out of its result area into my buffer.
+// The chunk regions touched by read(i) (i and i-L) were both copied out of
+// my buffer by write(i) / write(i-L) before, so reducing in place is safe.
+// chunks + L phases instead of 2 per chunk. Results of messages of at least
 // kStreamCopyMinBytes are copied out with streaming stores (stream_copy.h).
 absl::Status Pipelined(Communicator& comm, const OpSpec& spec, ReduceKind op,
                        const OpHeader& header, void* data) {
@@ -73,38 +77,40 @@ absl::Status Pipelined(Communicator& comm, const OpSpec& spec, ReduceKind op,
   // write it with streaming stores (no read-for-ownership of the old data).
   void (*copy_out)(void*, const void*, size_t) =
       UseStreamCopy(spec.count * static_cast<int64_t>(es)) ? &StreamCopy : &CopyBytes;
-  return RunPhases(
-      comm, spec, header, chunks + 1,
-      [&](int64_t i, void* slot) {
-        if (i < chunks) {
-          const Range c = chunk(i);
-          std::memcpy(slot, At(data, c.begin * es), c.size * es);
-        }
-        if (i >= 1) {
-          const Range c = chunk(i - 1);
-          const Range s = EvenSlice(c.size, world, me);
-          std::memcpy(At(slot, layout.result_offset), At(data, (c.begin + s.begin) * es),
-                      s.size * es);
-        }
-      },
-      [&](int64_t i) {
-        if (i < chunks) {
-          const Range c = chunk(i);
-          const Range s = EvenSlice(c.size, world, me);
-          ReduceInto(spec.dtype, op, At(data, (c.begin + s.begin) * es),
-                     PeerSlots(comm, s.begin * es), s.size);
-        }
-        if (i >= 1) {
-          const Range c = chunk(i - 1);
-          for (int r = 0; r < world; ++r) {
-            if (r == me) continue;
-            const Range s = EvenSlice(c.size, world, r);
-            copy_out(At(data, (c.begin + s.begin) * es),
-                     At(comm.peer_data(r), layout.result_offset), s.size * es);
-          }
-        }
-        return absl::OkStatus();
-      });
+  int lead = 1;  // agreed after phase 0, which neither reads nor writes results
+  auto write = [&](int64_t i, void* slot) {
+    if (i < chunks) {
+      const Range c = chunk(i);
+      std::memcpy(slot, At(data, c.begin * es), c.size * es);
+    }
+    if (i >= lead && i - lead < chunks) {
+      const Range c = chunk(i - lead);
+      const Range s = EvenSlice(c.size, world, me);
+      std::memcpy(At(slot, layout.result_offset), At(data, (c.begin + s.begin) * es),
+                  s.size * es);
+    }
+  };
+  auto read = [&](int64_t i) {
+    if (i < chunks) {
+      const Range c = chunk(i);
+      const Range s = EvenSlice(c.size, world, me);
+      ReduceInto(spec.dtype, op, At(data, (c.begin + s.begin) * es),
+                 PeerSlots(comm, s.begin * es), s.size);
+    }
+    if (i >= lead && i - lead < chunks) {
+      const Range c = chunk(i - lead);
+      for (int r = 0; r < world; ++r) {
+        if (r == me) continue;
+        const Range s = EvenSlice(c.size, world, r);
+        copy_out(At(data, (c.begin + s.begin) * es),
+                 At(comm.peer_data(r), layout.result_offset), s.size * es);
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = RunPhases(comm, spec, header, 1, write, read); !s.ok()) return s;
+  lead = AgreedLead(comm);
+  return RunPhasesAhead(comm, spec, 1, chunks + lead, lead, write, read);
 }
 
 }  // namespace

@@ -175,7 +175,7 @@ void* Communicator::my_data() const { return slot(rank_, phase_ + 1) + kHeaderBy
 OpHeader* Communicator::my_header() const {
   return reinterpret_cast<OpHeader*>(slot(rank_, phase_ + 1));
 }
-const void* Communicator::peer_data(int r) const { return slot(r, phase_) + kHeaderBytes; }
+const void* Communicator::peer_data(int r) const { return slot(r, read_phase_) + kHeaderBytes; }
 const OpHeader* Communicator::peer_header(int r) const {
   return reinterpret_cast<const OpHeader*>(slot(r, phase_));
 }
@@ -244,6 +244,7 @@ absl::Status Communicator::PublishNext(const OpContext& ctx) {
   if (!poison_.ok()) return poison_;
   if (abort_requested_.load(std::memory_order_acquire)) return FailRequested(ctx);
   ++phase_;
+  read_phase_ = phase_;
   Control* me = control(rank_);
   const uint32_t phase = static_cast<uint32_t>(phase_);
   PublishSeq(&me->phase, &me->waiters, phase);

@@ -21,7 +21,8 @@
 //      sleeps at most once per phase), i.e. every peer has published p;
 //   4. reads peers' slot p mod K (peer_data) until it next publishes.
 // Reading phase p always happens before publishing p+1, which is what makes
-// step 1 safe. With K >= 2 slots there is no trailing barrier: a fast rank
+// step 1 safe. (Ops may also run phases without the group barrier, next to a
+// busy load: phases.h, RunPhasesAhead, with its own slot argument.) With K >= 2 slots there is no trailing barrier: a fast rank
 // runs ahead by up to K-1 phases while slow ranks still read.
 //
 // Faults. Waits use WaitForSeq (spin, adaptive yield, futex) bounded by the op
@@ -117,7 +118,8 @@ class Communicator {
   OpHeader* my_header() const;
   // Steps 3 of a phase: PublishNext() then WaitAllPublished().
   absl::Status PublishAndWait(const OpContext& ctx);
-  // Step 4: peer r's slot of the current (last published) phase.
+  // Step 4: peer r's slot of the read phase: the last published phase, or
+  // the one ReadFrom() chose since.
   const void* peer_data(int r) const;
   const OpHeader* peer_header(int r) const;
 
@@ -146,6 +148,11 @@ class Communicator {
   // A local hint; an op that acts on it shares it first (broadcast puts it
   // in its phase-0 header and streams if any rank saw a foreign load).
   bool SawForeignLoad() const { return options_.assume_foreign_load || yield_gate_.backoff_ns > 0; }
+  // Makes peer_data() read phase `phase` until the next PublishNext (which
+  // resets it to the phase published). For ops that run ahead: a rank that
+  // has published phases up to p reads an earlier one (phases.h).
+  // REQUIRES: phase() - num_slots() < phase <= phase().
+  void ReadFrom(uint64_t phase) { read_phase_ = phase; }
   // This rank's last published (absolute) phase; slots: num_slots().
   uint64_t phase() const { return phase_; }
   int num_slots() const { return options_.num_slots; }
@@ -183,6 +190,7 @@ class Communicator {
   size_t slot_stride_;
   std::vector<std::unique_ptr<Segment>> segments_;  // [size]; own at rank_
   uint64_t phase_ = 0;  // last published phase; phases start at 1
+  uint64_t read_phase_ = 0;  // peer_data()'s phase: phase_ unless ReadFrom()
   absl::Status poison_;
   // RequestAbort(): the flag is read in every wait's slow path.
   std::atomic<bool> abort_requested_{false};

@@ -27,9 +27,11 @@ HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.torch_suite
 
 
-def _script(name: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def _script(name: str, *args: str, timeout: float,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(HERE / name), *args], cwd=HERE,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+                          capture_output=True, text=True, timeout=timeout, check=False,
+                          env={**os.environ, **(env or {})})
 
 
 def _out_dir(tmp_path: Path, world: int | str) -> Path:
@@ -96,6 +98,20 @@ def test_tpu_dist_passes_what_gloo_passes(world: int, tmp_path: Path) -> None:
     select = os.environ.get("TPU_DIST_TORCH_SUITE_SELECT", "ci")
     p = _script("compare.py", "--worlds", str(world), "--select", select,
                 "--out-dir", str(_out_dir(tmp_path, world)), timeout=1800)
+    print(p.stdout)
+    print(p.stderr, file=sys.stderr)
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+
+
+def test_tpu_dist_next_to_a_busy_load_passes_what_gloo_passes(tmp_path: Path) -> None:
+    """The collectives family at world 2 with the shm paths meant for busy cores
+    (phases that run ahead, streamed broadcast) taken on idle ones, and slots
+    of 256 bytes and no one-shot all_reduce, so that the suite's small tensors
+    span many phases of every path."""
+    p = _script("compare.py", "--worlds", "2", "--select", "collectives",
+                "--out-dir", str(_out_dir(tmp_path, "2_load")), timeout=1800,
+                env={"TPU_DIST_ASSUME_FOREIGN_LOAD": "1", "TPU_DIST_SHM_SLOT_BYTES": "256",
+                     "TPU_DIST_SHM_SLOTS": "8", "TPU_DIST_SMALL_ALLREDUCE_BYTES": "0"})
     print(p.stdout)
     print(p.stderr, file=sys.stderr)
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
