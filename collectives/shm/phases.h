@@ -26,9 +26,11 @@ inline const char* At(const void* p, int64_t off) {
 // and there are at least 4 slots, else 1 (lock-step). Every rank computes
 // the same value from the same headers.
 inline int AgreedLead(const Communicator& comm) {
-  bool load = false;
-  for (int r = 0; r < comm.size(); ++r) load = load || comm.peer_header(r)->saw_foreign_load != 0;
-  return load && comm.num_slots() >= 4 ? comm.num_slots() / 2 : 1;
+  if (comm.num_slots() < 4) return 1;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (comm.peer_header(r)->saw_foreign_load != 0) return comm.num_slots() / 2;
+  }
+  return 1;
 }
 
 // Runs phases [first, last) of an op whose phase first - 1 was the last
