@@ -42,7 +42,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <map>
@@ -55,6 +54,7 @@
 #include "bench/bench_math.h"
 #include "bench/bench_report.h"
 #include "bench/busy_load.h"
+#include "bench/collective_case.h"
 #include "bench/forked_ranks.h"
 #include "bench/collectives_bench_flags.h"
 #include "bench/futex_barrier.h"
@@ -69,7 +69,11 @@
 namespace {
 
 namespace tb = tpudist::bench;
+using tb::Buffers;
 using tb::CollectiveOp;
+using tb::MakeBuffers;
+using tb::RunOp;
+using tb::WaitedBarrier;
 using tpudist::collectives::ProcessGroupTpuDist;
 using Clock = std::chrono::steady_clock;
 
@@ -88,104 +92,6 @@ struct Env {
 
 at::ScalarType DType(const std::string& name) {
   return name == "bf16" ? at::kBFloat16 : at::kFloat;
-}
-
-// The tensors of one case, nccl-tests sizes (bench_math.h). in/out: [numel].
-struct Buffers {
-  at::Tensor in, out;
-  std::vector<at::Tensor> out_views;  // all_gather for Gloo: W x [numel / W]
-  std::vector<at::Tensor> in_views;   // reduce_scatter for Gloo: W x [numel / W]
-};
-
-Buffers MakeBuffers(CollectiveOp op, int64_t bytes, at::ScalarType dtype, int world, int rank) {
-  const int64_t numel = bytes / static_cast<int64_t>(c10::elementSize(dtype));
-  Buffers b;
-  const auto opts = at::TensorOptions().dtype(dtype);
-  switch (op) {
-    case CollectiveOp::kAllGather:
-      b.in = at::full({numel / world}, rank + 1, opts);
-      b.out = at::zeros({numel}, opts);
-      b.out_views = b.out.chunk(world);
-      break;
-    case CollectiveOp::kReduceScatter:
-      b.in = at::full({numel}, rank + 1, opts);
-      b.out = at::zeros({numel / world}, opts);
-      b.in_views = b.in.chunk(world);
-      break;
-    case CollectiveOp::kAllToAll:
-      b.in = at::full({numel}, rank + 1, opts);
-      b.out = at::zeros({numel}, opts);
-      break;
-    default:  // all_reduce, broadcast: in place; memcpy: in -> out
-      b.in = at::full({numel}, rank == 0 ? 1 : 0, opts);
-      b.out = at::zeros({numel}, opts);
-      break;
-  }
-  return b;
-}
-
-// Runs one op of `pg` (ours or Gloo) on `b` and waits. Every op says it is
-// waited on at once (asyncOp = false), as Python's async_op=False does: that
-// lets tpu_dist run small ops on the calling thread (Gloo ignores the flag).
-void RunOp(c10d::Backend& pg, bool is_gloo, CollectiveOp op, Buffers& b) {
-  std::vector<at::Tensor> one = {b.in};
-  switch (op) {
-    case CollectiveOp::kAllReduce: {
-      c10d::AllreduceOptions o;
-      o.asyncOp = false;
-      pg.allreduce(one, o)->wait();
-      break;
-    }
-    case CollectiveOp::kAllGather: {
-      c10d::AllgatherOptions o;
-      o.asyncOp = false;
-      if (is_gloo) {
-        std::vector<std::vector<at::Tensor>> outs = {b.out_views};
-        pg.allgather(outs, one, o)->wait();
-      } else {
-        pg._allgather_base(b.out, b.in, o)->wait();
-      }
-      break;
-    }
-    case CollectiveOp::kReduceScatter: {
-      c10d::ReduceScatterOptions o;
-      o.asyncOp = false;
-      if (is_gloo) {
-        std::vector<at::Tensor> out = {b.out};
-        std::vector<std::vector<at::Tensor>> ins = {b.in_views};
-        pg.reduce_scatter(out, ins, o)->wait();
-      } else {
-        pg._reduce_scatter_base(b.out, b.in, o)->wait();
-      }
-      break;
-    }
-    case CollectiveOp::kBroadcast: {
-      c10d::BroadcastOptions o;
-      o.asyncOp = false;
-      pg.broadcast(one, o)->wait();
-      break;
-    }
-    case CollectiveOp::kAllToAll: {
-      c10d::AllToAllOptions o;
-      o.asyncOp = false;
-      std::vector<int64_t> even;
-      pg.alltoall_base(b.out, b.in, even, even, o)->wait();
-      break;
-    }
-    case CollectiveOp::kMemcpy:
-      std::memcpy(b.out.data_ptr(), b.in.data_ptr(), b.in.nbytes());
-      benchmark::DoNotOptimize(b.out.data_ptr());
-      benchmark::ClobberMemory();
-      break;
-  }
-}
-
-// A barrier waited on at once (asyncOp = false, like RunOp's ops): run on
-// the calling thread, so the timed loop does not start behind a worker-run op.
-void WaitedBarrier(c10d::Backend& pg) {
-  c10d::BarrierOptions o;
-  o.asyncOp = false;
-  pg.barrier(o)->wait();
 }
 
 // Which (op, dtype) Gloo accepts: a tiny op each, same on every rank (the
