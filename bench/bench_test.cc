@@ -11,6 +11,7 @@
 #include "bench/bench_math.h"
 #include "bench/bench_report.h"
 #include "bench/busy_load.h"
+#include "bench/proc_stats.h"
 #include "bench/collectives_bench_flags.h"
 #include "bench/forked_ranks.h"
 #include "gmock/gmock.h"
@@ -203,6 +204,16 @@ TEST(ForkedRanksTest, BusyLoadStartsAndStops) {
   EXPECT_EQ(load->processes(), 0);
   for (pid_t pid : pids) EXPECT_NE(kill(pid, 0), 0) << pid;
   EXPECT_EQ(BusyLoad::Start(0)->processes(), 0);
+}
+
+// The load average parses /proc/loadavg; the process CPU time counts this
+// thread's work.
+TEST(ProcStatsTest, LoadAverageAndProcessCpuTime) {
+  EXPECT_GE(LoadAverage(), 0.0);
+  const double before = ProcessCpuSeconds();
+  volatile double x = 0;
+  for (int i = 0; i < 20000000; ++i) x = x + 1e-9 * i;
+  EXPECT_GT(ProcessCpuSeconds() - before, 0.001);
 }
 
 }  // namespace

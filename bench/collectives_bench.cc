@@ -55,9 +55,10 @@
 #include "bench/bench_report.h"
 #include "bench/busy_load.h"
 #include "bench/collective_case.h"
-#include "bench/forked_ranks.h"
 #include "bench/collectives_bench_flags.h"
+#include "bench/forked_ranks.h"
 #include "bench/futex_barrier.h"
+#include "bench/proc_stats.h"
 #include "bench/tcp_loopback.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "collectives/shm/wait.h"
@@ -67,6 +68,9 @@
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 
 namespace {
+
+using tpudist::bench::LoadAverage;
+using tpudist::bench::ProcessCpuSeconds;
 
 namespace tb = tpudist::bench;
 using tb::Buffers;
@@ -125,14 +129,6 @@ int64_t Iterations(const Env& env, int64_t bytes, bool gloo) {
 std::string CaseName(const std::string& op, const std::string& dt, int64_t bytes, int world,
                      const std::string& impl) {
   return op + "/" + dt + "/" + tb::SizeName(bytes) + "/world" + std::to_string(world) + "/" + impl;
-}
-
-// CPU time of this process, all threads (the op worker, rail helpers, Gloo's
-// threads), in seconds.
-double ProcessCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 void RegisterCase(Env& env, CollectiveOp op, const std::string& dt, int64_t bytes,
@@ -272,13 +268,6 @@ std::optional<tb::TcpLoopback> PrintCrossHostGoal(const std::vector<tb::Collecti
                 ours * 1e3, gloo * 1e3, ours > 0 && gloo > 0 ? gloo / ours : 0.0);
   }
   return lo.ok() ? std::optional<tb::TcpLoopback>(*lo) : std::nullopt;
-}
-
-double LoadAverage() {
-  std::ifstream f("/proc/loadavg");
-  double l = -1;
-  f >> l;
-  return l;
 }
 
 }  // namespace

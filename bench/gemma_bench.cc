@@ -25,15 +25,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "bench/proc_stats.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/gemma_model.h"
 
 namespace {
+
+using tpudist::bench::LoadAverage;
+using tpudist::bench::ProcessCpuSeconds;
 
 namespace g = tpudist::models::gemma;
 
@@ -51,19 +54,6 @@ struct CaseResult {
   double step_s = 0;
 };
 std::map<std::string, CaseResult> g_results;  // by case label; main thread only
-
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-double LoadAverage() {  // 1-minute load average; -1 when unreadable
-  std::ifstream f("/proc/loadavg");
-  double l = -1;
-  f >> l;
-  return l;
-}
 
 // A bench-sized config of the same architecture as the tiny one.
 g::GemmaConfig BenchConfig() {

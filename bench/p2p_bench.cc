@@ -20,12 +20,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "bench/forked_ranks.h"
+#include "bench/proc_stats.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "testing/temp_dir.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
@@ -35,16 +35,11 @@
 
 namespace {
 
+using tpudist::bench::LoadAverage;
+
 namespace tb = tpudist::bench;
 using tpudist::collectives::ProcessGroupTpuDist;
 using Clock = std::chrono::steady_clock;
-
-double LoadAverage() {
-  std::ifstream f("/proc/loadavg");
-  double l = -1;
-  f >> l;
-  return l;
-}
 
 // Median one-way seconds of `iters` ping-pongs of `bytes` between ranks 0
 // and 1 of `pg`.

@@ -16,25 +16,20 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "bench/proc_stats.h"
 #include "collectives/core/bf16_reduce.h"
 #include "collectives/core/reduce_kernels.h"
 
 namespace {
 
+using tpudist::bench::LoadAverage;
+
 namespace tc = tpudist::collectives;
 using Clock = std::chrono::steady_clock;
-
-double LoadAverage() {
-  std::ifstream f("/proc/loadavg");
-  double l = -1;
-  f >> l;
-  return l;
-}
 
 // Registers `name`, timing `body` over a fixed iteration count; the seconds
 // per call land in (*seconds)[name]. `seconds` outlives the run.

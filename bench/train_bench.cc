@@ -63,12 +63,13 @@
 #include "bench/bench_math.h"
 #include "bench/flag_value.h"
 #include "bench/forked_ranks.h"
+#include "bench/proc_stats.h"
 #include "distributed/init_process_group.h"
 #include "fsdp/device_mesh.h"
-#include "models/gemma/gemma_config.h"
-#include "models/gemma/gemma_model.h"
 #include "fsdp/fully_shard/fully_shard.h"
+#include "models/gemma/gemma_config.h"
 #include "models/gemma/gemma_decoder_layer.h"
+#include "models/gemma/gemma_model.h"
 #include "nlohmann/json.hpp"
 #include "nn/fused_adamw.h"
 #include "nn/malloc_tuning.h"
@@ -77,6 +78,9 @@
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 
 namespace {
+
+using tpudist::bench::LoadAverage;
+using tpudist::bench::ProcessCpuSeconds;
 
 namespace g = tpudist::models::gemma;
 namespace tb = tpudist::bench;
@@ -279,15 +283,6 @@ std::unique_ptr<torch::optim::AdamW> MakeAdamW(const Env& env, std::vector<at::T
   return std::make_unique<tpudist::nn::FusedAdamW>(std::move(params), opts);
 }
 
-// CPU time of this process (every thread: the training thread and the
-// backend's op worker). Less noisy than wall time on a shared machine: it
-// leaves out time spent runnable but not running.
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 std::string CaseName(const Env& env, const std::string& kind, int round) {
   const bool warmup = round <= env.flags.warmup_rounds;
   return absl::StrCat("train_step/", kind, "/", env.flags.backend, "/world", env.flags.world,
@@ -366,13 +361,6 @@ void RegisterStep(Env& env, const std::string& kind, int round) {
     state.counters["MFU"] = env.step_flops / per_step / env.gemm_bf16;
   });
   bm->Iterations(env.flags.steps)->UseRealTime()->Unit(benchmark::kMillisecond);
-}
-
-double LoadAverage() {  // 1-minute load average; -1 when unreadable
-  std::ifstream f("/proc/loadavg");
-  double l = -1;
-  f >> l;
-  return l;
 }
 
 }  // namespace
