@@ -12,6 +12,7 @@
 #include "bench/bench_report.h"
 #include "bench/busy_load.h"
 #include "bench/proc_stats.h"
+#include "bench/train_bench_flags.h"
 #include "bench/collectives_bench_flags.h"
 #include "bench/forked_ranks.h"
 #include "gmock/gmock.h"
@@ -64,6 +65,38 @@ TEST(CollectivesBenchFlagsTest, QuickOverridesTheSizes) {
   std::vector<char*> bad_argv = {bad[0].data(), bad[1].data()};
   int bad_argc = 2;
   EXPECT_THROW(ParseCollectivesBenchFlags(&bad_argc, bad_argv.data()), std::invalid_argument);
+}
+
+// train_bench's flags come out of argv; Google Benchmark's stay. --quick
+// wins over sizes given with it; rounds are clamped.
+TEST(TrainBenchFlagsTest, ParsesOursAndLeavesTheRest) {
+  std::vector<std::string> args = {"bench", "--world=4", "--benchmark_filter=fsdp", "--rounds=0",
+                                   "--fsdp_dtype=bf16", "--fsdp_timers", "--seq=64", "--v=1"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  const TrainBenchFlags f = ParseTrainBenchFlags(&argc, argv.data());
+  EXPECT_EQ(f.world, 4);
+  EXPECT_EQ(f.rounds, 1);
+  EXPECT_EQ(f.fsdp_dtype, "bf16");
+  EXPECT_TRUE(f.fsdp_timers);
+  EXPECT_EQ(f.seq, 64);
+  EXPECT_EQ(f.warmup_rounds, 1);
+  ASSERT_EQ(argc, 3);
+  EXPECT_STREQ(argv[1], "--benchmark_filter=fsdp");
+  EXPECT_STREQ(argv[2], "--v=1");
+  std::vector<std::string> quick = {"bench", "--seq=512", "--quick"};
+  std::vector<char*> qargv = {quick[0].data(), quick[1].data(), quick[2].data()};
+  int qargc = 3;
+  const TrainBenchFlags q = ParseTrainBenchFlags(&qargc, qargv.data());
+  EXPECT_TRUE(q.quick);
+  EXPECT_EQ(q.seq, 32);
+  EXPECT_EQ(q.warmup_rounds, 0);
+  EXPECT_EQ(qargc, 1);
+  std::vector<std::string> bad = {"bench", "--steps=many"};
+  std::vector<char*> bad_argv = {bad[0].data(), bad[1].data()};
+  int bad_argc = 2;
+  EXPECT_THROW(ParseTrainBenchFlags(&bad_argc, bad_argv.data()), std::invalid_argument);
 }
 
 TEST(BenchMathTest, BusBwFactorsFollowNcclTests) {

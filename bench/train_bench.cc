@@ -61,9 +61,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/bench_math.h"
-#include "bench/flag_value.h"
 #include "bench/forked_ranks.h"
 #include "bench/proc_stats.h"
+#include "bench/train_bench_flags.h"
 #include "distributed/init_process_group.h"
 #include "fsdp/device_mesh.h"
 #include "fsdp/fully_shard/fully_shard.h"
@@ -86,58 +86,7 @@ namespace g = tpudist::models::gemma;
 namespace tb = tpudist::bench;
 using Clock = std::chrono::steady_clock;
 
-struct Flags {
-  int world = 2;
-  int64_t batch = 4, seq = 128;  // per rank
-  int warmup = 2, steps = 8;
-  int rounds = 1;  // interleaved (ddp, fsdp) pairs
-  // Unreported (ddp, fsdp) pairs run before the reported rounds: the first pair
-  // of a process pays one-off costs (allocator growth, page faults, lazy
-  // collective set-up) on whichever case happens to come first.
-  int warmup_rounds = 1;
-  bool fsdp_timers = false;  // print FullyShard's phase times (FsdpStats::timing)
-  int64_t gemm_n = 1024;
-  std::string backend = "tpu_dist";
-  std::string fsdp_dtype = "fp32";  // FSDP param_dtype: fp32 | bf16
-  std::string adamw = "fused";      // fused (nn::FusedAdamW) | loop (torch::optim::AdamW)
-  bool quick = false;
-  std::string json_out;
-};
-
-Flags ParseAndStrip(int* argc, char** argv) {
-  Flags f;
-  int out = 1;
-  const auto value = tb::FlagValue;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string a = argv[i];
-    const char* v = nullptr;
-    if ((v = value(a, "--world="))) f.world = std::stoi(v);
-    else if ((v = value(a, "--batch="))) f.batch = std::stoll(v);
-    else if ((v = value(a, "--seq="))) f.seq = std::stoll(v);
-    else if ((v = value(a, "--warmup="))) f.warmup = std::stoi(v);
-    else if ((v = value(a, "--steps="))) f.steps = std::stoi(v);
-    else if ((v = value(a, "--rounds="))) f.rounds = std::max(1, std::stoi(v));
-    else if ((v = value(a, "--warmup_rounds="))) f.warmup_rounds = std::max(0, std::stoi(v));
-    else if (a == "--fsdp_timers") f.fsdp_timers = true;
-    else if ((v = value(a, "--gemm_n="))) f.gemm_n = std::stoll(v);
-    else if ((v = value(a, "--backend="))) f.backend = v;
-    else if ((v = value(a, "--fsdp_dtype="))) f.fsdp_dtype = v;
-    else if ((v = value(a, "--adamw="))) f.adamw = v;
-    else if ((v = value(a, "--json_out="))) f.json_out = v;
-    else if (a == "--quick" || a == "--smoke") f.quick = true;
-    else argv[out++] = argv[i];
-  }
-  *argc = out;
-  if (f.quick) {
-    f.warmup_rounds = 0;
-    f.batch = 2;
-    f.seq = 32;
-    f.warmup = 1;
-    f.steps = 2;
-    f.gemm_n = 256;
-  }
-  return f;
-}
+using Flags = tb::TrainBenchFlags;
 
 // Groups by the one rule of distributed/group_config.h (forked ranks of one
 // host: no RankInfo; the job id names this run's shm segments).
@@ -367,7 +316,7 @@ void RegisterStep(Env& env, const std::string& kind, int round) {
 
 int main(int argc, char** argv) {
   Env env;
-  env.flags = ParseAndStrip(&argc, argv);
+  env.flags = tb::ParseTrainBenchFlags(&argc, argv);
   benchmark::Initialize(&argc, argv);
   // Both sides (FSDP, DDP-like) run in the same forked ranks, so with the same
   // allocator settings (nn/malloc_tuning.h).
