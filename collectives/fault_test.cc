@@ -196,10 +196,12 @@ TEST(ForkedTest, AllreduceAndAllgatherAcrossProcesses) {
 
 // A rank is SIGKILLed by the parent while every rank loops over chunked
 // allreduces: the survivors' current op must fail well within its timeout
-// naming rank 2, and /dev/shm must be clean.
-TEST(ForkedTest, KilledRankFailsSurvivorsWithinTimeoutNamingIt) {
+// naming rank 2, and /dev/shm must be clean. `ahead`: with 8 slots and the
+// phases that run ahead next to a busy load (survivors wait on the dead
+// rank's own phase word, not the group's arrival count).
+void KillDuringAllreduces(bool ahead) {
   const std::string dir = testing::TempDir();
-  const std::string job = UniqueJob("kill");
+  const std::string job = UniqueJob(ahead ? "killahead" : "kill");
   const std::string ready = dir + "/ready";
   const int world = 3;
   const std::vector<int> codes = RunForked(
@@ -208,6 +210,10 @@ TEST(ForkedTest, KilledRankFailsSurvivorsWithinTimeoutNamingIt) {
         auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", world);
         auto o = SmallOptions(job);
         o.timeout = std::chrono::seconds(10);
+        if (ahead) {
+          o.shm_num_slots = 8;
+          o.shm_assume_foreign_load = true;
+        }
         auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world, o);
         for (int i = 0; i < 1000000; ++i) {
           std::vector<at::Tensor> t = {at::ones({20000}, at::kFloat)};
@@ -237,6 +243,10 @@ TEST(ForkedTest, KilledRankFailsSurvivorsWithinTimeoutNamingIt) {
   EXPECT_EQ(codes[2], 128 + SIGKILL);
   EXPECT_THAT(ShmEntries("tpud_" + job), IsEmpty());
 }
+
+TEST(ForkedTest, KilledRankFailsSurvivorsWithinTimeoutNamingIt) { KillDuringAllreduces(false); }
+
+TEST(ForkedTest, KilledRankFailsSurvivorsOfPhasesThatRunAhead) { KillDuringAllreduces(true); }
 
 }  // namespace
 }  // namespace tpudist::collectives
