@@ -13,9 +13,9 @@
 //             measures FSDP's overhead at the same compute dtype.
 //   FSDP      FullyShard per layer MLP, then the root with the PLE table
 //             frozen and ignored (the plan of models/gemma's
-//             ParallelizeGemma, applied here with FullyShard directly so the
-//             figures stay comparable with earlier runs: no prefetch option,
-//             the bench's own dtype flag), AdamW on the shards. --fsdp_dtype picks
+//             ParallelizeGemma: the same modules, frozen and ignored
+//             parameters and casts, applied here with FullyShard directly,
+//             as in every earlier run of this bench), AdamW on the shards. --fsdp_dtype picks
 //             param_dtype (fp32: same math as DDP-like; bf16: mixed
 //             precision with fp32 reduce; PLE table and buffers cast to bf16).
 // Both freeze the PLE table, use the same per-rank data and the same init, so
