@@ -36,8 +36,8 @@ PipelinedLayout PipelinedAllReduceLayout(int64_t slot_bytes, int64_t elem_size, 
   return PipelinedLayout{c, offset(c, elem_size)};
 }
 
-int64_t AllReducePhaseBytes(int64_t slot_bytes, int world) {
-  return std::min(slot_bytes, std::max(kAllReducePhaseBudgetBytes / world, int64_t{64} << 10));
+int64_t AllReducePhaseBytes(int64_t slot_bytes, int /*world*/) {
+  return std::min(slot_bytes, kAllReducePhaseMaxBytes);
 }
 
 std::vector<int64_t> TorchChunkSizes(int64_t total, int chunks) {

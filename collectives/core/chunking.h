@@ -54,12 +54,17 @@ struct PipelinedLayout {
 PipelinedLayout PipelinedAllReduceLayout(int64_t slot_bytes, int64_t elem_size, int world);
 
 // Bytes of a slot the pipelined all-reduce uses per phase: the slot, but at
-// most kAllReducePhaseBudgetBytes / world (and not below 64 KiB), so that
-// what all ranks write in one phase stays in the shared cache until their
-// peers read it. Measured at 16 ranks on 2 cores (bench/README.md, "Goal 2
-// after"): 128 KiB per rank beat 64, 192, 256, 512 KiB and 2 MiB. With 2 or
-// 4 ranks and 256 KiB slots it changes nothing. REQUIRES: world >= 1.
-inline constexpr int64_t kAllReducePhaseBudgetBytes = int64_t{2} << 20;
+// most kAllReducePhaseMaxBytes. Measured on a quiet 2-core box (bench/README.md,
+// "Session 2026-12-05, early morning"), 16 MiB fp32, per rank and phase:
+// 16 ranks 128 KiB 58-62 ms, 256 KiB 48-49, 512 KiB 43-44, 1 MiB 42-46,
+// 2 MiB 54 ms; 8 ranks 256 KiB 22-23 ms, 512 KiB 20-22; 4 ranks 512 KiB
+// best or tied. Fewer phases mean fewer rounds of 16 context switches when
+// ranks outnumber cores; beyond 512 KiB the phase's data leaves the cache.
+// (An earlier sweep at load 17-20 had favoured 2 MiB / world, 128 KiB at 16
+// ranks; on the quiet box that is 1.4x slower.) With 256 KiB slots (ranks
+// <= cores) it is the slot. `world` is unused; kept for rules that depend on
+// it. REQUIRES: world >= 1.
+inline constexpr int64_t kAllReducePhaseMaxBytes = int64_t{512} << 10;
 int64_t AllReducePhaseBytes(int64_t slot_bytes, int world);
 
 // torch.chunk(x, chunks) sizes along one dimension of length `total`: every

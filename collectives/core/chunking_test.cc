@@ -95,11 +95,11 @@ TEST(ChunkingTest, PipelinedAllReduceLayoutFitsAndIsTight) {
   EXPECT_EQ(PipelinedAllReduceLayout(2 << 20, 4, 16).chunk_elems, 493440);
 }
 
-TEST(ChunkingTest, AllReducePhaseBytesKeepsAPhaseInTheCache) {
-  EXPECT_EQ(AllReducePhaseBytes(2 << 20, 16), 128 << 10);   // 16 ranks: 2 MiB in all
+TEST(ChunkingTest, AllReducePhaseBytesIsTheSlotUpToTheCap) {
+  EXPECT_EQ(AllReducePhaseBytes(2 << 20, 16), 512 << 10);   // 2 MiB slots (ranks > cores)
+  EXPECT_EQ(AllReducePhaseBytes(2 << 20, 4), 512 << 10);
   EXPECT_EQ(AllReducePhaseBytes(256 << 10, 2), 256 << 10);  // the slot when smaller
-  EXPECT_EQ(AllReducePhaseBytes(256 << 10, 4), 256 << 10);
-  EXPECT_EQ(AllReducePhaseBytes(2 << 20, 256), 64 << 10);   // floor
+  EXPECT_EQ(AllReducePhaseBytes(256 << 10, 64), 256 << 10);
   EXPECT_EQ(AllReducePhaseBytes(4096, 16), 4096);           // tiny test slots
 }
 

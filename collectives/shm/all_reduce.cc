@@ -50,8 +50,8 @@ absl::Status OneShot(Communicator& comm, const OpSpec& spec, ReduceKind op,
 // phase is a barrier, and a barrier costs each of W ranks a context switch
 // when ranks outnumber cores). Each slot carries a chunk at byte 0 and, at
 // layout.result_offset, this rank's reduced slice of chunk i - L
-// (PipelinedAllReduceLayout of AllReducePhaseBytes: at 16 ranks only 128 KiB
-// of each 2 MiB slot, so a phase's data stays cached). L is the lead the
+// (PipelinedAllReduceLayout of AllReducePhaseBytes: at most 512 KiB of each
+// 2 MiB slot, so a phase's data stays cached). L is the lead the
 // ranks agree on after phase 0 (phases.h): 1 (lock-step) unless a rank saw a
 // foreign load. Phase i (0 <= i < chunks + L):
 //   write: copy chunk i into the slot; copy my reduced slice of chunk i-L

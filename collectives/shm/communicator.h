@@ -69,7 +69,7 @@ namespace tpudist::collectives::shm {
 // big and few: 2 of 2 MiB (16 MiB reduce_scatter: 8 phases instead of 64).
 // Otherwise 8 of 256 KiB (L2-sized chunks; 8 beat 4 and 16 at 16 MiB).
 // The large all_reduce uses only AllReducePhaseBytes of a slot per phase
-// (128 KiB at 16 ranks: what a phase writes must stay cached).
+// (at most 512 KiB: what a phase writes must stay cached).
 // Measured: bench/README.md, "Waiting under load" and "Goal 2 after".
 struct SlotGeometry {
   int64_t slot_bytes;
