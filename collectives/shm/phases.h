@@ -1,5 +1,6 @@
-// The phase drivers (lock-step, and running ahead next to a busy load) shared by the shm algorithms (algorithms.cc,
-// all_reduce.cc), and their byte-pointer helpers. Internal to collectives/shm.
+// The phase drivers (lock-step, and running ahead next to a busy load)
+// shared by the shm algorithms (algorithms.cc, all_reduce.cc), and their
+// byte-pointer helpers. Internal to collectives/shm.
 //
 // Thread-safety: like Communicator, one op at a time.
 #ifndef TPU_DIST_COLLECTIVES_SHM_PHASES_H_
