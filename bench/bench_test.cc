@@ -11,10 +11,11 @@
 #include "bench/bench_math.h"
 #include "bench/bench_report.h"
 #include "bench/busy_load.h"
+#include "bench/collectives_bench_flags.h"
+#include "bench/flag_value.h"
+#include "bench/forked_ranks.h"
 #include "bench/proc_stats.h"
 #include "bench/train_bench_flags.h"
-#include "bench/collectives_bench_flags.h"
-#include "bench/forked_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -97,6 +98,27 @@ TEST(TrainBenchFlagsTest, ParsesOursAndLeavesTheRest) {
   std::vector<char*> bad_argv = {bad[0].data(), bad[1].data()};
   int bad_argc = 2;
   EXPECT_THROW(ParseTrainBenchFlags(&bad_argc, bad_argv.data()), std::invalid_argument);
+}
+
+// StripFlags keeps what `take` declines, in order, after argv[0].
+TEST(FlagValueTest, StripFlagsKeepsTheRestInOrder) {
+  std::vector<std::string> args = {"bin", "--a=1", "--keep", "--b=2", "--also_keep=x"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  std::vector<std::string> taken;
+  StripFlags(&argc, argv.data(), [&](const std::string& a) {
+    if (FlagValue(a, "--a=") == nullptr && FlagValue(a, "--b=") == nullptr) return false;
+    taken.push_back(a);
+    return true;
+  });
+  EXPECT_THAT(taken, ElementsAre("--a=1", "--b=2"));
+  ASSERT_EQ(argc, 3);
+  EXPECT_STREQ(argv[0], "bin");
+  EXPECT_STREQ(argv[1], "--keep");
+  EXPECT_STREQ(argv[2], "--also_keep=x");
+  EXPECT_STREQ(FlagValue("--world=16", "--world="), "16");
+  EXPECT_EQ(FlagValue("--worlds=16", "--world="), nullptr);
 }
 
 TEST(BenchMathTest, BusBwFactorsFollowNcclTests) {

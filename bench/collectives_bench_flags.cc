@@ -1,7 +1,6 @@
 #include "bench/collectives_bench_flags.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "absl/strings/str_split.h"
@@ -11,10 +10,8 @@ namespace tpudist::bench {
 
 CollectivesBenchFlags ParseCollectivesBenchFlags(int* argc, char** argv) {
   CollectivesBenchFlags f;
-  int out = 1;
   const auto value = FlagValue;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string a = argv[i];
+  StripFlags(argc, argv, [&](const std::string& a) {
     const char* v = nullptr;
     if ((v = value(a, "--world="))) f.world = std::stoi(v);
     else if ((v = value(a, "--min_bytes="))) f.min_bytes = std::stoll(v);
@@ -39,9 +36,9 @@ CollectivesBenchFlags ParseCollectivesBenchFlags(int* argc, char** argv) {
     else if ((v = value(a, "--busy_threads_per_core="))) f.busy_per_core = std::stoi(v);
     else if ((v = value(a, "--floor_rounds="))) f.floor_rounds = std::stoi(v);
     else if (a == "--quick" || a == "--smoke") f.quick = true;
-    else argv[out++] = argv[i];
-  }
-  *argc = out;
+    else return false;
+    return true;
+  });
   if (f.quick) {
     f.min_bytes = 8;
     f.max_bytes = 64 << 10;

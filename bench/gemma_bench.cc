@@ -24,11 +24,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "bench/flag_value.h"
 #include "bench/proc_stats.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/gemma_model.h"
@@ -170,17 +170,16 @@ BENCHMARK(BM_GemmaFwdBwd)
     ->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
-  int out = 1;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--smoke") == 0) {
+  tpudist::bench::StripFlags(&argc, argv, [](const std::string& a) {
+    if (a == "--smoke") {
       g_smoke = true;
-    } else if (std::strncmp(argv[i], "--threads=", 10) == 0) {
-      at::set_num_threads(std::atoi(argv[i] + 10));
+    } else if (const char* v = tpudist::bench::FlagValue(a, "--threads=")) {
+      at::set_num_threads(std::atoi(v));
     } else {
-      argv[out++] = argv[i];
+      return false;
     }
-  }
-  argc = out;
+    return true;
+  });
   std::string min_time = "--benchmark_min_time=0.01";
   std::vector<char*> args(argv, argv + argc);
   if (g_smoke) args.push_back(min_time.data());

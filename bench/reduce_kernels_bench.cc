@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/flag_value.h"
 #include "bench/proc_stats.h"
 #include "collectives/core/bf16_reduce.h"
 #include "collectives/core/reduce_kernels.h"
@@ -49,13 +50,12 @@ void Register(const std::string& name, int64_t iters, Body body,
 
 int main(int argc, char** argv) {
   int64_t bytes = 16 << 20;
-  int out = 1;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--bytes=", 8) == 0) bytes = std::stoll(argv[i] + 8);
-    else if (std::strcmp(argv[i], "--quick") == 0) bytes = 64 << 10;
-    else argv[out++] = argv[i];
-  }
-  argc = out;
+  tpudist::bench::StripFlags(&argc, argv, [&](const std::string& a) {
+    if (const char* v = tpudist::bench::FlagValue(a, "--bytes=")) bytes = std::stoll(v);
+    else if (a == "--quick") bytes = 64 << 10;
+    else return false;
+    return true;
+  });
   benchmark::Initialize(&argc, argv);
   const double load_before = LoadAverage();
   const int64_t iters = std::max<int64_t>(8, (int64_t{256} << 20) / bytes);

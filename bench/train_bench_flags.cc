@@ -8,10 +8,8 @@ namespace tpudist::bench {
 
 TrainBenchFlags ParseTrainBenchFlags(int* argc, char** argv) {
   TrainBenchFlags f;
-  int out = 1;
   const auto value = FlagValue;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string a = argv[i];
+  StripFlags(argc, argv, [&](const std::string& a) {
     const char* v = nullptr;
     if ((v = value(a, "--world="))) f.world = std::stoi(v);
     else if ((v = value(a, "--batch="))) f.batch = std::stoll(v);
@@ -27,9 +25,9 @@ TrainBenchFlags ParseTrainBenchFlags(int* argc, char** argv) {
     else if ((v = value(a, "--adamw="))) f.adamw = v;
     else if ((v = value(a, "--json_out="))) f.json_out = v;
     else if (a == "--quick" || a == "--smoke") f.quick = true;
-    else argv[out++] = argv[i];
-  }
-  *argc = out;
+    else return false;
+    return true;
+  });
   if (f.quick) {
     f.warmup_rounds = 0;
     f.batch = 2;
