@@ -18,6 +18,7 @@
 
 #include "ATen/Parallel.h"
 #include "absl/time/time.h"
+#include "collectives/core/op_header.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "gtest/gtest.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
@@ -56,6 +57,21 @@ inline ProcessGroupTpuDist::Options SmallOptions(const std::string& job) {
   o.small_allreduce_bytes = 1024;
   o.inline_max_bytes = 1024;  // tiny ops inline, the rest on the worker
   return o;
+}
+
+// The spec of an op named `name` on [count] elements of `type`, sequence
+// number `seq`, starting now with a 60 s timeout: for calling the shm
+// algorithms directly.
+inline OpSpec ShmOpSpec(uint32_t seq, const char* name, DataType type, int64_t count) {
+  OpSpec spec;
+  spec.ctx.name = name;
+  spec.ctx.start = absl::Now();
+  spec.ctx.timeout = absl::Seconds(60);
+  spec.seq = seq;
+  spec.dtype = type;
+  spec.shape = {count};
+  spec.count = count;
+  return spec;
 }
 
 inline std::string UniqueJob(const std::string& tag) {

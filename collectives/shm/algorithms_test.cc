@@ -90,15 +90,7 @@ double Expected(ReduceKind kind, int world, int64_t i) {
 
 // The spec of an all_reduce of [count] elements of `type`, 60 s timeout.
 OpSpec AllReduceSpec(uint32_t seq, DataType type, int64_t count) {
-  OpSpec spec;
-  spec.ctx.name = "allreduce";
-  spec.ctx.start = absl::Now();
-  spec.ctx.timeout = absl::Seconds(60);
-  spec.seq = seq;
-  spec.dtype = type;
-  spec.shape = {count};
-  spec.count = count;
-  return spec;
+  return testing::ShmOpSpec(seq, "allreduce", type, count);
 }
 
 struct Case {

@@ -25,15 +25,7 @@ namespace tpudist::collectives::shm {
 namespace {
 
 OpSpec Spec(uint32_t seq, const char* name, DataType type, int64_t count) {
-  OpSpec spec;
-  spec.ctx.name = name;
-  spec.ctx.start = absl::Now();
-  spec.ctx.timeout = absl::Seconds(60);
-  spec.seq = seq;
-  spec.dtype = type;
-  spec.shape = {count};
-  spec.count = count;
-  return spec;
+  return testing::ShmOpSpec(seq, name, type, count);
 }
 
 std::unique_ptr<Communicator> Create(c10d::Store& store, const std::string& job, int rank, int world,
