@@ -74,6 +74,46 @@ inline OpSpec ShmOpSpec(uint32_t seq, const char* name, DataType type, int64_t c
   return spec;
 }
 
+// One rank's buffers of an all_to_all with byte counts bytes(src, dst) and
+// content value(src, dst, i): send[j] holds this rank's block for rank j,
+// recv[j] (zeroed) receives rank j's block; each buffer has one guard byte
+// past the block (0). ins / outs / in_bytes / out_bytes are the shm
+// AllToAll's arguments.
+struct AllToAllBuffers {
+  std::vector<std::vector<char>> send, recv;
+  std::vector<const void*> ins;
+  std::vector<void*> outs;
+  std::vector<int64_t> in_bytes, out_bytes;
+  // Bytes of recv[src] that differ from value(src, rank, i), plus 1 if the
+  // guard byte was written.
+  template <typename Value>
+  int64_t Mismatches(int rank, int src, Value value) const {
+    int64_t bad = recv[src][out_bytes[src]] != 0;
+    for (int64_t i = 0; i < out_bytes[src]; ++i) bad += recv[src][i] != value(src, rank, i);
+    return bad;
+  }
+};
+template <typename Bytes, typename Value>
+AllToAllBuffers MakeAllToAllBuffers(int world, int rank, Bytes bytes, Value value) {
+  AllToAllBuffers b;
+  b.send.resize(world);
+  b.recv.resize(world);
+  b.ins.resize(world);
+  b.outs.resize(world);
+  b.in_bytes.resize(world);
+  b.out_bytes.resize(world);
+  for (int j = 0; j < world; ++j) {
+    b.in_bytes[j] = bytes(rank, j);
+    b.out_bytes[j] = bytes(j, rank);
+    b.send[j].assign(b.in_bytes[j] + 1, 0);
+    for (int64_t i = 0; i < b.in_bytes[j]; ++i) b.send[j][i] = value(rank, j, i);
+    b.recv[j].assign(b.out_bytes[j] + 1, 0);
+    b.ins[j] = b.send[j].data();
+    b.outs[j] = b.recv[j].data();
+  }
+  return b;
+}
+
 inline std::string UniqueJob(const std::string& tag) {
   static int counter = 0;
   return tag + std::to_string(getpid()) + "x" + std::to_string(++counter);

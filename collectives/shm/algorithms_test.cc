@@ -266,29 +266,15 @@ TEST(ShmAllToAllTest, UnevenBlocksOverSeveralPhasesArriveIntact) {
           return (src * 5 + dst * 3) % 4 == 0 ? 0 : 97 * (src + 2 * dst + 1) + (src == dst ? 2100 : 0);
         };
         auto value = [](int src, int dst, int64_t i) { return static_cast<char>(src * 31 + dst * 7 + i * 13); };
-        std::vector<std::vector<char>> in(world), out(world);
-        std::vector<const void*> ins(world);
-        std::vector<void*> outs(world);
-        std::vector<int64_t> in_bytes(world), out_bytes(world);
-        for (int j = 0; j < world; ++j) {
-          in_bytes[j] = bytes(rank, j);
-          out_bytes[j] = bytes(j, rank);
-          in[j].resize(in_bytes[j] + 1);
-          for (int64_t i = 0; i < in_bytes[j]; ++i) in[j][i] = value(rank, j, i);
-          out[j].assign(out_bytes[j] + 1, 0);
-          ins[j] = in[j].data();
-          outs[j] = out[j].data();
-        }
+        const testing::AllToAllBuffers b = testing::MakeAllToAllBuffers(world, rank, bytes, value);
         OpSpec spec = AllReduceSpec(round + 1, DataType::kUInt8, 0);
         spec.ctx.name = "alltoall";
-        const absl::Status s = AllToAll(**comm, spec, ins, in_bytes, outs, out_bytes);
+        const absl::Status s = AllToAll(**comm, spec, b.ins, b.in_bytes, b.outs, b.out_bytes);
         ASSERT_TRUE(s.ok()) << s;
         for (int src = 0; src < world; ++src) {
-          int64_t bad = 0;
-          for (int64_t i = 0; i < out_bytes[src]; ++i) bad += out[src][i] != value(src, rank, i);
-          EXPECT_EQ(bad, 0) << "world " << world << " round " << round << ": rank " << rank << " from "
-                            << src << ", " << out_bytes[src] << " bytes";
-          EXPECT_EQ(out[src][out_bytes[src]], 0) << "wrote past the block from " << src;
+          EXPECT_EQ(b.Mismatches(rank, src, value), 0)
+              << "world " << world << " round " << round << ": rank " << rank << " from " << src << ", "
+              << b.out_bytes[src] << " bytes (or the guard byte after them)";
         }
       }
     });

@@ -191,25 +191,13 @@ TEST(RunAheadTest, OpsMatchTheReferenceWithALaggingRank) {
       {
         auto bytes = [](int src, int dst) { return int64_t{(src + dst + 1) * 3000 + 5}; };
         auto value = [](int src, int dst, int64_t i) { return static_cast<char>(src * 13 + dst * 7 + i); };
-        std::vector<std::vector<char>> send(world), recv(world);
-        std::vector<const void*> ins(world);
-        std::vector<void*> outs(world);
-        std::vector<int64_t> in_bytes(world), out_bytes(world);
-        for (int j = 0; j < world; ++j) {
-          in_bytes[j] = bytes(rank, j);
-          out_bytes[j] = bytes(j, rank);
-          send[j].resize(in_bytes[j]);
-          for (int64_t i = 0; i < in_bytes[j]; ++i) send[j][i] = value(rank, j, i);
-          recv[j].assign(out_bytes[j], 0);
-          ins[j] = send[j].data();
-          outs[j] = recv[j].data();
-        }
+        const testing::AllToAllBuffers b = testing::MakeAllToAllBuffers(world, rank, bytes, value);
         lag();
-        ASSERT_TRUE(AllToAll(*comm, Spec(++seq, "alltoall", DataType::kUInt8, 0), ins, in_bytes, outs, out_bytes).ok());
+        ASSERT_TRUE(AllToAll(*comm, Spec(++seq, "alltoall", DataType::kUInt8, 0), b.ins, b.in_bytes, b.outs,
+                             b.out_bytes)
+                        .ok());
         for (int src = 0; src < world; ++src) {
-          int64_t bad = 0;
-          for (int64_t i = 0; i < out_bytes[src]; ++i) bad += recv[src][i] != value(src, rank, i);
-          EXPECT_EQ(bad, 0) << "all_to_all from " << src << " at rank " << rank;
+          EXPECT_EQ(b.Mismatches(rank, src, value), 0) << "all_to_all from " << src << " at rank " << rank;
         }
       }
       ASSERT_TRUE(Barrier(*comm, Spec(++seq, "barrier", DataType::kUInt8, 0)).ok());
