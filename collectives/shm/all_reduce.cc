@@ -2,6 +2,7 @@
 // messages and a pipelined reduce-scatter + all-gather, one phase per chunk,
 // for large ones.
 #include <cstring>
+#include <vector>
 
 #include "collectives/core/chunking.h"
 #include "collectives/core/stream_copy.h"
@@ -54,10 +55,12 @@ absl::Status OneShot(Communicator& comm, const OpSpec& spec, ReduceKind op,
 // 2 MiB slot, so a phase's data stays cached). L is the lead the
 // ranks agree on after phase 0 (phases.h): 1 (lock-step) unless a rank saw a
 // foreign load. Phase i (0 <= i < chunks + L):
-//   write: copy chunk i into the slot; copy my reduced slice of chunk i-L
+//   write: copy chunk i into the slot, but for my own slice of it (only I
+//     reduce that one, reading it in place); copy my reduced slice of chunk i-L
 //     (reduced into my buffer by read(i-L)) into the result area.
-//   read:  reduce my EvenSlice(chunk i, W, rank) from all W slots into my
-//     buffer (in rank order: identical on every rank); copy every peer's
+//   read:  reduce my EvenSlice(chunk i, W, rank) of my buffer and of the
+//     W - 1 peers' slots into my buffer (in rank order: identical on every
+//     rank); copy every peer's
 //     reduced slice of chunk i-L out of its result area into my buffer.
 // The chunk regions touched by read(i) (i and i-L) were both copied out of
 // my buffer by write(i) / write(i-L) before, so reducing in place is safe.
@@ -79,9 +82,13 @@ absl::Status Pipelined(Communicator& comm, const OpSpec& spec, ReduceKind op,
       UseStreamCopy(spec.count * static_cast<int64_t>(es)) ? &StreamCopy : &CopyBytes;
   int lead = 1;  // agreed after phase 0, which neither reads nor writes results
   auto write = [&](int64_t i, void* slot) {
-    if (i < chunks) {
+    if (i < chunks) {  // chunk i but my own slice, which only I reduce
       const Range c = chunk(i);
-      std::memcpy(slot, At(data, c.begin * es), c.size * es);
+      const Range s = EvenSlice(c.size, world, me);
+      std::memcpy(slot, At(data, c.begin * es), s.begin * es);
+      const int64_t after = s.begin + s.size;
+      std::memcpy(At(slot, after * es), At(data, (c.begin + after) * es),
+                  (c.size - after) * es);
     }
     if (i >= lead && i - lead < chunks) {
       const Range c = chunk(i - lead);
@@ -94,8 +101,10 @@ absl::Status Pipelined(Communicator& comm, const OpSpec& spec, ReduceKind op,
     if (i < chunks) {
       const Range c = chunk(i);
       const Range s = EvenSlice(c.size, world, me);
-      ReduceInto(spec.dtype, op, At(data, (c.begin + s.begin) * es),
-                 PeerSlots(comm, s.begin * es), s.size);
+      char* own = At(data, (c.begin + s.begin) * es);
+      std::vector<const void*> inputs = PeerSlots(comm, s.begin * es);
+      inputs[me] = own;  // read in place: never copied into my slot
+      ReduceInto(spec.dtype, op, own, inputs, s.size);
     }
     if (i >= lead && i - lead < chunks) {
       const Range c = chunk(i - lead);
