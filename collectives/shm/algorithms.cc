@@ -18,23 +18,27 @@ using internal::RunPhasesAhead;
 
 absl::Status Reduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
                     int root, void* data) {
-  // Chunked copy-in; after each sync only the root reduces all W slots into
-  // its buffer. Non-roots just keep their slots valid until the next phase.
+  // Chunked copy-in by the non-roots; after each sync the root reduces its
+  // own buffer (read in place, never copied) and the W - 1 peers' slots, in
+  // rank order, into its buffer. Non-roots just keep their slots valid until
+  // the next phase.
   const size_t es = ElementSize(spec.dtype);
   const int64_t slot_elems = comm.slot_bytes() / static_cast<int64_t>(es);
   return RunPhases(
       comm, spec, MakeHeader(spec, OpKind::kReduce, op, root, true),
       NumChunks(spec.count, slot_elems),
       [&](int64_t i, void* slot) {
-        if (spec.count == 0) return;
+        if (spec.count == 0 || comm.rank() == root) return;
         const Range c = ChunkRange(spec.count, slot_elems, i);
         std::memcpy(slot, At(data, c.begin * es), c.size * es);
       },
       [&](int64_t i) {
         if (comm.rank() != root || spec.count == 0) return absl::OkStatus();
         const Range c = ChunkRange(spec.count, slot_elems, i);
-        ReduceInto(spec.dtype, op, At(data, c.begin * es), PeerSlots(comm, 0),
-                   c.size);
+        char* own = At(data, c.begin * es);
+        std::vector<const void*> srcs = PeerSlots(comm, 0);
+        srcs[root] = own;
+        ReduceInto(spec.dtype, op, own, srcs, c.size);
         return absl::OkStatus();
       });
 }
@@ -173,21 +177,24 @@ absl::Status Broadcast(Communicator& comm, const OpSpec& spec, int root,
 absl::Status Gather(Communicator& comm, const OpSpec& spec, int root,
                     const void* in, int64_t bytes,
                     absl::Span<void* const> outs) {
-  // Like AllGather, but only the root copies the slots out.
+  // Like AllGather, but only the root copies the slots out, and its own
+  // piece goes from `in` to outs[root] directly (no slot).
   const int64_t chunk = comm.slot_bytes();
+  const bool is_root = comm.rank() == root;
   return RunPhases(
       comm, spec, MakeHeader(spec, OpKind::kGather, ReduceKind{}, root, true),
       NumChunks(bytes, chunk),
       [&](int64_t i, void* slot) {
-        if (bytes == 0) return;
+        if (bytes == 0 || is_root) return;
         const Range c = ChunkRange(bytes, chunk, i);
         std::memcpy(slot, At(in, c.begin), c.size);
       },
       [&](int64_t i) {
-        if (comm.rank() != root || bytes == 0) return absl::OkStatus();
+        if (!is_root || bytes == 0) return absl::OkStatus();
         const Range c = ChunkRange(bytes, chunk, i);
         for (int r = 0; r < comm.size(); ++r) {
-          std::memcpy(At(outs[r], c.begin), comm.peer_data(r), c.size);
+          const void* src = r == root ? At(in, c.begin) : comm.peer_data(r);
+          if (At(outs[r], c.begin) != src) std::memmove(At(outs[r], c.begin), src, c.size);
         }
         return absl::OkStatus();
       });
@@ -198,7 +205,8 @@ absl::Status Scatter(Communicator& comm, const OpSpec& spec, int root,
                      int64_t bytes) {
   // The root's slot holds W sub-slots of `sub` bytes; phase i carries bytes
   // [i*sub, (i+1)*sub) of every destination's piece. Rank r copies sub-slot
-  // r of the root's slot.
+  // r of the root's slot; the root copies its own piece from ins[root]
+  // directly (its sub-slot stays unused).
   const int world = comm.size();
   const int64_t sub = comm.slot_bytes() / world;
   const bool is_root = comm.rank() == root;
@@ -209,14 +217,15 @@ absl::Status Scatter(Communicator& comm, const OpSpec& spec, int root,
         if (!is_root || bytes == 0) return;
         const Range c = ChunkRange(bytes, sub, i);
         for (int j = 0; j < world; ++j) {
-          std::memcpy(At(slot, j * sub), At(ins[j], c.begin), c.size);
+          if (j != root) std::memcpy(At(slot, j * sub), At(ins[j], c.begin), c.size);
         }
       },
       [&](int64_t i) {
         if (bytes == 0) return absl::OkStatus();
         const Range c = ChunkRange(bytes, sub, i);
-        std::memcpy(At(out, c.begin), At(comm.peer_data(root), comm.rank() * sub),
-                    c.size);
+        const void* src = is_root ? At(ins[root], c.begin)
+                                  : At(comm.peer_data(root), comm.rank() * sub);
+        if (At(out, c.begin) != src) std::memmove(At(out, c.begin), src, c.size);
         return absl::OkStatus();
       });
 }
