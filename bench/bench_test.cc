@@ -30,7 +30,8 @@ TEST(CollectivesBenchFlagsTest, ParsesOursAndLeavesTheRest) {
   std::vector<std::string> args = {"bench", "--world=16", "--benchmark_filter=all_reduce",
                                    "--ops=all_reduce,broadcast", "--dtypes=fp32",
                                    "--hosts=2", "--rail_chunk_bytes=2097152",
-                                   "--busy_threads_per_core=2", "--gloo=0", "--v=1"};
+                                   "--busy_threads_per_core=2", "--gloo=0", "--settle_ms=300",
+                                   "--v=1"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   int argc = static_cast<int>(argv.size());
@@ -41,6 +42,7 @@ TEST(CollectivesBenchFlagsTest, ParsesOursAndLeavesTheRest) {
   EXPECT_EQ(f.hosts, 2);
   EXPECT_EQ(f.rail_chunk_bytes, 2097152);
   EXPECT_EQ(f.busy_per_core, 2);
+  EXPECT_EQ(f.settle_ms, 300);
   EXPECT_FALSE(f.gloo);
   EXPECT_FALSE(f.quick);
   EXPECT_EQ(f.max_bytes, int64_t{64} << 20);
@@ -52,7 +54,7 @@ TEST(CollectivesBenchFlagsTest, ParsesOursAndLeavesTheRest) {
 
 TEST(CollectivesBenchFlagsTest, QuickOverridesTheSizes) {
   std::vector<std::string> args = {"bench", "--max_bytes=1048576", "--quick",
-                                   "--floor_rounds=500"};
+                                   "--floor_rounds=500", "--settle_ms=3000"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   int argc = static_cast<int>(argv.size());
@@ -61,6 +63,7 @@ TEST(CollectivesBenchFlagsTest, QuickOverridesTheSizes) {
   EXPECT_EQ(f.min_bytes, 8);
   EXPECT_EQ(f.max_bytes, 64 << 10);
   EXPECT_EQ(f.floor_rounds, 20);
+  EXPECT_EQ(f.settle_ms, 50);
   EXPECT_EQ(argc, 1);
   std::vector<std::string> bad = {"bench", "--world=two"};
   std::vector<char*> bad_argv = {bad[0].data(), bad[1].data()};

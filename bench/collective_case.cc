@@ -86,6 +86,23 @@ void RunOp(c10d::Backend& pg, bool is_gloo, CollectiveOp op, Buffers& b) {
   }
 }
 
+int64_t SettleGroup(c10d::Backend& pg, int rank, std::chrono::milliseconds duration) {
+  const auto end = std::chrono::steady_clock::now() + duration;
+  at::Tensor flag = at::zeros({2}, at::kFloat);  // 8 bytes: {go on, unused}
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  o.asyncOp = false;
+  int64_t ops = 0;
+  for (;;) {
+    flag.zero_();
+    if (rank == 0 && std::chrono::steady_clock::now() < end) flag.fill_(1.0f);
+    std::vector<at::Tensor> one = {flag};
+    pg.allreduce(one, o)->wait();
+    ++ops;
+    if (flag[0].item<float>() == 0.0f) return ops;
+  }
+}
+
 void WaitedBarrier(c10d::Backend& pg) {
   c10d::BarrierOptions o;
   o.asyncOp = false;

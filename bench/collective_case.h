@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <chrono>
 #include <vector>
 
 #include "bench/bench_math.h"
@@ -38,6 +39,14 @@ void RunOp(c10d::Backend& pg, bool is_gloo, CollectiveOp op, Buffers& b);
 // A barrier waited on at once (asyncOp = false, like RunOp's ops): run on
 // the calling thread, so the timed loop does not start behind a worker-run op.
 void WaitedBarrier(c10d::Backend& pg);
+
+// Runs 8-byte all_reduces on `pg` until `duration` has passed on rank 0
+// (each op carries rank 0's "go on" flag, so every rank stops after the
+// same op) and returns how many ran. Collective. Lets the group's waits
+// settle after start-up: while 16 ranks load libraries their yields are
+// slow, which closes the adaptive yield stage for up to a second
+// (collectives/shm/wait.h), and a first case timed then measures start-up.
+int64_t SettleGroup(c10d::Backend& pg, int rank, std::chrono::milliseconds duration);
 
 }  // namespace tpudist::bench
 

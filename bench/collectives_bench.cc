@@ -14,7 +14,9 @@
 // Ops: all_reduce (SUM), all_gather (_allgather_base; Gloo: allgather into
 // views of the output), reduce_scatter (_reduce_scatter_base; Gloo:
 // reduce_scatter from views of the input, if it has one), broadcast (root 0), all_to_all (alltoall_base,
-// even splits). Each case: barrier, one warm-up op, barrier, timed loop.
+// even splits). After start-up the group settles (--settle_ms of 8-byte
+// all_reduces, bench/collective_case.h SettleGroup), then each case: barrier,
+// one warm-up op, barrier, timed loop.
 // An (op, dtype) that Gloo rejects on a probe at start-up is shown as "-".
 //
 //   collectives_bench                          # world 2, 8 B .. 64 MiB, fp32+bf16
@@ -26,6 +28,7 @@
 //   collectives_bench --adaptive_yield=0 --slow_yield_us=N --slow_stages=K --yield_backoff_ms=M
 //                                              # plain yields / adaptive thresholds
 //   collectives_bench --floor_rounds=N         # bare futex barriers timed (latency floor)
+//   collectives_bench --settle_ms=N            # settling ops before the first case (1500)
 //   collectives_bench --busy_threads_per_core=2  # with a competing load that the
 //                                              # bench starts and stops itself
 //   collectives_bench --world=4 --hosts=2      # 2 emulated hosts x 2 ranks (host id
@@ -346,6 +349,8 @@ int main(int argc, char** argv) {
     }
   }
   if (env.flags.gloo) ProbeGloo(env);
+  const int64_t settle_ops = tb::SettleGroup(*env.ours, env.rank,
+                                             std::chrono::milliseconds(env.flags.settle_ms));
   RegisterAll(env);
   benchmark::RunSpecifiedBenchmarks();
   env.ours->barrier()->wait();
@@ -377,8 +382,11 @@ int main(int argc, char** argv) {
   }
   const std::string hosts =
       env.flags.hosts > 1 ? " on " + std::to_string(env.flags.hosts) + " emulated hosts" : "";
-  std::printf("\n== collectives, %d ranks%s (load average %.2f -> %.2f) ==\n%s", env.flags.world,
-              hosts.c_str(), load_before, load_after, tb::FormatTable(rows).c_str());
+  std::printf("\n== collectives, %d ranks%s (load average %.2f -> %.2f; settled with %lld "
+              "8-byte all_reduces in %d ms first) ==\n%s",
+              env.flags.world, hosts.c_str(), load_before, load_after,
+              static_cast<long long>(settle_ops), env.flags.settle_ms,
+              tb::FormatTable(rows).c_str());
   PrintGoals(rows, env.flags.world);
   if (floor_s > 0) {
     std::printf("latency floor: one bare futex barrier of %d processes (one arrival word, one "

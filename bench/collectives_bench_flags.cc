@@ -35,6 +35,7 @@ CollectivesBenchFlags ParseCollectivesBenchFlags(int* argc, char** argv) {
     else if ((v = value(a, "--yield_backoff_ms="))) f.yield_backoff_ms = std::stoi(v);
     else if ((v = value(a, "--busy_threads_per_core="))) f.busy_per_core = std::stoi(v);
     else if ((v = value(a, "--floor_rounds="))) f.floor_rounds = std::stoi(v);
+    else if ((v = value(a, "--settle_ms="))) f.settle_ms = std::stoi(v);
     else if (a == "--quick" || a == "--smoke") f.quick = true;
     else return false;
     return true;
@@ -44,6 +45,7 @@ CollectivesBenchFlags ParseCollectivesBenchFlags(int* argc, char** argv) {
     f.max_bytes = 64 << 10;
     f.step = 8192;  // 8 B and 64 KiB
     f.floor_rounds = std::min(f.floor_rounds, 20);
+    f.settle_ms = std::min(f.settle_ms, 50);
   }
   return f;
 }

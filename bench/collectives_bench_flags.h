@@ -38,6 +38,7 @@ struct CollectivesBenchFlags {
   int yield_backoff_ms = -1;
   int busy_per_core = 0;   // busy processes per usable core (bench/busy_load.h)
   int floor_rounds = 2000; // bare futex barriers timed as the latency floor (0: none)
+  int settle_ms = 1500;    // small all_reduces after start-up, before the first case
 };
 
 // Parses our flags out of argv (argv[1..*argc)), moving the rest (Google
