@@ -1,7 +1,9 @@
-// send/recv latency and bandwidth of the tpu_dist process group, three ways
-// side by side in one run: over TcpP2p (the default), over the store (the
-// former path, Options::p2p_over_store, on a TCPStore as torchrun/tpurun
-// give), and Gloo's send/recv on the same two ranks.
+// send/recv latency and bandwidth of the tpu_dist process group, side by side
+// in one run: the default (shared memory on one host, shm/p2p.h; TcpP2p
+// between hosts), over TcpP2p on one host too (Options::shm_p2p = false;
+// one host only), over the store (the former path, Options::p2p_over_store,
+// on a TCPStore as torchrun/tpurun give), and Gloo's send/recv on the same
+// two ranks.
 //
 // Ping-pong between ranks 0 and 1 (forked processes): rank 0 sends N bytes
 // and waits for them back; one-way time = round trip / 2; bandwidth = N /
@@ -136,8 +138,11 @@ int main(int argc, char** argv) {
     options.host_id = "p2p_bench_host" + std::to_string(rank);
     options.bind_address = "127.0.0.1";
   }
-  options.group_name = "p2p_tcp";
+  options.group_name = "p2p_default";
   auto ours = c10::make_intrusive<ProcessGroupTpuDist>(file_store, rank, 2, options);
+  options.group_name = "p2p_tcp";
+  options.shm_p2p = false;
+  auto over_tcp = c10::make_intrusive<ProcessGroupTpuDist>(file_store, rank, 2, options);
   options.group_name = "p2p_store";
   options.p2p_over_store = true;
   auto via_store = c10::make_intrusive<ProcessGroupTpuDist>(tcp_store, rank, 2, options);
@@ -149,15 +154,16 @@ int main(int argc, char** argv) {
 
   struct Row {
     int64_t bytes;
-    double tcp_s, store_s, gloo_s;
+    double ours_s, tcp_s, store_s, gloo_s;  // 0: not run
   };
   std::vector<Row> rows;
   const std::vector<int64_t> sizes = quick ? std::vector<int64_t>{8, 1 << 20}
                                            : std::vector<int64_t>{8, 4096, 64 << 10, 1 << 20,
                                                                   16 << 20};
   for (int64_t bytes : sizes) {
-    Row r{bytes, 0, 0, 0};
-    r.tcp_s = PingPong(*ours, rank, bytes, Iterations(bytes, false, quick));
+    Row r{bytes, 0, 0, 0, 0};
+    r.ours_s = PingPong(*ours, rank, bytes, Iterations(bytes, false, quick));
+    if (hosts == 1) r.tcp_s = PingPong(*over_tcp, rank, bytes, Iterations(bytes, false, quick));
     // torch's libuv TCPStore refuses values over 8 MiB: the store path
     // cannot carry such messages at all ("-" in the table).
     if (bytes <= kStoreMaxBytes) {
@@ -170,38 +176,54 @@ int main(int argc, char** argv) {
   if (rank != 0) {
     gloo.reset();
     via_store.reset();
+    over_tcp.reset();
     ours.reset();
     _exit(0);
   }
   const double load_after = LoadAverage();
   std::printf("\n== send/recv ping-pong, 2 ranks%s (load average %.2f -> %.2f) ==\n",
               hosts > 1 ? " on 2 emulated hosts" : " on one host", load_before, load_after);
-  std::printf("%-8s | %12s %9s | %12s %9s | %12s %9s | %9s %9s\n", "bytes", "tcp p2p us",
-              "GB/s", "store us", "GB/s", "gloo us", "GB/s", "store/tcp", "gloo/tcp");
+  const char* ours_name = hosts > 1 ? "tcp p2p us" : "shm p2p us";
+  std::printf("%-8s | %12s %9s | %12s %9s | %12s %9s | %12s %9s | %9s %9s %9s\n", "bytes",
+              ours_name, "GB/s", "tcp p2p us", "GB/s", "store us", "GB/s", "gloo us", "GB/s",
+              "tcp/ours", "store/ours", "gloo/ours");
   bool measured = true;
   for (const Row& r : rows) {
-    auto gbs = [&](double s) { return r.bytes / s / 1e9; };
-    if (r.store_s > 0) {
-      std::printf("%-8s | %12.1f %9.3f | %12.1f %9.3f | %12.1f %9.3f | %8.1fx %8.2fx\n",
-                  HumanBytes(r.bytes).c_str(), r.tcp_s * 1e6, gbs(r.tcp_s), r.store_s * 1e6,
-                  gbs(r.store_s), r.gloo_s * 1e6, gbs(r.gloo_s), r.store_s / r.tcp_s,
-                  r.gloo_s / r.tcp_s);
-    } else {
-      std::printf("%-8s | %12.1f %9.3f | %12s %9s | %12.1f %9.3f | %9s %8.2fx\n",
-                  HumanBytes(r.bytes).c_str(), r.tcp_s * 1e6, gbs(r.tcp_s), "-", "-",
-                  r.gloo_s * 1e6, gbs(r.gloo_s), "-", r.gloo_s / r.tcp_s);
-    }
-    measured = measured && r.tcp_s > 0;
+    // One column: time, GB/s and the ratio to ours, or "-" where not run.
+    auto cell = [&](double s) {
+      char b[64];
+      if (s > 0) {
+        std::snprintf(b, sizeof(b), "%12.1f %9.3f", s * 1e6, r.bytes / s / 1e9);
+      } else {
+        std::snprintf(b, sizeof(b), "%12s %9s", "-", "-");
+      }
+      return std::string(b);
+    };
+    auto ratio = [&](double s) {
+      char b[32];
+      if (s > 0) {
+        std::snprintf(b, sizeof(b), "%8.2fx", s / r.ours_s);
+      } else {
+        std::snprintf(b, sizeof(b), "%9s", "-");
+      }
+      return std::string(b);
+    };
+    std::printf("%-8s | %s | %s | %s | %s | %s %s %s\n", HumanBytes(r.bytes).c_str(),
+                cell(r.ours_s).c_str(), cell(r.tcp_s).c_str(), cell(r.store_s).c_str(),
+                cell(r.gloo_s).c_str(), ratio(r.tcp_s).c_str(), ratio(r.store_s).c_str(),
+                ratio(r.gloo_s).c_str());
+    measured = measured && r.ours_s > 0;
     if (r.bytes == (1 << 20)) {
       std::printf("  goal 5 at 1 MiB: %.1fx the store path (goal >=10x), %.2fx Gloo's speed "
                   "(goal >=1x) -- measured, not asserted\n",
-                  r.store_s / r.tcp_s, r.gloo_s / r.tcp_s);
+                  r.store_s / r.ours_s, r.gloo_s / r.ours_s);
     }
   }
   const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(60));
   if (!waited.ok()) std::fprintf(stderr, "%s\n", waited.ToString().c_str());
   gloo.reset();
   via_store.reset();
+  over_tcp.reset();
   ours.reset();
   return waited.ok() && measured ? 0 : 1;
 }

@@ -72,6 +72,10 @@ class CollectiveBackend {
   // makes the op in flight fail promptly (shm waits notice within a futex
   // slice, TCP sockets are shut down). REQUIRES: !status.ok().
   virtual void Abort(const absl::Status& status) = 0;
+  // The shm communicator of this rank's host (its ranks, local numbering),
+  // for point-to-point over its rings (shm/p2p.h); null if none. Owned by
+  // the backend; valid for its lifetime.
+  virtual shm::Communicator* local_communicator() const { return nullptr; }
 };
 
 // The single-host backend. Owns its communicator.
@@ -101,6 +105,7 @@ class ShmBackend final : public CollectiveBackend {
   absl::Status Poison(absl::Status status) override;
   absl::Status poison() const override;
   void Abort(const absl::Status& status) override;
+  shm::Communicator* local_communicator() const override { return comm_.get(); }
 
  private:
   // Mirrors the communicator's poison for readers on other threads.

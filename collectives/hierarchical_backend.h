@@ -108,6 +108,7 @@ class HierarchicalBackend final : public CollectiveBackend {
   absl::Status Poison(absl::Status status) override;
   absl::Status poison() const override;
   void Abort(const absl::Status& status) override;
+  shm::Communicator* local_communicator() const override { return local_.get(); }
 
  private:
   HierarchicalBackend(int rank, int size, HostLayout layout, std::string group_name,

@@ -1,9 +1,10 @@
-// send/recv over TcpP2p (collectives/tcp/tcp_p2p.h) through the process
-// group: order per (peer, tag), interleaved tags, irecv before isend, 0-byte
-// and multi-MiB messages, both ranks sending first, Gloo's bytes as the
-// oracle, a different job secret, a peer that dies, and abort() of a send
-// blocked on a peer that does not read. Parameterized over
-// one host ("00") and two emulated hosts ("01": host id per rank, loopback).
+// send/recv through the process group: order per (peer, tag), interleaved
+// tags, irecv before isend, 0-byte and multi-MiB messages, both ranks
+// sending first, Gloo's bytes as the oracle, a peer that dies, and abort() of
+// a send blocked on a peer that does not read. Parameterized over one host
+// ("00": shared memory, shm/p2p.h) and two emulated hosts ("01": host id per
+// rank, TcpP2p over loopback, collectives/tcp/tcp_p2p.h). The job-secret and
+// stranger tests are TcpP2p's: on one host they turn Options::shm_p2p off.
 #include <ATen/ATen.h>
 #include <signal.h>
 #include <unistd.h>
@@ -182,6 +183,7 @@ TEST_P(P2pTest, DifferentJobSecretIsRefused) {
   RunThreads(2, [&](int rank) {
     auto o = P2pOptions(job, hosts, rank);
     o.timeout = std::chrono::seconds(3);
+    o.shm_p2p = false;
     o.job_secret = rank == 0 ? "secret-a" : "secret-b";
     if (hosts == "01") o.job_secret = "same";  // the mesh itself needs one secret
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
@@ -203,7 +205,9 @@ TEST_P(P2pTest, StrangerOnThePortIsDroppedAndRealPeerServed) {
   const std::string job = UniqueJob("p2px");
   std::atomic<bool> stranger_done{false};
   RunThreads(2, [&](int rank) {
-    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, P2pOptions(job, hosts, rank));
+    auto o = P2pOptions(job, hosts, rank);
+    o.shm_p2p = false;
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
     if (rank == 0) {
       const std::vector<uint8_t> v = store->get("tpu_dist/default/p2p/addr/1");
       auto hp = tcp::SplitHostPort(std::string(v.begin(), v.end()));
@@ -225,9 +229,11 @@ TEST_P(P2pTest, StrangerOnThePortIsDroppedAndRealPeerServed) {
   });
 }
 
-// Rank 1 sends one message and dies (_exit, sockets closed by the kernel):
-// rank 0 gets that message, then its next recv from rank 1 fails naming it,
-// long before the 30 s timeout. /dev/shm is clean afterwards.
+// Rank 1 sends one message and dies (_exit; its sockets closed by the kernel,
+// or, on one host, its ring left with the message in it): rank 0 gets that
+// message, then its next recv from rank 1 fails naming it ("closed" over
+// TCP, "died" over shm), long before the 30 s timeout. /dev/shm is clean
+// afterwards.
 TEST_P(P2pTest, PeerThatDiesFailsRecvNamingIt) {
   const std::string hosts = GetParam();
   const std::string dir = testing::TempDir();
@@ -250,7 +256,7 @@ TEST_P(P2pTest, PeerThatDiesFailsRecvNamingIt) {
         const auto start = Clock::now();
         const std::string err = ErrorOf(pg->recv(t, 1, 1));
         if (err.find("peer rank 1") == std::string::npos) return 2;
-        if (err.find("closed") == std::string::npos) return 3;
+        if (err.find(hosts == "00" ? "died" : "closed") == std::string::npos) return 3;
         if (SecondsSince(start) > 10.0) return 4;
         return 0;
       },
@@ -261,7 +267,7 @@ TEST_P(P2pTest, PeerThatDiesFailsRecvNamingIt) {
 }
 
 // Rank 1 connects, then stops (SIGSTOP) without reading; rank 0's 256 MiB
-// send blocks once the socket buffers are full. abort() from another thread
+// send blocks once the socket buffers (one host: rank 1's ring) are full. abort() from another thread
 // must fail that send within seconds (not at its 20 s timeout) and say it
 // was aborted. Rank 0 then kills the stopped rank 1.
 TEST_P(P2pTest, AbortInterruptsASendBlockedOnAPeerThatDoesNotRead) {

@@ -71,7 +71,9 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
     p2p_options.bind_address = addr.bind;
     p2p_options.advertise_address = addr.advertise;
   }
-  if (!options_.p2p_over_store) {
+  // TCP point-to-point for peers on other hosts (every peer without shm_p2p).
+  const bool shm_p2p = options_.shm_p2p && !options_.p2p_over_store;
+  if (!options_.p2p_over_store && !(shm_p2p && layout_.single_host())) {
     p2p_ = ValueOrThrow(tcp::TcpP2p::Start(*store_, rank, size, p2p_options));
   }
   if (layout_.single_host()) {
@@ -94,6 +96,10 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
     backend_ = ValueOrThrow(
         HierarchicalBackend::Create(store_, rank, size, layout_, hier));
   }
+  shm::Communicator* local = backend_->local_communicator();
+  if (shm_p2p && local != nullptr && local->size() > 1 && local->p2p_ring_bytes() > 0) {
+    shm_p2p_ = std::make_unique<shm::ShmP2p>(local);
+  }
   p2p_worker_ = std::make_unique<OpWorker>("tpud-p2p");
   worker_ = std::make_unique<OpWorker>("tpud-op");
   RegisterGroup(this);
@@ -103,10 +109,13 @@ ProcessGroupTpuDist::~ProcessGroupTpuDist() {
   UnregisterGroup(this);
   worker_.reset();
   // Recvs still pending fail now instead of waiting out their timeout.
-  if (p2p_) p2p_->Abort(absl::CancelledError(absl::StrCat(
-      "tpu_dist group '", options_.group_name, "' destroyed with this recv pending")));
+  const absl::Status destroyed = absl::CancelledError(absl::StrCat(
+      "tpu_dist group '", options_.group_name, "' destroyed with this recv pending"));
+  if (p2p_) p2p_->Abort(destroyed);
+  if (shm_p2p_) shm_p2p_->Abort(destroyed);
   p2p_worker_.reset();
   p2p_.reset();
+  shm_p2p_.reset();  // before backend_, whose segments it uses
 }
 
 c10::intrusive_ptr<ProcessGroupTpuDist> ProcessGroupTpuDist::NewSubgroup(
@@ -133,6 +142,7 @@ absl::Status ProcessGroupTpuDist::status() const {
 void ProcessGroupTpuDist::Abort(const absl::Status& cause) {
   const absl::Status c = cause.ok() ? absl::AbortedError("tpu_dist: Abort(OK)") : cause;
   if (p2p_) p2p_->Abort(c);
+  if (shm_p2p_) shm_p2p_->Abort(c);
   backend_->Abort(c);
 }
 
@@ -288,15 +298,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
               "tpu_dist: send to invalid rank ", dst_rank);
   at::Tensor t = tensors[0];
   ValueOrThrow(ToDataType(t.scalar_type(), "send"));
-  if (p2p_) {
+  if (p2p_ || shm_p2p_) {
     auto work = c10::make_intrusive<TpuDistWork>(rank_, c10d::OpType::SEND, tensors,
                                                  options_.timeout);
     absl::Status s;
     try {
       at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
-      s = p2p_->Send(*store_, dst_rank, tag,
-                     absl::MakeConstSpan(static_cast<const uint8_t*>(buf.data_ptr()), buf.nbytes()),
-                     absl::Now() + absl::FromChrono(options_.timeout));
+      const auto bytes =
+          absl::MakeConstSpan(static_cast<const uint8_t*>(buf.data_ptr()), buf.nbytes());
+      const absl::Time deadline = absl::Now() + absl::FromChrono(options_.timeout);
+      s = OnMyHost(dst_rank)
+              ? shm_p2p_->Send(layout_.local_index[dst_rank], tag, bytes, deadline)
+              : p2p_->Send(*store_, dst_rank, tag, bytes, deadline);
     } catch (const std::exception& e) {
       s = absl::InternalError(absl::StrCat("send on rank ", rank_, " to rank ", dst_rank, ": ",
                                            ::tpudist::collectives::ExceptionMessage(e)));
@@ -334,15 +347,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
   at::Tensor t = tensors[0];
   ValueOrThrow(ToDataType(t.scalar_type(), "recv"));
   std::lock_guard<std::mutex> lock(issue_mu_);
-  if (p2p_) {
+  if (p2p_ || shm_p2p_) {
     tcp::TcpP2p* p2p = p2p_.get();
+    shm::ShmP2p* local = OnMyHost(src_rank) ? shm_p2p_.get() : nullptr;
+    const int local_src = layout_.local_index[src_rank];
     return Enqueue("recv", c10d::OpType::RECV, options_.timeout, t.nbytes(),
-                   /*caller_waits=*/false, tensors, [t, src_rank, tag, p2p](CollectiveBackend&, const OpContext& ctx) mutable {
+                   /*caller_waits=*/false, tensors,
+                   [t, src_rank, local_src, tag, p2p, local](CollectiveBackend&,
+                                                             const OpContext& ctx) mutable {
                      at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
-                     absl::Status s = p2p->Recv(
-                         src_rank, tag,
-                         absl::MakeSpan(static_cast<uint8_t*>(buf.data_ptr()), buf.nbytes()),
-                         ctx.start + ctx.timeout);
+                     const auto bytes =
+                         absl::MakeSpan(static_cast<uint8_t*>(buf.data_ptr()), buf.nbytes());
+                     const absl::Time deadline = ctx.start + ctx.timeout;
+                     absl::Status s = local != nullptr
+                                          ? local->Recv(local_src, tag, bytes, deadline)
+                                          : p2p->Recv(src_rank, tag, bytes, deadline);
                      if (s.ok()) CopyBackIfNeeded(t, buf);
                      return s;
                    });

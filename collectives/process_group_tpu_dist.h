@@ -42,12 +42,14 @@
 // (cross-rank mismatch, peer death, timeout) fail the Work on every rank and
 // poison the group: later ops fail fast with the same cause.
 //
-// send/recv use a TCP connection per ordered pair of ranks, made at the
-// first send between them (collectives/tcp/tcp_p2p.h; loopback inside a
-// host), authenticated with the job secret like the mesh, and never occupy
-// the collective queue: send is buffered (the receiver drains its sockets
-// into per-(peer, tag) queues) and completes on the calling thread once its
-// bytes are in the kernel; each recv waits on a second worker thread of its
+// send/recv between ranks of one host go through shared memory (a ring per
+// ordered pair in the host's shm segments, collectives/shm/p2p.h); between
+// hosts over a TCP connection per ordered pair of ranks, made at the first
+// send between them (collectives/tcp/tcp_p2p.h), authenticated with the job
+// secret like the mesh. Neither occupies the collective queue: send is
+// buffered (the receiver's reader thread drains its rings / sockets into
+// per-(peer, tag) queues) and completes on the calling thread once its
+// bytes are in the ring / the kernel; each recv waits on a second worker thread of its
 // own (p2p), in issue order. So a pending recv delays neither collectives
 // nor sends (batch_isend_irecv with the irecv first completes on every
 // rank). Messages of one (peer, tag) arrive in send order. With
@@ -77,6 +79,7 @@
 #include "collectives/host_layout.h"
 #include "collectives/op_worker.h"
 #include "collectives/shm/communicator.h"
+#include "collectives/shm/p2p.h"
 #include "collectives/tcp/tcp_p2p.h"
 #include "torch/csrc/distributed/c10d/Backend.hpp"
 #include "torch/csrc/distributed/c10d/Store.hpp"
@@ -134,6 +137,9 @@ class ProcessGroupTpuDist : public c10d::Backend {
     // connections: slower by 10x or more; for stores-only environments and
     // the benchmark's comparison.
     bool p2p_over_store = false;
+    // send/recv between ranks of one host through shared memory (shm/p2p.h);
+    // false: over TCP like those between hosts.
+    bool shm_p2p = true;
   };
 
   // Collective over `store`; see the file comment. Throws c10::Error when the
@@ -281,6 +287,11 @@ class ProcessGroupTpuDist : public c10d::Backend {
   uint32_t NextSeq() { return ++op_seq_; }
   // Per-(peer, tag) message counter for send/recv keys.
   int64_t NextP2pIndex(const std::string& channel);
+  // Whether send/recv with `peer` go through shm_p2p_ (same host) rather
+  // than p2p_ (TCP).
+  bool OnMyHost(int peer) const {
+    return shm_p2p_ != nullptr && layout_.host_of_rank[peer] == layout_.host_of_rank[rank_];
+  }
 
   Options options_;
   c10::intrusive_ptr<c10d::Store> store_;  // namespaced by group name
@@ -296,6 +307,9 @@ class ProcessGroupTpuDist : public c10d::Backend {
   // send/recv connections; null with Options::p2p_over_store. Outlives
   // p2p_worker_ (the destructor resets it last).
   std::unique_ptr<tcp::TcpP2p> p2p_;
+  // send/recv among this host's ranks; null without Options::shm_p2p (or
+  // with p2p_over_store). Uses backend_'s communicator: reset before it.
+  std::unique_ptr<shm::ShmP2p> shm_p2p_;
   std::unique_ptr<OpWorker> p2p_worker_;      // recv waits; joined after worker_
   std::unique_ptr<OpWorker> worker_;          // last: joined first
 };

@@ -75,6 +75,10 @@ struct Communicator::Control {
   // phase however many peers are late, and the last to arrive wakes all.
   alignas(64) std::atomic<uint32_t> arrivals;
   alignas(64) std::atomic<uint32_t> arrival_waiters;
+  // Point-to-point (p2p.h): senders bump the receiver's doorbell.
+  alignas(64) std::atomic<uint32_t> p2p_doorbell;
+  std::atomic<uint32_t> p2p_doorbell_waiters;
+  int64_t p2p_ring_bytes;  // layout parameter, checked by every peer
   char reason[1024];
 };
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex needs 32-bit words");
@@ -93,6 +97,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     c10d::Store& store, int rank, int size, const CommOptions& requested) {
   const CommOptions options = Resolve(requested, size);
   static_assert(sizeof(Control) <= kControlBytes, "Control too large");
+  if (options.p2p_ring_bytes != 0 && options.p2p_ring_bytes < 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shm communicator needs p2p_ring_bytes 0 (no rings) or >= 4096; got ",
+        options.p2p_ring_bytes));
+  }
   if (options.num_slots < 2 || options.slot_bytes < 64 * size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shm communicator needs num_slots >= 2 and slot_bytes >= 64 * world (",
@@ -100,7 +109,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
         options.slot_bytes, " bytes"));
   }
   std::unique_ptr<Communicator> comm(new Communicator(rank, size, options));
-  const size_t bytes = kControlBytes + comm->slot_stride_ * options.num_slots;
+  const size_t bytes = kControlBytes + comm->slot_stride_ * options.num_slots +
+                       comm->ring_stride() * (options.p2p_ring_bytes > 0 ? size : 0);
   const auto timeout = ToChrono(options.setup_timeout);
   try {
     // Rank 0 picks the name prefix: its job id plus a random nonce, which
@@ -127,6 +137,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     me->slot_bytes = options.slot_bytes;
     me->num_slots = options.num_slots;
     me->world = size;
+    me->p2p_ring_bytes = options.p2p_ring_bytes;
     me->magic = kMagic;
     comm->segments_[rank] = std::move(*own);
     store.set(absl::StrCat("shm/ready/", rank), Bytes("1"));
@@ -140,12 +151,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
         return absl::InternalError(absl::StrCat("segment ", name(r), " has a bad magic"));
       }
       if (pc->slot_bytes != options.slot_bytes || pc->num_slots != options.num_slots ||
-          pc->world != size || pc->rank != r) {
+          pc->world != size || pc->rank != r || pc->p2p_ring_bytes != options.p2p_ring_bytes) {
         return absl::InvalidArgumentError(absl::StrCat(
             "shm setup of group '", options.group_name, "' on rank ", rank,
             ": rank ", r, " uses ", pc->num_slots, " slots of ", pc->slot_bytes,
-            " bytes for world ", pc->world, ", this rank ", options.num_slots,
-            " slots of ", options.slot_bytes, " bytes for world ", size));
+            " bytes and p2p rings of ", pc->p2p_ring_bytes, " bytes for world ", pc->world,
+            ", this rank ", options.num_slots, " slots of ", options.slot_bytes,
+            " bytes and p2p rings of ", options.p2p_ring_bytes, " bytes for world ", size));
       }
       comm->segments_[r] = std::move(*peer);
     }
@@ -180,6 +192,34 @@ const OpHeader* Communicator::peer_header(int r) const {
   return reinterpret_cast<const OpHeader*>(slot(r, phase_));
 }
 
+size_t Communicator::ring_stride() const {
+  return kP2pRingControlBytes + ((options_.p2p_ring_bytes + 63) & ~int64_t{63});
+}
+
+P2pRing Communicator::p2p_ring(int src, int dst) const {
+  char* ring = static_cast<char*>(segments_[src]->data()) + kControlBytes +
+               slot_stride_ * options_.num_slots + ring_stride() * dst;
+  return P2pRing(reinterpret_cast<P2pRingControl*>(ring), ring + kP2pRingControlBytes,
+                 static_cast<uint64_t>(options_.p2p_ring_bytes));
+}
+
+std::atomic<uint32_t>* Communicator::p2p_doorbell(int r) const {
+  return &control(r)->p2p_doorbell;
+}
+
+std::atomic<uint32_t>* Communicator::p2p_doorbell_waiters(int r) const {
+  return &control(r)->p2p_doorbell_waiters;
+}
+
+absl::Status Communicator::PeerAlive(int r) const {
+  const Control* c = control(r);
+  if (c->pid != getpid() && ProcessDead(c->pid)) {
+    return absl::UnavailableError(
+        absl::StrCat("peer rank ", Label(r), " (pid ", c->pid, ") died"));
+  }
+  return absl::OkStatus();
+}
+
 int Communicator::Label(int r) const {
   return r < static_cast<int>(options_.rank_labels.size()) ? options_.rank_labels[r] : r;
 }
@@ -190,11 +230,7 @@ absl::Status Communicator::PeerHealth(int r) const {
     return absl::AbortedError(absl::StrCat("peer rank ", Label(r), " aborted: ",
                                            std::string(c->reason, strnlen(c->reason, sizeof(c->reason)))));
   }
-  if (c->pid != getpid() && ProcessDead(c->pid)) {
-    return absl::UnavailableError(
-        absl::StrCat("peer rank ", Label(r), " (pid ", c->pid, ") died"));
-  }
-  return absl::OkStatus();
+  return PeerAlive(r);
 }
 
 absl::Status Communicator::WaitPeer(int r, uint32_t target, const OpContext& ctx,

@@ -3,9 +3,13 @@
 //
 // Segment layout (per rank):
 //   Control   {magic, pid, rank, phase word, sleeper count, abort word,
-//              arrival count and its sleepers (rank 0's only), abort
-//              reason}                             -- one 4 KiB page
+//              arrival count and its sleepers (rank 0's only), p2p doorbell
+//              and its sleepers, abort reason}     -- one 4 KiB page
 //   Slot[K]   {OpHeader (256 B), data (slot_bytes)} -- K = options.num_slots
+//   Ring[W]   {P2pRingControl, data (p2p_ring_bytes)} -- ring d carries this
+//              rank's point-to-point messages to rank d (p2p.h); none when
+//              p2p_ring_bytes is 0. Untouched rings cost no memory (tmpfs
+//              pages are allocated on first write).
 //
 // Phase protocol. Every collective is a sequence of phases; every rank runs
 // every phase of every op (ranks with nothing to send still publish), so all
@@ -54,6 +58,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "collectives/core/op_header.h"
+#include "collectives/shm/p2p_ring.h"
 #include "collectives/shm/segment.h"
 #include "collectives/shm/wait.h"
 
@@ -92,6 +97,12 @@ struct CommOptions {
   // SawForeignLoad() always true (tests and experiments: the paths taken
   // next to a busy load, e.g. broadcast's streaming chunks).
   bool assume_foreign_load = false;
+  // Bytes of each point-to-point ring (p2p.h; at least 4096), or 0: no
+  // rings (point-to-point then goes over TCP). The same on every rank.
+  // 1 MiB: a 1 MiB message goes in at once, and 16 MiB ping-pong at 2 ranks
+  // took 5.3-5.7 ms against 9.3-10.2 with 256 KiB rings (bench/README.md,
+  // Goal 5). Only the rings a rank sends on take memory.
+  int64_t p2p_ring_bytes = 1 << 20;
   // Rank numbers used in error messages: rank_labels[r] names local rank r
   // (the multi-host path passes group ranks); empty = local numbering.
   std::vector<int> rank_labels;
@@ -157,6 +168,22 @@ class Communicator {
   uint64_t phase() const { return phase_; }
   int num_slots() const { return options_.num_slots; }
 
+  // Point-to-point rings and doorbells, for ShmP2p (p2p.h). Unlike the rest,
+  // thread-safe: plain views of shared memory, independent of the phases.
+  // p2p_ring(src, dst): the ring of local rank src's messages to dst (in
+  // src's segment). p2p_doorbell(r): bumped (BumpSeq) by every sender after
+  // writing into a ring to r; r's reader sleeps on it.
+  // REQUIRES: p2p_ring_bytes() > 0, src != dst, ranks in [0, size()).
+  int64_t p2p_ring_bytes() const { return options_.p2p_ring_bytes; }
+  P2pRing p2p_ring(int src, int dst) const;
+  std::atomic<uint32_t>* p2p_doorbell(int r) const;
+  std::atomic<uint32_t>* p2p_doorbell_waiters(int r) const;
+  // OK while local rank r's process runs; Unavailable naming it (its group
+  // rank) and its pid once it died. Thread-safe.
+  absl::Status PeerAlive(int r) const;
+  // The group rank that names local rank r in messages. Thread-safe.
+  int Label(int r) const;  // options_.rank_labels[r], or r
+
   // Compares every rank's header of the current phase with ours; on mismatch
   // poisons and returns InvalidArgument listing each rank's header. Every rank
   // sees the same headers, so every rank fails with the same message. Also
@@ -180,7 +207,7 @@ class Communicator {
   absl::Status WaitPeer(int r, uint32_t target, const OpContext& ctx,
                         const char* what);
   absl::Status PeerHealth(int r) const;
-  int Label(int r) const;  // options_.rank_labels[r], or r
+  size_t ring_stride() const;
 
   int rank_;
   int size_;

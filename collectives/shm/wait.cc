@@ -148,6 +148,13 @@ void PublishSeq(std::atomic<uint32_t>* word, std::atomic<uint32_t>* waiters,
   }
 }
 
+void BumpSeq(std::atomic<uint32_t>* word, std::atomic<uint32_t>* waiters) {
+  word->fetch_add(1, std::memory_order_seq_cst);
+  if (waiters->load(std::memory_order_seq_cst) != 0) {
+    Futex(word, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+}
+
 void WakeAll(std::atomic<uint32_t>* word) {
   Futex(word, FUTEX_WAKE, INT_MAX, nullptr);
 }

@@ -133,6 +133,10 @@ absl::Status WaitForSeq(const std::atomic<uint32_t>* word,
 void PublishSeq(std::atomic<uint32_t>* word, std::atomic<uint32_t>* waiters,
                 uint32_t value);
 
+// Adds one to `word` (any number of writers) and wakes its sleepers, if any:
+// a doorbell that waiters watch with WaitForSeq(word, waiters, seen + 1, ...).
+void BumpSeq(std::atomic<uint32_t>* word, std::atomic<uint32_t>* waiters);
+
 // Wakes every sleeper on `word` unconditionally (used after setting an abort
 // flag so sleepers re-run their checks promptly).
 void WakeAll(std::atomic<uint32_t>* word);

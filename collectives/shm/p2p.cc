@@ -1,0 +1,179 @@
+#include "collectives/shm/p2p.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/shm/wait.h"
+
+namespace tpudist::collectives::shm {
+namespace {
+
+// Waits of both sides: the group's spin / yield stages, then the futex; no
+// yield gate (that belongs to the collectives' thread).
+WaitPolicy P2pPolicy(const Communicator& comm) {
+  WaitPolicy p = comm.wait_policy();
+  p.adaptive_yield = false;
+  return p;
+}
+
+}  // namespace
+
+ShmP2p::ShmP2p(Communicator* comm)
+    : comm_(comm),
+      rank_(comm->rank()),
+      size_(comm->size()),
+      send_error_(comm->size()),
+      inbound_(comm->size()),
+      in_(comm->size()) {
+  for (int r = 0; r < size_; ++r) send_mu_.push_back(std::make_unique<absl::Mutex>());
+  reader_ = std::thread([this] { ReadLoop(); });
+}
+
+ShmP2p::~ShmP2p() {
+  Abort(absl::CancelledError(absl::StrCat(Context(), ": shut down")));
+  stop_.store(true, std::memory_order_release);
+  BumpSeq(comm_->p2p_doorbell(rank_), comm_->p2p_doorbell_waiters(rank_));
+  reader_.join();
+}
+
+std::string ShmP2p::Context() const {
+  return absl::StrCat("shm p2p rank ", comm_->Label(rank_));
+}
+
+void ShmP2p::Abort(const absl::Status& cause) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_.ok()) aborted_ = cause.ok() ? absl::AbortedError("aborted") : cause;
+    cv_.SignalAll();
+  }
+  aborted_flag_.store(true, std::memory_order_release);
+  BumpSeq(comm_->p2p_doorbell(rank_), comm_->p2p_doorbell_waiters(rank_));  // the reader
+}
+
+absl::Status ShmP2p::Send(int dst, int tag, absl::Span<const uint8_t> data,
+                          absl::Time deadline) {
+  if (dst < 0 || dst >= size_ || dst == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat(Context(), ": send to invalid local rank ", dst));
+  }
+  const absl::Time start = absl::Now();
+  absl::MutexLock send_lock(send_mu_[dst].get());
+  if (!send_error_[dst].ok()) return send_error_[dst];
+  if (aborted_flag_.load(std::memory_order_acquire)) {
+    absl::MutexLock lock(&mu_);
+    return aborted_;
+  }
+  P2pRing ring = comm_->p2p_ring(rank_, dst);
+  P2pRingControl* rc = ring.control();
+  const FrameHeader header{kFrameMagic, tag, data.size()};
+  const uint8_t* parts[2] = {reinterpret_cast<const uint8_t*>(&header), data.data()};
+  const uint64_t sizes[2] = {sizeof(header), data.size()};
+  const WaitPolicy policy = P2pPolicy(*comm_);
+  bool wrote = false;
+  for (int part = 0; part < 2; ++part) {
+    uint64_t done = 0;
+    while (done < sizes[part]) {
+      const uint32_t seen = rc->consumed.load(std::memory_order_acquire);
+      const uint64_t n = ring.Write(parts[part] + done, sizes[part] - done);
+      if (n > 0) {
+        done += n;
+        wrote = true;
+        BumpSeq(comm_->p2p_doorbell(dst), comm_->p2p_doorbell_waiters(dst));
+        continue;
+      }
+      // The ring is full: wait for the receiver's reader to consume.
+      absl::Status s = WaitForSeq(&rc->consumed, &rc->consumed_waiters, seen + 1, deadline,
+                                  policy, nullptr, [&] {
+                                    if (aborted_flag_.load(std::memory_order_acquire)) {
+                                      absl::MutexLock lock(&mu_);
+                                      return aborted_;
+                                    }
+                                    return comm_->PeerAlive(dst);
+                                  });
+      if (s.ok()) continue;
+      const std::string what = absl::StrCat(
+          Context(), ": send to peer rank ", comm_->Label(dst), " (tag ", tag, ", ", data.size(),
+          " bytes) after ", absl::FormatDuration(absl::Now() - start), ", ",
+          done + (part == 1 ? sizeof(header) : 0), " bytes of the frame written");
+      s = absl::IsDeadlineExceeded(s)
+              ? absl::DeadlineExceededError(absl::StrCat(
+                    what, ": timed out with the receiver's ring full (is it alive and "
+                          "draining?)"))
+              : absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+      if (wrote) send_error_[dst] = s;  // a partial frame: the stream is broken
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmP2p::Recv(int src, int tag, absl::Span<uint8_t> data, absl::Time deadline) {
+  if (src < 0 || src >= size_ || src == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat(Context(), ": recv from invalid local rank ", src));
+  }
+  const absl::Time start = absl::Now();
+  const std::string what = absl::StrCat(Context(), ": recv from peer rank ", comm_->Label(src),
+                                        " (tag ", tag, ", ", data.size(), " bytes)");
+  Message m;
+  Posted posted;
+  posted.tag = tag;
+  posted.data = data;
+  posted.deadline = deadline;
+  {
+    absl::MutexLock lock(&mu_);
+    InPeer& in = in_[src];
+    if (in.posted == nullptr) in.posted = &posted;
+    ++in.waiting;
+    auto leave = [&] {
+      --in.waiting;
+      if (in.posted == &posted) in.posted = nullptr;
+    };
+    while (true) {
+      if (posted.state == Posted::kDone) {
+        leave();
+        if (!posted.status.ok()) {
+          return absl::Status(posted.status.code(),
+                              absl::StrCat(what, ": ", posted.status.message()));
+        }
+        return absl::OkStatus();
+      }
+      if (posted.state == Posted::kFilling) {
+        // The reader is copying into `data`; it ends the frame (done, or
+        // failed by our deadline, an abort or the peer's death) shortly.
+        cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(kCheckEveryNs));
+        continue;
+      }
+      if (!aborted_.ok()) {
+        leave();
+        return aborted_;
+      }
+      auto q = in.queues.find(tag);
+      if (q != in.queues.end() && !q->second.empty()) {
+        leave();
+        m = std::move(q->second.front());
+        q->second.pop_front();
+        break;
+      }
+      if (!in.closed.ok()) {
+        leave();
+        return absl::UnavailableError(absl::StrCat(what, ": ", in.closed.message()));
+      }
+      if (absl::Now() >= deadline) {
+        leave();
+        return absl::DeadlineExceededError(absl::StrCat(
+            what, " timed out after ", absl::FormatDuration(absl::Now() - start),
+            " (no message with this tag arrived)"));
+      }
+      cv_.WaitWithDeadline(&mu_, deadline);
+    }
+  }
+  if (m.size != data.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(Context(), ": recv from peer rank ",
+                                                   comm_->Label(src), " (tag ", tag, "): expected ",
+                                                   data.size(), " bytes, the sender sent ", m.size));
+  }
+  if (m.size > 0) std::memcpy(data.data(), m.bytes.get(), m.size);
+  return absl::OkStatus();
+}
+
+}  // namespace tpudist::collectives::shm

@@ -1,0 +1,143 @@
+// ShmP2p: point-to-point messages (send/recv with a tag) between the ranks
+// of one host through shared memory: the Communicator's ring per ordered
+// pair (p2p_ring.h) instead of a loopback TCP connection. Same contract as
+// tcp::TcpP2p, which the process group keeps for ranks on other hosts:
+//
+//   * Send returns once the whole message is in the ring (it waits for space
+//     while the receiver drains) and never waits for the matching Recv:
+//     each rank runs a reader thread that drains its incoming rings into
+//     per-(peer, tag) queues, so two ranks that both send before they
+//     receive do not deadlock at any size. Messages of one pair arrive in
+//     order; a Recv takes the oldest queued message of (peer, tag).
+//   * A Recv already waiting when its message starts (nothing of that tag
+//     queued, same size) gets it copied straight from the ring into its
+//     buffer: two copies in all (sender -> ring -> receiver), no syscalls
+//     but futex wake-ups of sleepers.
+//   * A Recv of the wrong size fails InvalidArgument (the message is
+//     consumed). A peer that dies fails Recvs that wait on it, once what it
+//     had sent is consumed, and Sends blocked on its full ring (Unavailable
+//     naming it); deadlines bound every wait; Abort() fails everything
+//     within a futex slice. A Send that fails after writing part of a
+//     message leaves that pair's stream broken: later Sends to that peer
+//     fail with the same status.
+//
+// Wire format in a ring: a 16-byte frame header {magic, tag, byte count},
+// then the payload, both streamed through as space frees up.
+//
+// Ranks are the Communicator's local ranks; messages name them by their
+// labels (group ranks). Ownership: `comm` is not owned and must outlive this
+// object. Thread-safety: Send, Recv and Abort are thread-safe; Sends to one
+// peer are serialised.
+#ifndef TPU_DIST_COLLECTIVES_SHM_P2P_H_
+#define TPU_DIST_COLLECTIVES_SHM_P2P_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "collectives/shm/communicator.h"
+
+namespace tpudist::collectives::shm {
+
+class ShmP2p {
+ public:
+  // Starts the reader thread. REQUIRES: comm->p2p_ring_bytes() > 0.
+  explicit ShmP2p(Communicator* comm);
+  // Fails pending calls (Cancelled) and joins the reader.
+  ~ShmP2p();
+  ShmP2p(const ShmP2p&) = delete;
+  ShmP2p& operator=(const ShmP2p&) = delete;
+
+  // Sends `data` to local rank `dst` under `tag`. REQUIRES: dst != rank().
+  absl::Status Send(int dst, int tag, absl::Span<const uint8_t> data, absl::Time deadline);
+  // Receives the next message from local rank `src` under `tag` into `data`,
+  // which must be its exact size.
+  absl::Status Recv(int src, int tag, absl::Span<uint8_t> data, absl::Time deadline);
+  // Fails in-flight and later Send/Recv with `cause`. Idempotent.
+  void Abort(const absl::Status& cause);
+
+ private:
+  static constexpr uint32_t kFrameMagic = 0x31703270;  // "p2p1"
+  // How often the reader looks at stalled frames and dead peers, and how
+  // long a Recv being filled waits between looks at its state.
+  static constexpr int64_t kCheckEveryNs = 50'000'000;
+
+  struct Message {
+    std::unique_ptr<uint8_t[]> bytes;
+    uint64_t size = 0;
+  };
+  // A Recv waiting with nothing of its tag queued (see the class comment).
+  struct Posted {
+    int tag = 0;
+    absl::Span<uint8_t> data;
+    absl::Time deadline;
+    enum State { kWaiting, kFilling, kDone } state = kWaiting;
+    absl::Status status;  // once kDone
+  };
+  struct InPeer {
+    Posted* posted = nullptr;                   // recvs from one peer are serial
+    std::map<int, std::deque<Message>> queues;  // by tag
+    absl::Status closed;                        // the peer died / its stream broke
+    int waiting = 0;                            // Recvs waiting on this peer
+  };
+  struct FrameHeader {
+    uint32_t magic;
+    int32_t tag;
+    uint64_t bytes;
+  };
+  // The reader thread's state of one incoming ring (touched only by it).
+  struct Inbound {
+    bool in_frame = false;
+    FrameHeader header{};
+    uint64_t done = 0;
+    uint8_t* dst = nullptr;  // posted buffer or message bytes
+    Posted* posted = nullptr;
+    Message message;
+    bool dropping = false;  // the rest of this frame goes nowhere
+    bool broken = false;    // corrupt stream: drop everything from now on
+  };
+
+  // The reader thread (p2p_reader.cc).
+  void ReadLoop();
+  // Moves whatever ring src -> this rank holds along; true if it read bytes.
+  bool Drain(int src);
+  // Under mu_: where the frame just started goes (a posted Recv or a queue).
+  void StartFrame(int src, Inbound& in) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The frame of `in` is complete: delivers it (unless dropping).
+  void EndFrame(int src, Inbound& in);
+  // Fails the Recv being filled from `in` with `status`; the rest of the
+  // frame is dropped as it arrives.
+  void AbandonFrame(int src, Inbound& in, const absl::Status& status);
+  // When idle: fails a frame whose Recv's deadline passed or that Abort
+  // ended, and closes peers that died with nothing left in their ring.
+  void CheckStalled();
+  std::string Context() const;
+
+  Communicator* const comm_;
+  const int rank_;
+  const int size_;
+  std::vector<std::unique_ptr<absl::Mutex>> send_mu_;  // [size]
+  std::vector<absl::Status> send_error_;  // [size], guarded by send_mu_[d]
+  std::vector<Inbound> inbound_;           // [size], the reader's
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> aborted_flag_{false};
+
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // a message delivered, a frame ended, a peer closed, abort
+  std::vector<InPeer> in_ ABSL_GUARDED_BY(mu_);  // [size]
+  absl::Status aborted_ ABSL_GUARDED_BY(mu_);
+  std::thread reader_;
+};
+
+}  // namespace tpudist::collectives::shm
+
+#endif  // TPU_DIST_COLLECTIVES_SHM_P2P_H_
