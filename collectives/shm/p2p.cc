@@ -1,5 +1,6 @@
 #include "collectives/shm/p2p.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -7,17 +8,11 @@
 #include "collectives/shm/wait.h"
 
 namespace tpudist::collectives::shm {
-namespace {
-
-// Waits of both sides: the group's spin / yield stages, then the futex; no
-// yield gate (that belongs to the collectives' thread).
-WaitPolicy P2pPolicy(const Communicator& comm) {
-  WaitPolicy p = comm.wait_policy();
+WaitPolicy ShmP2p::Policy() const {
+  WaitPolicy p = comm_->wait_policy();
   p.adaptive_yield = false;
   return p;
 }
-
-}  // namespace
 
 ShmP2p::ShmP2p(Communicator* comm)
     : comm_(comm),
@@ -25,8 +20,12 @@ ShmP2p::ShmP2p(Communicator* comm)
       size_(comm->size()),
       send_error_(comm->size()),
       inbound_(comm->size()),
+      recv_draining_(new std::atomic<int>[comm->size()]()),
       in_(comm->size()) {
-  for (int r = 0; r < size_; ++r) send_mu_.push_back(std::make_unique<absl::Mutex>());
+  for (int r = 0; r < size_; ++r) {
+    send_mu_.push_back(std::make_unique<absl::Mutex>());
+    drain_mu_.push_back(std::make_unique<absl::Mutex>());
+  }
   reader_ = std::thread([this] { ReadLoop(); });
 }
 
@@ -68,7 +67,7 @@ absl::Status ShmP2p::Send(int dst, int tag, absl::Span<const uint8_t> data,
   const FrameHeader header{kFrameMagic, tag, data.size()};
   const uint8_t* parts[2] = {reinterpret_cast<const uint8_t*>(&header), data.data()};
   const uint64_t sizes[2] = {sizeof(header), data.size()};
-  const WaitPolicy policy = P2pPolicy(*comm_);
+  const WaitPolicy policy = Policy();
   bool wrote = false;
   for (int part = 0; part < 2; ++part) {
     uint64_t done = 0;
@@ -124,8 +123,10 @@ absl::Status ShmP2p::Recv(int src, int tag, absl::Span<uint8_t> data, absl::Time
     InPeer& in = in_[src];
     if (in.posted == nullptr) in.posted = &posted;
     ++in.waiting;
+    recv_draining_[src].fetch_add(1, std::memory_order_acq_rel);
     auto leave = [&] {
       --in.waiting;
+      recv_draining_[src].fetch_sub(1, std::memory_order_acq_rel);
       if (in.posted == &posted) in.posted = nullptr;
     };
     while (true) {
@@ -137,34 +138,45 @@ absl::Status ShmP2p::Recv(int src, int tag, absl::Span<uint8_t> data, absl::Time
         }
         return absl::OkStatus();
       }
-      if (posted.state == Posted::kFilling) {
-        // The reader is copying into `data`; it ends the frame (done, or
-        // failed by our deadline, an abort or the peer's death) shortly.
-        cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(kCheckEveryNs));
-        continue;
+      if (posted.state == Posted::kWaiting) {
+        if (!aborted_.ok()) {
+          leave();
+          return aborted_;
+        }
+        auto q = in.queues.find(tag);
+        if (q != in.queues.end() && !q->second.empty()) {
+          leave();
+          m = std::move(q->second.front());
+          q->second.pop_front();
+          break;
+        }
+        if (!in.closed.ok()) {
+          leave();
+          return absl::UnavailableError(absl::StrCat(what, ": ", in.closed.message()));
+        }
+        if (absl::Now() >= deadline) {
+          leave();
+          return absl::DeadlineExceededError(absl::StrCat(
+              what, " timed out after ", absl::FormatDuration(absl::Now() - start),
+              " (no message with this tag arrived)"));
+        }
       }
-      if (!aborted_.ok()) {
-        leave();
-        return aborted_;
+      // While a Recv waits on src, it drains src's ring itself (the reader
+      // thread leaves that ring alone): the message needs no hand-off between
+      // threads. The doorbell is read first, so whatever arrives after the
+      // drain rings it again and ends the sleep. A frame being filled that
+      // stalls is failed by the reader's checks (by our deadline, an abort,
+      // the peer's death), which ring the doorbell too.
+      const uint32_t bell = comm_->p2p_doorbell(rank_)->load(std::memory_order_acquire);
+      const bool filling = posted.state == Posted::kFilling;
+      mu_.Unlock();
+      if (!DrainLocked(src)) {
+        const absl::Time slice = absl::Now() + absl::Nanoseconds(kCheckEveryNs);
+        (void)WaitForSeq(comm_->p2p_doorbell(rank_), comm_->p2p_doorbell_waiters(rank_),
+                         bell + 1, filling ? slice : std::min(deadline, slice),
+                         Policy(), nullptr, [] { return absl::OkStatus(); });
       }
-      auto q = in.queues.find(tag);
-      if (q != in.queues.end() && !q->second.empty()) {
-        leave();
-        m = std::move(q->second.front());
-        q->second.pop_front();
-        break;
-      }
-      if (!in.closed.ok()) {
-        leave();
-        return absl::UnavailableError(absl::StrCat(what, ": ", in.closed.message()));
-      }
-      if (absl::Now() >= deadline) {
-        leave();
-        return absl::DeadlineExceededError(absl::StrCat(
-            what, " timed out after ", absl::FormatDuration(absl::Now() - start),
-            " (no message with this tag arrived)"));
-      }
-      cv_.WaitWithDeadline(&mu_, deadline);
+      mu_.Lock();
     }
   }
   if (m.size != data.size()) {

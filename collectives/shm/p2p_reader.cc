@@ -15,14 +15,14 @@ namespace tpudist::collectives::shm {
 void ShmP2p::ReadLoop() {
   std::atomic<uint32_t>* bell = comm_->p2p_doorbell(rank_);
   std::atomic<uint32_t>* bell_waiters = comm_->p2p_doorbell_waiters(rank_);
-  WaitPolicy policy = comm_->wait_policy();
-  policy.adaptive_yield = false;
+  const WaitPolicy policy = Policy();
   int64_t last_check = SteadyNanos();
   while (!stop_.load(std::memory_order_acquire)) {
     const uint32_t seen = bell->load(std::memory_order_acquire);
     bool progress = false;
     for (int src = 0; src < size_; ++src) {
-      if (src != rank_) progress = Drain(src) || progress;
+      if (src == rank_ || recv_draining_[src].load(std::memory_order_acquire) > 0) continue;
+      progress = DrainLocked(src) || progress;
     }
     const int64_t now = SteadyNanos();
     if (now - last_check >= kCheckEveryNs || aborted_flag_.load(std::memory_order_acquire)) {
@@ -35,6 +35,11 @@ void ShmP2p::ReadLoop() {
                      absl::Now() + absl::Nanoseconds(kCheckEveryNs), policy, nullptr,
                      [] { return absl::OkStatus(); });
   }
+}
+
+bool ShmP2p::DrainLocked(int src) {
+  absl::MutexLock lock(drain_mu_[src].get());
+  return Drain(src);
 }
 
 bool ShmP2p::Drain(int src) {
@@ -107,6 +112,8 @@ void ShmP2p::EndFrame(int src, Inbound& in) {
 }
 
 void ShmP2p::AbandonFrame(int src, Inbound& in, const absl::Status& status) {
+  // A Recv draining this ring itself sleeps on the doorbell, not on cv_.
+  BumpSeq(comm_->p2p_doorbell(rank_), comm_->p2p_doorbell_waiters(rank_));
   absl::MutexLock lock(&mu_);
   if (in.posted != nullptr) {
     in.posted->status = status;
@@ -123,6 +130,7 @@ void ShmP2p::CheckStalled() {
   const absl::Time now = absl::Now();
   for (int src = 0; src < size_; ++src) {
     if (src == rank_) continue;
+    absl::MutexLock drain_lock(drain_mu_[src].get());
     Inbound& in = inbound_[src];
     const bool ring_empty = comm_->p2p_ring(src, rank_).Available() == 0;
     bool watched = false;
@@ -155,6 +163,7 @@ void ShmP2p::CheckStalled() {
       absl::MutexLock lock(&mu_);
       in_[src].closed = alive;
       cv_.SignalAll();
+      BumpSeq(comm_->p2p_doorbell(rank_), comm_->p2p_doorbell_waiters(rank_));
     }
   }
 }
