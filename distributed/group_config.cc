@@ -130,6 +130,9 @@ absl::StatusOr<GroupConfig> ResolveGroupConfig(const tr::RankInfo* info, const t
   absl::StatusOr<std::optional<int>> load = tr::GetInt(env, "TPU_DIST_ASSUME_FOREIGN_LOAD", 0, 1);
   if (!load.ok()) return load.status();
   if (*load) o.shm_assume_foreign_load = **load == 1;
+  absl::StatusOr<std::optional<int>> shm_p2p = tr::GetInt(env, "TPU_DIST_SHM_P2P", 0, 1);
+  if (!shm_p2p.ok()) return shm_p2p.status();
+  if (*shm_p2p) o.shm_p2p = **shm_p2p == 1;
   absl::StatusOr<std::string> secret = tr::JobSecretFromEnv(env);
   if (!secret.ok()) return secret.status();
   o.job_secret = *secret;

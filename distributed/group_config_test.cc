@@ -106,6 +106,10 @@ TEST(GroupConfigTest, ShmTuningFromTheEnvironment) {
   EXPECT_EQ(c.tpu_dist.shm_slot_bytes, 0);
   EXPECT_EQ(c.tpu_dist.shm_num_slots, 0);
   EXPECT_EQ(c.tpu_dist.small_allreduce_bytes, 64 << 10);
+  EXPECT_TRUE(c.tpu_dist.shm_p2p);
+  EXPECT_FALSE(Resolve(nullptr, {{"TPU_DIST_SHM_P2P", "0"}}).tpu_dist.shm_p2p);
+  EXPECT_TRUE(Resolve(nullptr, {{"TPU_DIST_SHM_P2P", "1"}}).tpu_dist.shm_p2p);
+  EXPECT_THAT(ErrorOf(nullptr, {{"TPU_DIST_SHM_P2P", "2"}}), HasSubstr("TPU_DIST_SHM_P2P"));
   c = Resolve(nullptr, {{"TPU_DIST_ASSUME_FOREIGN_LOAD", "1"},
                         {"TPU_DIST_SHM_SLOT_BYTES", "256"},
                         {"TPU_DIST_SHM_SLOTS", "8"},

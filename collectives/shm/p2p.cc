@@ -10,8 +10,13 @@
 namespace tpudist::collectives::shm {
 WaitPolicy ShmP2p::Policy() const {
   WaitPolicy p = comm_->wait_policy();
-  p.adaptive_yield = false;
+  p.yield_iters = std::max(p.yield_iters, 512);
   return p;
+}
+
+YieldGate* ShmP2p::ThreadGate() {
+  thread_local YieldGate gate;
+  return &gate;
 }
 
 ShmP2p::ShmP2p(Communicator* comm)
@@ -82,7 +87,7 @@ absl::Status ShmP2p::Send(int dst, int tag, absl::Span<const uint8_t> data,
       }
       // The ring is full: wait for the receiver's reader to consume.
       absl::Status s = WaitForSeq(&rc->consumed, &rc->consumed_waiters, seen + 1, deadline,
-                                  policy, nullptr, [&] {
+                                  policy, ThreadGate(), [&] {
                                     if (aborted_flag_.load(std::memory_order_acquire)) {
                                       absl::MutexLock lock(&mu_);
                                       return aborted_;
@@ -174,7 +179,7 @@ absl::Status ShmP2p::Recv(int src, int tag, absl::Span<uint8_t> data, absl::Time
         const absl::Time slice = absl::Now() + absl::Nanoseconds(kCheckEveryNs);
         (void)WaitForSeq(comm_->p2p_doorbell(rank_), comm_->p2p_doorbell_waiters(rank_),
                          bell + 1, filling ? slice : std::min(deadline, slice),
-                         Policy(), nullptr, [] { return absl::OkStatus(); });
+                         Policy(), ThreadGate(), [] { return absl::OkStatus(); });
       }
       mu_.Lock();
     }

@@ -109,11 +109,15 @@ class ShmP2p {
     bool broken = false;    // corrupt stream: drop everything from now on
   };
 
-  // Every wait here: the group's spin and yield stages, then the futex (the
-  // yields matter: a futex sleep on an idle virtual CPU halts it, and waking
-  // it costs tens of microseconds: 1 MiB in-process ping-pong 751 -> 163 us
-  // one-way); no yield gate (that is the collectives' thread's).
+  // Every wait here: the group's spin stage, up to 512 yields, then the
+  // futex. The yields matter: a futex sleep on an idle virtual CPU halts it,
+  // and waking it costs tens of microseconds (1 MiB in-process ping-pong
+  // 751 -> 163 us one-way with 64 yields; p2p_bench 8 B 25-76 -> 3.7 us, 16
+  // MiB 4.8-5.1 -> 2.8-2.9 ms with 512). Adaptive, as the collectives'
+  // (wait.h): yields that hand whole time slices to a foreign busy process
+  // close the calling thread's gate (ThreadGate) and leave the futex alone.
   WaitPolicy Policy() const;
+  static YieldGate* ThreadGate();  // this thread's, for every ShmP2p
   // The reader thread (p2p_reader.cc).
   void ReadLoop();
   // Moves whatever ring src -> this rank holds along; true if it read bytes.

@@ -32,7 +32,7 @@ void ShmP2p::ReadLoop() {
     if (progress) continue;
     // Sleep until a sender rings (or the next check is due).
     (void)WaitForSeq(bell, bell_waiters, seen + 1,
-                     absl::Now() + absl::Nanoseconds(kCheckEveryNs), policy, nullptr,
+                     absl::Now() + absl::Nanoseconds(kCheckEveryNs), policy, ThreadGate(),
                      [] { return absl::OkStatus(); });
   }
 }
