@@ -312,6 +312,36 @@ TEST_P(P2pTest, AbortInterruptsASendBlockedOnAPeerThatDoesNotRead) {
   EXPECT_THAT(ShmEntries("tpud_" + job), IsEmpty());
 }
 
+// 2 emulated hosts x 2 ranks: every rank sends two messages (4 B and
+// 3 MiB, past a 1 MiB ring and the socket buffers) to every other rank
+// before receiving any, so pairs on one host go through shm and the others
+// over TCP in the same group; every message arrives intact.
+TEST(P2pMixedTest, SameHostPairsOverShmOthersOverTcpInOneGroup) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("p2pmix");
+  RunThreads(4, [&](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 4,
+                                                       P2pOptions(job, "0011", rank));
+    for (int64_t numel : {int64_t{1}, int64_t{786432}}) {
+      for (int dst = 0; dst < 4; ++dst) {
+        if (dst == rank) continue;
+        std::vector<at::Tensor> t = {Message(rank, dst, static_cast<int>(numel % 7), numel)};
+        pg->send(t, dst, 3)->wait();
+      }
+    }
+    for (int src = 0; src < 4; ++src) {
+      if (src == rank) continue;
+      for (int64_t numel : {int64_t{1}, int64_t{786432}}) {
+        std::vector<at::Tensor> t = {at::empty({numel}, at::kInt)};
+        pg->recv(t, src, 3)->wait();
+        EXPECT_TRUE(at::equal(t[0], Message(src, rank, static_cast<int>(numel % 7), numel)))
+            << "from " << src << " numel " << numel;
+      }
+    }
+    pg->barrier()->wait();
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Hosts, P2pTest, ::testing::Values("00", "01"),
                          [](const auto& info) {
                            return info.param == "00" ? std::string("OneHost")
