@@ -37,7 +37,7 @@ ShmP2p::ShmP2p(Communicator* comm)
 ShmP2p::~ShmP2p() {
   Abort(absl::CancelledError(absl::StrCat(Context(), ": shut down")));
   stop_.store(true, std::memory_order_release);
-  BumpSeq(comm_->p2p_doorbell(rank_), comm_->p2p_doorbell_waiters(rank_));
+  WakeRecvs();
   reader_.join();
 }
 
@@ -45,14 +45,17 @@ std::string ShmP2p::Context() const {
   return absl::StrCat("shm p2p rank ", comm_->Label(rank_));
 }
 
+void ShmP2p::WakeRecvs() {
+  BumpSeq(comm_->p2p_doorbell(rank_), comm_->p2p_doorbell_waiters(rank_));
+}
+
 void ShmP2p::Abort(const absl::Status& cause) {
   {
     absl::MutexLock lock(&mu_);
     if (aborted_.ok()) aborted_ = cause.ok() ? absl::AbortedError("aborted") : cause;
-    cv_.SignalAll();
   }
   aborted_flag_.store(true, std::memory_order_release);
-  BumpSeq(comm_->p2p_doorbell(rank_), comm_->p2p_doorbell_waiters(rank_));  // the reader
+  WakeRecvs();  // and the reader, which fails frames being filled
 }
 
 absl::Status ShmP2p::Send(int dst, int tag, absl::Span<const uint8_t> data,
@@ -168,10 +171,11 @@ absl::Status ShmP2p::Recv(int src, int tag, absl::Span<uint8_t> data, absl::Time
       }
       // While a Recv waits on src, it drains src's ring itself (the reader
       // thread leaves that ring alone): the message needs no hand-off between
-      // threads. The doorbell is read first, so whatever arrives after the
-      // drain rings it again and ends the sleep. A frame being filled that
-      // stalls is failed by the reader's checks (by our deadline, an abort,
-      // the peer's death), which ring the doorbell too.
+      // threads. The doorbell is read under mu_, before the drain: whatever
+      // arrives later, and every state change made under mu_ since (WakeRecvs),
+      // rings it again and ends the sleep. A frame being filled that stalls
+      // is failed by the reader's checks (by our deadline, an abort, the
+      // peer's death).
       const uint32_t bell = comm_->p2p_doorbell(rank_)->load(std::memory_order_acquire);
       const bool filling = posted.state == Posted::kFilling;
       mu_.Unlock();

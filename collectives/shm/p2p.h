@@ -136,6 +136,8 @@ class ShmP2p {
   // ended, and closes peers that died with nothing left in their ring.
   void CheckStalled();
   std::string Context() const;
+  // Bumps this rank's doorbell: wakes Recvs (and the reader) asleep on it.
+  void WakeRecvs();
 
   Communicator* const comm_;
   const int rank_;
@@ -152,8 +154,11 @@ class ShmP2p {
   std::atomic<bool> stop_{false};
   std::atomic<bool> aborted_flag_{false};
 
+  // Guards in_ and aborted_. Recvs wait on this rank's doorbell (they drain
+  // their ring themselves), so every change a Recv waits for -- a message
+  // queued or a frame ended while it waits, a peer closed, abort -- is made
+  // under mu_ and followed by WakeRecvs().
   absl::Mutex mu_;
-  absl::CondVar cv_;  // a message delivered, a frame ended, a peer closed, abort
   std::vector<InPeer> in_ ABSL_GUARDED_BY(mu_);  // [size]
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   std::thread reader_;

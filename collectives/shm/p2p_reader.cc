@@ -15,7 +15,9 @@ namespace tpudist::collectives::shm {
 void ShmP2p::ReadLoop() {
   std::atomic<uint32_t>* bell = comm_->p2p_doorbell(rank_);
   std::atomic<uint32_t>* bell_waiters = comm_->p2p_doorbell_waiters(rank_);
-  const WaitPolicy policy = Policy();
+  // The group's own policy (64 yields): the reader is on no one's critical
+  // path when a Recv waits (that Recv drains its ring itself).
+  const WaitPolicy policy = comm_->wait_policy();
   int64_t last_check = SteadyNanos();
   while (!stop_.load(std::memory_order_acquire)) {
     const uint32_t seen = bell->load(std::memory_order_acquire);
@@ -58,7 +60,7 @@ bool ShmP2p::Drain(int src) {
         in_[src].closed = absl::InternalError(absl::StrCat(
             "the stream from peer rank ", comm_->Label(src), " is corrupt (frame magic ",
             in.header.magic, ")"));
-        cv_.SignalAll();
+        WakeRecvs();
         continue;
       }
       in.in_frame = true;
@@ -108,12 +110,10 @@ void ShmP2p::EndFrame(int src, Inbound& in) {
   in.dst = nullptr;
   in.dropping = false;
   in.message = Message();
-  cv_.SignalAll();
+  if (in_[src].waiting > 0) WakeRecvs();
 }
 
 void ShmP2p::AbandonFrame(int src, Inbound& in, const absl::Status& status) {
-  // A Recv draining this ring itself sleeps on the doorbell, not on cv_.
-  BumpSeq(comm_->p2p_doorbell(rank_), comm_->p2p_doorbell_waiters(rank_));
   absl::MutexLock lock(&mu_);
   if (in.posted != nullptr) {
     in.posted->status = status;
@@ -123,7 +123,7 @@ void ShmP2p::AbandonFrame(int src, Inbound& in, const absl::Status& status) {
   in.dst = nullptr;
   in.dropping = true;
   in.message = Message();
-  cv_.SignalAll();
+  WakeRecvs();
 }
 
 void ShmP2p::CheckStalled() {
@@ -162,8 +162,7 @@ void ShmP2p::CheckStalled() {
       }
       absl::MutexLock lock(&mu_);
       in_[src].closed = alive;
-      cv_.SignalAll();
-      BumpSeq(comm_->p2p_doorbell(rank_), comm_->p2p_doorbell_waiters(rank_));
+      WakeRecvs();
     }
   }
 }
