@@ -160,7 +160,10 @@ class _Attempt:
                 self._print(r, lines)
                 if rc is not None:
                     pending.discard(r)
-                    if rc == PEER_FAILURE_EXIT and failure is None:
+                    if rc == PEER_FAILURE_EXIT:
+                        # Also after the root cause showed up in this same pass:
+                        # such a rank is reported as a follower, not silently
+                        # left out of "stopped the other N ranks".
                         followers.append(r)
                         root_deadline = min(root_deadline, time.monotonic() + ROOT_CAUSE_WAIT_S)
                     elif rc != 0 and failure is None:

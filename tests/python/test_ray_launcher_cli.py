@@ -130,6 +130,16 @@ def test_root_cause_is_the_rank_that_failed_not_its_followers(capsys) -> None:
     assert "rank 1 (worker 0, device 1" in capsys.readouterr().err
 
 
+def test_a_follower_exiting_in_the_same_pass_as_the_root_cause_is_named() -> None:
+    # Rank 1 is killed (-9); rank 2 saw it and exited 75 before the launcher's
+    # pass reached it: it is a follower, and only rank 0 is left to stop.
+    attempt = _attempt([[None], [-9], [75]])
+    failure = attempt.supervise(deadline=float("inf"))
+    assert failure is not None and failure.rank == 1
+    assert "ranks 2 stopped because of it" in failure.what
+    assert attempt.actors[0].stopped and not attempt.actors[2].stopped
+
+
 def test_only_followers_name_the_ranks_still_running(monkeypatch) -> None:
     monkeypatch.setattr(ray_launcher, "ROOT_CAUSE_WAIT_S", 0.05)
     attempt = _attempt([[75], [None]])  # rank 1 never exits: hung
