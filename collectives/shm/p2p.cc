@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -151,11 +152,9 @@ absl::Status ShmP2p::Recv(int src, int tag, absl::Span<uint8_t> data, absl::Time
           leave();
           return aborted_;
         }
-        auto q = in.queues.find(tag);
-        if (q != in.queues.end() && !q->second.empty()) {
+        if (std::optional<Message> queued = in.TakeQueued(tag)) {
           leave();
-          m = std::move(q->second.front());
-          q->second.pop_front();
+          m = std::move(*queued);
           break;
         }
         if (!in.closed.ok()) {

@@ -46,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "collectives/core/p2p_inbox.h"
 #include "collectives/shm/communicator.h"
 #include "collectives/shm/wait.h"
 
@@ -74,23 +75,10 @@ class ShmP2p {
   // long a Recv being filled waits between looks at its state.
   static constexpr int64_t kCheckEveryNs = 50'000'000;
 
-  struct Message {
-    std::unique_ptr<uint8_t[]> bytes;
-    uint64_t size = 0;
-  };
-  // A Recv waiting with nothing of its tag queued (see the class comment).
-  struct Posted {
-    int tag = 0;
-    absl::Span<uint8_t> data;
-    absl::Time deadline;
-    enum State { kWaiting, kFilling, kDone } state = kWaiting;
-    absl::Status status;  // once kDone
-  };
-  struct InPeer {
-    Posted* posted = nullptr;                   // recvs from one peer are serial
-    std::map<int, std::deque<Message>> queues;  // by tag
-    absl::Status closed;                        // the peer died / its stream broke
-    int waiting = 0;                            // Recvs waiting on this peer
+  using Message = P2pMessage;
+  using Posted = P2pPosted;  // a Recv waiting with nothing of its tag queued
+  struct InPeer : P2pInbox {  // closed: the peer died / its stream broke
+    int waiting = 0;          // Recvs waiting on this peer
   };
   struct FrameHeader {
     uint32_t magic;

@@ -79,14 +79,8 @@ bool ShmP2p::Drain(int src) {
 }
 
 void ShmP2p::StartFrame(int src, Inbound& in) {
-  InPeer& peer = in_[src];
-  Posted* p = peer.posted;
-  auto q = peer.queues.find(in.header.tag);
-  const bool none_queued = q == peer.queues.end() || q->second.empty();
   in.dropping = false;
-  if (p != nullptr && p->state == Posted::kWaiting && p->tag == in.header.tag &&
-      p->data.size() == in.header.bytes && none_queued) {
-    p->state = Posted::kFilling;
+  if (Posted* p = in_[src].ClaimPosted(in.header.tag, in.header.bytes)) {
     in.posted = p;
     in.dst = p->data.data();
     return;

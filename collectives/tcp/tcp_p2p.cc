@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -237,11 +238,9 @@ absl::Status TcpP2p::Recv(int src, int tag, absl::Span<uint8_t> data, absl::Time
           unpost();
           return aborted_;
         }
-        std::deque<Message>& q = in.queues[tag];
-        if (!q.empty()) {
+        if (std::optional<Message> queued = in.TakeQueued(tag)) {
           unpost();
-          m = std::move(q.front());
-          q.pop_front();
+          m = std::move(*queued);
           break;
         }
         if (!in.closed.ok()) {
@@ -330,12 +329,7 @@ void TcpP2p::ReadLoop(int fd, std::string from) {
     Posted* direct = nullptr;
     {
       absl::MutexLock lock(&mu_);
-      Posted* p = in_[src].posted;
-      if (p != nullptr && p->state == Posted::kWaiting && p->tag == h.tag &&
-          p->data.size() == h.bytes && aborted_.ok()) {
-        p->state = Posted::kFilling;
-        direct = p;
-      }
+      if (aborted_.ok()) direct = in_[src].ClaimPosted(h.tag, h.bytes);
     }
     if (direct != nullptr) {
       s = ReadAll(fd, direct->data, direct->deadline);

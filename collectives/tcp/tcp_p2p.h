@@ -56,6 +56,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "collectives/core/p2p_inbox.h"
 #include "collectives/tcp/tcp_socket.h"
 
 namespace c10d {
@@ -106,23 +107,11 @@ class TcpP2p {
     // closed only by the destructor, so the number is never reused under it.
     std::atomic<int> abort_fd{-1};
   };
-  struct Message {
-    std::unique_ptr<uint8_t[]> bytes;
-    uint64_t size = 0;
-  };
+  using Message = P2pMessage;
   // A Recv waiting with nothing queued: the reader thread may read the
   // next frame of that tag and size straight into `data` (no second copy).
-  struct Posted {
-    int tag = 0;
-    absl::Span<uint8_t> data;
-    absl::Time deadline;
-    enum State { kWaiting, kFilling, kDone } state = kWaiting;
-    absl::Status status;  // of the read, once kDone
-  };
-  struct InPeer {
-    Posted* posted = nullptr;                   // at most one (recvs are serial per peer)
-    std::map<int, std::deque<Message>> queues;  // by tag
-    absl::Status closed;                        // OK while connected / not yet
+  using Posted = P2pPosted;
+  struct InPeer : P2pInbox {  // closed: OK while connected / not yet
     bool connected = false;
   };
 
