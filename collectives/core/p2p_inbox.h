@@ -18,6 +18,8 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
@@ -62,6 +64,29 @@ struct P2pInbox {
     if (q != queues.end() && !q->second.empty()) return nullptr;
     p->state = P2pPosted::kFilling;
     return p;
+  }
+  // One look for a Recv of `tag` that no frame is filling (transport's lock
+  // held): `aborted` if not OK; OK with the oldest queued message of `tag`
+  // moved into *m; Unavailable if the peer is gone; DeadlineExceeded once
+  // `deadline` passed ("<what> timed out after <since start> <why_none>");
+  // nullopt: nothing yet, wait on. `what` names the Recv.
+  std::optional<absl::Status> Look(int tag, const absl::Status& aborted, absl::Time start,
+                                   absl::Time deadline, absl::string_view what,
+                                   absl::string_view why_none, P2pMessage* m) {
+    if (!aborted.ok()) return aborted;
+    if (std::optional<P2pMessage> queued = TakeQueued(tag)) {
+      *m = std::move(*queued);
+      return absl::OkStatus();
+    }
+    if (!closed.ok()) {
+      return absl::UnavailableError(absl::StrCat(what, ": ", closed.message()));
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          what, " timed out after ", absl::FormatDuration(now - start), " ", why_none));
+    }
+    return std::nullopt;
   }
 };
 

@@ -3,6 +3,7 @@
 // tag queued ahead of it; queued messages come out oldest first, per tag.
 #include "collectives/core/p2p_inbox.h"
 
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -52,6 +53,34 @@ TEST(P2pInboxTest, TakeQueuedIsOldestFirstPerTag) {
   EXPECT_EQ(b->size, 0u);
   EXPECT_FALSE(inbox.TakeQueued(1).has_value());
   EXPECT_EQ(inbox.TakeQueued(2)->bytes[0], 20);
+}
+
+// Look: abort first, then a queued message, then a closed peer, then the
+// deadline; otherwise wait on.
+TEST(P2pInboxTest, LookTakesQueuedBeforeClosedAndDeadline) {
+  P2pInbox inbox;
+  P2pMessage m;
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(inbox.Look(1, absl::OkStatus(), start, start + absl::Hours(1), "recv", "", &m));
+  std::optional<absl::Status> r =
+      inbox.Look(1, absl::OkStatus(), start, start - absl::Seconds(1), "recv x", "(none)", &m);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(*r));
+  EXPECT_NE(r->message().find("recv x timed out after"), std::string::npos) << *r;
+  EXPECT_NE(r->message().find("(none)"), std::string::npos) << *r;
+  inbox.closed = absl::UnavailableError("peer gone");
+  inbox.queues[1].push_back(Msg(3, 7));
+  r = inbox.Look(1, absl::OkStatus(), start, start - absl::Seconds(1), "recv", "", &m);
+  ASSERT_TRUE(r.has_value() && r->ok());
+  EXPECT_EQ(m.size, 3u);
+  r = inbox.Look(1, absl::OkStatus(), start, start + absl::Hours(1), "recv y", "", &m);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(absl::IsUnavailable(*r));
+  EXPECT_EQ(r->message(), "recv y: peer gone");
+  inbox.queues[1].push_back(Msg(1, 1));
+  r = inbox.Look(1, absl::CancelledError("aborted"), start, start + absl::Hours(1), "recv", "", &m);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(absl::IsCancelled(*r));
 }
 
 }  // namespace

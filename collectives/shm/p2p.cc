@@ -148,24 +148,11 @@ absl::Status ShmP2p::Recv(int src, int tag, absl::Span<uint8_t> data, absl::Time
         return absl::OkStatus();
       }
       if (posted.state == Posted::kWaiting) {
-        if (!aborted_.ok()) {
+        if (std::optional<absl::Status> r = in.Look(
+                tag, aborted_, start, deadline, what, "(no message with this tag arrived)", &m)) {
           leave();
-          return aborted_;
-        }
-        if (std::optional<Message> queued = in.TakeQueued(tag)) {
-          leave();
-          m = std::move(*queued);
+          if (!r->ok()) return *r;
           break;
-        }
-        if (!in.closed.ok()) {
-          leave();
-          return absl::UnavailableError(absl::StrCat(what, ": ", in.closed.message()));
-        }
-        if (absl::Now() >= deadline) {
-          leave();
-          return absl::DeadlineExceededError(absl::StrCat(
-              what, " timed out after ", absl::FormatDuration(absl::Now() - start),
-              " (no message with this tag arrived)"));
         }
       }
       // While a Recv waits on src, it drains src's ring itself (the reader

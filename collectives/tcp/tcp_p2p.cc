@@ -234,25 +234,14 @@ absl::Status TcpP2p::Recv(int src, int tag, absl::Span<uint8_t> data, absl::Time
       // Once the reader fills our buffer we must wait for it to finish (its
       // read is bounded by our deadline, and Abort/close end it too).
       if (posted.state != Posted::kFilling) {
-        if (!aborted_.ok()) {
+        if (std::optional<absl::Status> r = in.Look(
+                tag, aborted_, start, deadline, what,
+                in.connected ? "(connected; no message with this tag)"
+                             : "(the peer never connected: has it sent anything?)",
+                &m)) {
           unpost();
-          return aborted_;
-        }
-        if (std::optional<Message> queued = in.TakeQueued(tag)) {
-          unpost();
-          m = std::move(*queued);
+          if (!r->ok()) return *r;
           break;
-        }
-        if (!in.closed.ok()) {
-          unpost();
-          return absl::UnavailableError(absl::StrCat(what, ": ", in.closed.message()));
-        }
-        if (absl::Now() >= deadline) {
-          unpost();
-          return absl::DeadlineExceededError(absl::StrCat(
-              what, " timed out after ", absl::FormatDuration(absl::Now() - start),
-              in.connected ? " (connected; no message with this tag)"
-                           : " (the peer never connected: has it sent anything?)"));
         }
       }
       cv_.WaitWithDeadline(&mu_, deadline);
