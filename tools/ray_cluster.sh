@@ -5,12 +5,14 @@
 #
 #   tools/ray_cluster.sh up SPEC [--net netns|loopback] [--chips-per-host N]
 #                                [--dashboard] [--gcs-port P] [--object-store-mb M]
+#                                [--auth token|disabled]
 #   tools/ray_cluster.sh down            stop exactly what `up` started (idempotent)
 #   tools/ray_cluster.sh status          nodes, pids, addresses; exit 0 up, 1 broken, 3 down
 #   tools/ray_cluster.sh exec [--host J] -- CMD [ARGS...]
 #                                        run CMD on the head (default) or on TPU host J,
 #                                        with RAY_ADDRESS and that node's environment
 #   tools/ray_cluster.sh env SPEC [--net M] [--chips-per-host N] [--host J|head]
+#                                [--auth token|disabled]
 #                                        print the environment a node gets; starts nothing
 #
 # SPEC is GENERATION-TOPOLOGY in chips: v6e-4x4 (4 hosts x 4 devices) and
@@ -38,6 +40,18 @@
 # tpurun), hostnames are those addresses, each node its own block of ports;
 # Ray listens on all interfaces (also in netns mode, where that is the
 # namespace's), so in loopback mode its ports are open on the machine's network.
+#
+# Ray's token authentication (Ray >= 2.52) is chosen explicitly, the same for
+# every node and every `exec` driver, never left to Ray's defaults (which turn
+# token mode on for a head only when a ~/.ray/auth_token happens to exist, and
+# never for `ray start --address`). --auth token (default, what Ray
+# recommends): `up` draws a fresh token (secrets.token_hex(32), as Ray's own
+# generator) into $state/auth_token (0600) and every node and `exec` command
+# gets RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to it (a caller's
+# RAY_AUTH_TOKEN, which would take precedence, is dropped); the caller's
+# ~/.ray/auth_token is neither read nor written. Outside `exec`:
+# RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$state/auth_token. --auth disabled:
+# RAY_AUTH_MODE=disabled everywhere (anyone who reaches the ports can run code).
 #
 # Every port a node needs is checked before it starts (fails naming the port).
 # The state dir ($TPU_DIST_RAY_STATE, default /tmp/tdray; kept short: Ray's
@@ -237,6 +251,9 @@ node_env() {
   for v in ${TPU_DIST_RAY_PASS_ENV:-}; do
     [[ -n ${!v+x} ]] && echo "$v=${!v}"
   done
+  # Ray's authentication: one explicit mode for every node (see the header).
+  echo "RAY_AUTH_MODE=$auth"
+  [[ $auth == token ]] && echo "RAY_AUTH_TOKEN_PATH=$state/auth_token"
   # KubeRay's pod builder.
   echo "RAY_CLUSTER_NAME=$cluster_name"
   echo "RAY_CLUSTER_NAMESPACE=default"
@@ -316,6 +333,17 @@ hosts_file() {
   done
 }
 
+# Validates $auth and that TPU_DIST_RAY_PASS_ENV does not carry Ray's auth
+# variables (they would override the mode or the token the nodes must share).
+check_auth() {
+  local v
+  [[ $auth == token || $auth == disabled ]] || die "--auth: expected token or disabled, got '$auth'"
+  for v in ${TPU_DIST_RAY_PASS_ENV:-}; do
+    [[ $v == RAY_AUTH_* ]] && die "TPU_DIST_RAY_PASS_ENV names $v: Ray's authentication is set by --auth (token: a per-cluster token in \$TPU_DIST_RAY_STATE/auth_token)"
+  done
+  return 0
+}
+
 # ------------------------------------------------------------------ up/down --
 
 start_node() { # I
@@ -366,7 +394,7 @@ probe() {
   local envs=()
   node_layout 0
   mapfile -t envs <"$state/env/n0.env"
-  in_ns "$ns" env "${envs[@]}" "$py_bin" - "$timeout_s" "$hosts" "$dph" <<'EOF'
+  in_ns "$ns" env -u RAY_AUTH_TOKEN "${envs[@]}" "$py_bin" - "$timeout_s" "$hosts" "$dph" <<'EOF'
 import sys, time
 import ray
 
@@ -406,7 +434,7 @@ up_failed() {
 do_up() {
   local spec=$1 i t0=$SECONDS
   shift
-  net="" cph_override="" dashboard=0 gcs_port=6379 object_store_mb=100
+  net="" cph_override="" dashboard=0 gcs_port=6379 object_store_mb=100 auth=token
   while [[ $# -gt 0 ]]; do
     case "$1" in
       --net) net=${2:?--net needs netns or loopback}; shift 2 ;;
@@ -414,11 +442,13 @@ do_up() {
       --dashboard) dashboard=1; shift ;;
       --gcs-port) gcs_port=${2:?}; shift 2 ;;
       --object-store-mb) object_store_mb=${2:?}; shift 2 ;;
+      --auth) auth=${2:?--auth needs token or disabled}; shift 2 ;;
       *) die "up: unknown argument '$1'" ;;
     esac
   done
   [[ $gcs_port =~ ^[0-9]+$ && $gcs_port -ge 1024 && $gcs_port -le 65535 ]] || die "--gcs-port: expected 1024..65535, got '$gcs_port'"
   [[ $object_store_mb =~ ^[0-9]+$ && $object_store_mb -ge 80 ]] || die "--object-store-mb: expected >= 80 (Ray's minimum is 75 MiB), got '$object_store_mb'"
+  check_auth
   parse_spec "$spec" "$cph_override"
   [[ -x $ray_bin ]] || die "$ray_bin not found: run tools/install_deps.sh"
   if [[ $dashboard == 1 ]] && ! "$py_bin" -c "import aiohttp, aiohttp_cors" 2>/dev/null; then
@@ -451,9 +481,14 @@ do_up() {
   mkdir -p "$state/logs" "$state/env" "$state/tmp"
   : >"$state/pids"
   echo "$spec --net $net (hosts=$hosts x $dph devices, $accel, TORCH_TPU_TOPOLOGY=$torch_topo)" >"$state/spec"
-  declare -p spec net cph_override dashboard gcs_port object_store_mb >"$state/config"
+  declare -p spec net cph_override dashboard gcs_port object_store_mb auth >"$state/config"
   trap up_failed EXIT
   trap 'exit 130' INT TERM
+  if [[ $auth == token ]]; then
+    # The cluster's own token (not the caller's ~/.ray/auth_token): gone with `down`.
+    (umask 077 && "$py_bin" -c 'import secrets; print(secrets.token_hex(32), end="")' \
+      >"$state/auth_token") || die "could not write $state/auth_token"
+  fi
 
   if [[ $net == netns ]]; then
     echo "$suffix" >"$state/netns_suffix"
@@ -478,7 +513,7 @@ do_up() {
   echo "up: $(cat "$state/spec")"
   probe
   trap - EXIT INT TERM
-  echo "RAY_ADDRESS=$(head_address)  (in $((SECONDS - t0))s; drivers: tools/ray_cluster.sh exec -- python ...)"
+  echo "RAY_ADDRESS=$(head_address)  (in $((SECONDS - t0))s; auth: $auth; drivers: tools/ray_cluster.sh exec -- python ...)"
 }
 
 do_down() {
@@ -552,6 +587,11 @@ do_status() {
       rc=1
     fi
   done <"$state/pids"
+  if [[ ${auth:-} == token ]]; then
+    echo "auth: token (RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$state/auth_token)"
+  else
+    echo "auth: ${auth:-unknown}"
+  fi
   echo "RAY_ADDRESS=$(head_address)"
   return $rc
 }
@@ -578,25 +618,28 @@ do_exec() {
   fi
   node_layout "$i"
   mapfile -t envs <"$state/env/n$i.env"
+  # A caller's RAY_AUTH_TOKEN would take precedence over the cluster's token file.
   if [[ -n $ns ]]; then
-    exec ip netns exec "$ns" env "${envs[@]}" "$@"
+    exec ip netns exec "$ns" env -u RAY_AUTH_TOKEN "${envs[@]}" "$@"
   fi
-  exec env "${envs[@]}" "$@"
+  exec env -u RAY_AUTH_TOKEN "${envs[@]}" "$@"
 }
 
 # Prints the environment node J would get (no root, starts nothing).
 do_env() {
   local spec=$1 host=0 i
   shift
-  net=netns cph_override="" dashboard=0 gcs_port=6379
+  net=netns cph_override="" dashboard=0 gcs_port=6379 auth=token
   while [[ $# -gt 0 ]]; do
     case "$1" in
       --net) net=${2:?}; shift 2 ;;
       --chips-per-host) cph_override=${2:?}; shift 2 ;;
       --host) host=${2:?}; shift 2 ;;
+      --auth) auth=${2:?}; shift 2 ;;
       *) die "env: unknown argument '$1'" ;;
     esac
   done
+  check_auth
   [[ $net == netns || $net == loopback ]] || die "--net: expected netns or loopback, got '$net'"
   parse_spec "$spec" "$cph_override"
   if [[ $host == head ]]; then
@@ -618,7 +661,7 @@ cmd=${1:-}
 [[ $# -gt 0 ]] && shift
 case "$cmd" in
   up)
-    [[ $# -ge 1 ]] || die "usage: up SPEC [--net netns|loopback] [--chips-per-host N] [--dashboard] [--gcs-port P] [--object-store-mb M]"
+    [[ $# -ge 1 ]] || die "usage: up SPEC [--net netns|loopback] [--chips-per-host N] [--dashboard] [--gcs-port P] [--object-store-mb M] [--auth token|disabled]"
     lock
     do_up "$@"
     ;;
@@ -629,7 +672,7 @@ case "$cmd" in
   status) do_status ;;
   exec) do_exec "$@" ;;
   env)
-    [[ $# -ge 1 ]] || die "usage: env SPEC [--net netns|loopback] [--chips-per-host N] [--host J|head]"
+    [[ $# -ge 1 ]] || die "usage: env SPEC [--net netns|loopback] [--chips-per-host N] [--host J|head] [--auth token|disabled]"
     do_env "$@"
     ;;
   *)

@@ -17,6 +17,7 @@ Run: .venv/bin/python -m pytest -m ray_cluster tests/ray -v
 
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -370,3 +371,110 @@ def test_env_sizes_each_slice(args: Tuple[str, ...], hosts: int, devices: int,
     res = subprocess.run([str(SCRIPT), "env", *args, "--host", str(hosts)],
                          capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode == 2 and f"0..{hosts - 1}" in res.stderr
+
+
+# Joins the GCS at argv[1] as `ray start --address` does (node.py's GcsClient)
+# and says whether Ray's token authentication let it in: fast (no retries on
+# InvalidAuthToken), unlike ray.init's ~20 s of reconnects.
+_JOIN_GCS = """
+import sys
+from ray._raylet import GcsClient
+try:
+    GcsClient(address=sys.argv[1])
+except Exception as e:
+    print("refused:", type(e).__name__, str(e).splitlines()[0][:200])
+    sys.exit(1)
+print("joined")
+"""
+
+
+def _joins(address: str, env: Dict[str, str]) -> bool:
+    res = subprocess.run([str(PYTHON), "-c", _JOIN_GCS, address], env=env, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    return res.returncode == 0
+
+
+def _environ(pid: int) -> Dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(v.decode().split("=", 1) for v in raw if b"=" in v)
+
+
+@pytest.mark.parametrize("auth, home_token", [
+    pytest.param("token", True, id="token-with-home-token"),
+    pytest.param("token", False, id="token-without-home-token"),
+    pytest.param("disabled", True, id="disabled-with-home-token"),
+])
+def test_auth_mode_is_explicit_and_the_same_on_every_node(cluster: Cluster, tmp_path: Path,
+                                                          auth: str, home_token: bool) -> None:
+    """Ray 2.60 turns token auth on for a head when ~/.ray/auth_token exists
+    (any local ray.init() writes one) but never for `ray start --address`:
+    the TPU hosts were refused (InvalidAuthToken). The script now picks the
+    mode itself for every node and driver; smallest cluster: head + 1 host."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    user_token = home / ".ray" / "auth_token"
+    if home_token:  # what a local ray.init() leaves behind
+        user_token.write_text(secrets.token_hex(32))
+        user_token.chmod(0o600)
+    before = user_token.read_bytes() if home_token else None
+    cluster.env = {k: v for k, v in cluster.env.items() if not k.startswith("RAY_AUTH_")}
+    cluster.env["HOME"] = str(home)
+    shm_before = _shm()
+    args = ["v6e-1x1", "--net", "loopback"] + (["--auth", auth] if auth != "token" else [])
+    res = cluster.up(*args)  # the default is token
+    assert f"auth: {auth}" in res.stdout, res.stdout
+    status = cluster.run("status")
+    assert status.returncode == 0 and f"auth: {auth}" in status.stdout, status.stdout
+
+    procs, suffix = cluster.footprint()
+    roots = [int(line.split()[1]) for line in (cluster.state / "pids").read_text().splitlines()]
+    assert len(roots) == 2
+    token_file = cluster.state / "auth_token"
+    for pid in roots:  # head and TPU host: the same explicit mode and token
+        env = _environ(pid)
+        assert env["RAY_AUTH_MODE"] == auth and "RAY_AUTH_TOKEN" not in env
+        assert env.get("RAY_AUTH_TOKEN_PATH") == (str(token_file) if auth == "token" else None)
+
+    head = "127.0.1.254:6379"
+    outsider = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    if auth == "token":
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        token = token_file.read_text()
+        assert len(token) == 64 and token.encode() != before  # the cluster's own token
+        assert not _joins(head, outsider)  # mode unset: no token sent
+        assert not _joins(head, dict(outsider, RAY_AUTH_MODE="token",
+                                     RAY_AUTH_TOKEN=secrets.token_hex(32)))
+        if home_token:  # the caller's own ~/.ray/auth_token is not the cluster's
+            assert not _joins(head, dict(outsider, RAY_AUTH_MODE="token"))
+        assert _joins(head, dict(outsider, RAY_AUTH_MODE="token",
+                                 RAY_AUTH_TOKEN_PATH=str(token_file)))
+    else:
+        assert not token_file.exists()
+        assert _joins(head, outsider)
+    # `exec` drivers get the cluster's mode, whatever the caller's environment says.
+    stray = dict(cluster.env, RAY_AUTH_MODE="disabled", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    res = subprocess.run([str(SCRIPT), "exec", "--", str(PYTHON), "-c", _JOIN_GCS, head], env=stray,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0 and "joined" in res.stdout, res.stdout + res.stderr
+
+    cluster.down()
+    _assert_down_clean(cluster, procs, suffix, shm_before)
+    # The caller's token is neither changed nor created.
+    assert (user_token.read_bytes() if user_token.exists() else None) == before
+
+
+def test_auth_mode_reaches_every_node_env_and_is_checked() -> None:
+    for host in ("head", "0", "1"):
+        env = _env_of("v4-2x2x2", "--host", host)
+        assert env["RAY_AUTH_MODE"] == "token"
+        assert env["RAY_AUTH_TOKEN_PATH"].endswith("/auth_token")
+        env = _env_of("v4-2x2x2", "--host", host, "--auth", "disabled")
+        assert env["RAY_AUTH_MODE"] == "disabled" and "RAY_AUTH_TOKEN_PATH" not in env
+    res = subprocess.run([str(SCRIPT), "env", "v4-2x2x2", "--auth", "none"], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert res.returncode == 2 and "--auth: expected token or disabled" in res.stderr
+    res = subprocess.run([str(SCRIPT), "env", "v4-2x2x2"], capture_output=True, text=True,
+                         timeout=60, check=False,
+                         env=dict(os.environ, TPU_DIST_RAY_PASS_ENV="HOME RAY_AUTH_TOKEN"))
+    assert res.returncode == 2 and "names RAY_AUTH_TOKEN" in res.stderr
