@@ -328,3 +328,20 @@ def test_dockerfile_passes_hadolint(tmp_path: Path) -> None:
     res = subprocess.run([hadolint, "--no-color", str(bad)], capture_output=True, text=True,
                          timeout=60, check=False)
     assert res.returncode != 0 and "DL3007" in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize("slice_name", sorted(SLICES))
+def test_raycluster_turns_on_token_auth_for_every_pod(slice_name: str) -> None:
+    """Ray's token authentication, as tools/ray_cluster.sh: KubeRay (>= 1.5.1)
+    makes the Secret and gives head, workers and the RayJob submitters
+    RAY_AUTH_MODE=token and RAY_AUTH_TOKEN. A container that sets either itself
+    would keep its own value (KubeRay skips variables already set)."""
+    doc = _cluster(slice_name)
+    assert doc["spec"]["authOptions"] == {"mode": "token"}
+    pods = [doc["spec"]["headGroupSpec"]["template"]] + [
+        g["template"] for g in doc["spec"]["workerGroupSpecs"]]
+    for pod in pods:
+        for c in pod["spec"]["containers"]:
+            assert not {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"} & set(_env(c))
+    for job in ALL_JOBS:  # the default submitter, which KubeRay gives the token
+        assert "submitterPodTemplate" not in _job(job, slice_name)["spec"]
