@@ -10,6 +10,9 @@
 //   - both checkpoints damaged, or the only one's checkpoint.json torn: a
 //     clear error, no training, metrics.jsonl unchanged;
 //   - a torn checkpoint.json on the newest: not used, the older one is;
+//   - one bit of the newest checkpoint.json flipped ("epoch":1 -> 3, which
+//     used to end the run as "already completed"): it fails its
+//     manifest_crc32, is quarantined, and the older one is used;
 //   - another --lr: refused naming the field and the two ways out;
 //     --resume-mismatched with more epochs continues;
 //   - the finished run again: exit 0, "already completed", no metrics line;
@@ -165,6 +168,24 @@ TEST_F(CheckpointGuaranteesTest, TornCheckpointJsonIsNotUsed) {
   EXPECT_NE(only.exit_code, 0) << only.output;
   EXPECT_THAT(only.output, HasSubstr(ckpts_[0] + "/checkpoint.json: bad JSON"));
   EXPECT_EQ(Metrics(), before);
+}
+
+// Issue 39: "epoch":1 -> "epoch":3 (one bit) in the newest checkpoint.json
+// gave "Training already completed", exit 0, epoch 2 never trained.
+TEST_F(CheckpointGuaranteesTest, FlippedEpochInCheckpointJsonFallsBackToOlder) {
+  const std::string marker = ckpts_[1] + "/checkpoint.json";
+  auto body = internal::ReadFile(marker);
+  ASSERT_TRUE(body.ok()) << body.status();
+  const size_t at = body->find("\"epoch\":1,");
+  ASSERT_NE(at, std::string::npos) << *body;
+  (*body)[at + 8] = static_cast<char>((*body)[at + 8] ^ 0x02);  // '1' -> '3'
+  ASSERT_TRUE(internal::WriteFileSynced(marker, *body).ok());
+  RunOutput r = Run(run_, "");
+  EXPECT_THAT(r.output, Not(HasSubstr("Training already completed")));
+  EXPECT_THAT(r.output, AllOf(HasSubstr("[checkpoint] error: checkpoint '" + ckpts_[1] + "' is corrupt"),
+                              HasSubstr(marker + " is corrupt: its bytes have crc32")));
+  ExpectResumedFromOlderWithCleanLosses(r);
+  EXPECT_TRUE(fs::exists(ckpts_[1] + "/checkpoint.json.corrupt"));
 }
 
 TEST_F(CheckpointGuaranteesTest, AnotherJobIsRefusedUnlessAskedFor) {

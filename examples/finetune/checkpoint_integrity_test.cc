@@ -1,14 +1,20 @@
-// Checkpoint integrity: per-file CRC-32 in checkpoint.json, verification
-// before use, fallback past corrupt checkpoints, quarantine, and cleanup of
-// incomplete commits (checkpoint_manager.h, checkpoint_metadata.h,
-// file_checksum.h).
+// Checkpoint integrity: per-file CRC-32 in checkpoint.json and its own
+// manifest_crc32, verification before use, fallback past corrupt
+// checkpoints, quarantine, I/O errors retried and never quarantined, and
+// cleanup of incomplete commits (checkpoint_manager.h,
+// checkpoint_metadata.h, checkpoint_file_reader.h, file_checksum.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "examples/finetune/checkpoint_file_reader.h"
 #include "examples/finetune/checkpoint_manager.h"
 #include "examples/finetune/file_checksum.h"
 #include "examples/finetune/internal/fs_util.h"
@@ -34,6 +40,27 @@ void FlipByte(const std::string& path, int64_t offset) {
   f.write(&c, 1);
 }
 
+// Replaces the first occurrence of `from` in the file at `path` by `to`
+// (same length: a one-character change in place).
+void ReplaceInFile(const std::string& path, const std::string& from, const std::string& to) {
+  auto body = internal::ReadFile(path);
+  ASSERT_TRUE(body.ok()) << body.status();
+  const size_t at = body->find(from);
+  ASSERT_NE(at, std::string::npos) << from << " not in " << *body;
+  body->replace(at, from.size(), to);
+  ASSERT_TRUE(internal::WriteFileSynced(path, *body).ok());
+}
+
+// checkpoint.json as a build before manifest_crc32 wrote it: format 2, no
+// manifest_crc32 member.
+std::string AsFormat2(std::string json) {
+  const size_t at = json.rfind(",\"manifest_crc32\":");
+  EXPECT_NE(at, std::string::npos);
+  json = json.substr(0, at) + "}\n";
+  json.replace(json.find("\"format\":3"), 10, "\"format\":2");
+  return json;
+}
+
 class CheckpointIntegrityTest : public ::testing::Test {
  protected:
   std::unique_ptr<CheckpointManager> Open(int num_to_keep = 0) {
@@ -44,6 +71,30 @@ class CheckpointIntegrityTest : public ::testing::Test {
     o.now = [this] { return absl::FromUnixSeconds(1'800'000'000 + ticks_++); };
     o.warn = [this](absl::string_view m) { warnings_.emplace_back(m); };
     o.error = [this](absl::string_view m) { errors_.emplace_back(m); };
+    // Every raw read first consults eio_left_: a path ending in one of its
+    // keys fails with EIO while that count is not 0 (-1: forever).
+    auto fault = [this](const std::string& path) -> absl::Status {
+      ++calls_[path];
+      for (auto& [suffix, left] : eio_left_) {
+        if (!absl::EndsWith(path, suffix) || left == 0) continue;
+        if (left > 0) --left;
+        return absl::InternalError(absl::StrCat("open '", path, "': Input/output error"));
+      }
+      return absl::OkStatus();
+    };
+    o.file_ops.read_file = [fault](const std::string& p) -> absl::StatusOr<std::string> {
+      if (absl::Status st = fault(p); !st.ok()) return st;
+      return internal::ReadFile(p);
+    };
+    o.file_ops.file_size = [fault](const std::string& p) -> absl::StatusOr<int64_t> {
+      if (absl::Status st = fault(p); !st.ok()) return st;
+      return internal::FileSize(p);
+    };
+    o.file_ops.digest_file = [fault](const std::string& p) -> absl::StatusOr<FileDigest> {
+      if (absl::Status st = fault(p); !st.ok()) return st;
+      return DigestFile(p);
+    };
+    o.io_retry.first_backoff = absl::Milliseconds(1);
     auto m = CheckpointManager::Open(o);
     EXPECT_TRUE(m.ok()) << m.status();
     return m.ok() ? *std::move(m) : nullptr;
@@ -62,6 +113,8 @@ class CheckpointIntegrityTest : public ::testing::Test {
   internal::TestTempDir tmp_;
   int64_t ticks_ = 0;
   std::vector<std::string> warnings_, errors_;
+  std::map<std::string, int> eio_left_;  // path suffix -> failures to inject
+  std::map<std::string, int> calls_;     // path -> raw reads tried
 };
 
 TEST(FileChecksumTest, KnownValuesAndHex) {
@@ -95,12 +148,19 @@ TEST_F(CheckpointIntegrityTest, CommitRecordsEveryFilesCrcAndTheJob) {
   }
   auto text = internal::ReadFile(c.path + "/checkpoint.json");
   ASSERT_TRUE(text.ok());
-  EXPECT_THAT(*text, HasSubstr("\"format\":2"));
+  EXPECT_THAT(*text, HasSubstr("\"format\":3"));
+  // manifest_crc32 is last and covers every byte before it (the by-hand
+  // recipe of checkpoint_metadata.h).
+  const size_t at = text->rfind(",\"manifest_crc32\":\"");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(text->substr(at), absl::StrCat(",\"manifest_crc32\":\"", Crc32ToHex(Crc32(text->substr(0, at))),
+                                           "\"}\n"));
   EXPECT_THAT(*text, HasSubstr("\"crc32\":\"" + Crc32ToHex(c.metadata.files[0].crc32) + "\""));
   EXPECT_THAT(*text, HasSubstr("\"job\":{\"lr\":\"0.003\"}"));
   auto parsed = ParseCheckpointMetadata(*text, "x");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->job.at("lr"), "0.003");
+  EXPECT_TRUE(parsed->manifest_checksum);
   EXPECT_TRUE(m->Verify(c).ok());
 }
 
@@ -179,12 +239,152 @@ TEST_F(CheckpointIntegrityTest, OldFormatWithoutChecksumsIsRefused) {
   auto m = Open();
   const CheckpointInfo c = Save(*m, 0, 2.0);
   auto body = internal::ReadFile(c.path + "/checkpoint.json");
-  std::string v1 = *body;
+  std::string v1 = AsFormat2(*body);
   v1.replace(v1.find("\"format\":2"), 10, "\"format\":1");
   ASSERT_TRUE(internal::WriteFileSynced(c.path + "/checkpoint.json", v1).ok());
   auto latest = m->LatestVerified();
   ASSERT_FALSE(latest.ok());
   EXPECT_THAT(std::string(latest.status().message()), HasSubstr("unsupported format 1"));
+}
+
+// Issue 39: "epoch":1 -> "epoch":3 (one bit) made a run look finished, and
+// "step":8 -> "step":0 made it drop a metrics line. Every one-bit flip of
+// checkpoint.json is now DataLoss.
+TEST_F(CheckpointIntegrityTest, ManifestChecksumCatchesEveryOneBitFlip) {
+  auto m = Open();
+  const CheckpointInfo c = Save(*m, 1, 2.0);
+  auto text = internal::ReadFile(c.path + "/checkpoint.json");
+  ASSERT_TRUE(text.ok());
+  ASSERT_TRUE(ParseCheckpointMetadata(*text, "x").ok());
+  int caught = 0;
+  for (size_t i = 0; i < text->size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string flipped = *text;
+      flipped[i] = static_cast<char>(flipped[i] ^ (1 << bit));
+      auto parsed = ParseCheckpointMetadata(flipped, "x");
+      EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss)
+          << "byte " << i << " bit " << bit << ": " << flipped;
+      caught += parsed.status().code() == absl::StatusCode::kDataLoss;
+    }
+  }
+  EXPECT_EQ(caught, static_cast<int>(text->size() * 8));
+  // The member itself dropped while "format" still says 3.
+  std::string dropped = *text;
+  dropped = dropped.substr(0, dropped.rfind(",\"manifest_crc32\":")) + "}\n";
+  auto parsed = ParseCheckpointMetadata(dropped, "x");
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("no \"manifest_crc32\""));
+}
+
+TEST_F(CheckpointIntegrityTest, FlippedEpochInManifestIsQuarantinedAndTheOlderOneUsed) {
+  auto m = Open();
+  const CheckpointInfo older = Save(*m, 0, 2.0);
+  const CheckpointInfo newer = Save(*m, 1, 1.0);
+  const std::string marker = newer.path + "/checkpoint.json";
+  ReplaceInFile(marker, "\"epoch\":1", "\"epoch\":3");  // '1' ^ '3' is one bit
+  auto latest = m->LatestVerified();
+  ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status();
+  EXPECT_EQ((*latest)->path, older.path);
+  EXPECT_EQ((*latest)->metadata.epoch, 0);
+  ASSERT_THAT(errors_, SizeIs(1));
+  EXPECT_THAT(errors_[0], AllOf(HasSubstr(marker + " is corrupt: its bytes have crc32"),
+                                HasSubstr("will not be loaded")));
+  EXPECT_TRUE(fs::exists(newer.path + "/checkpoint.json.corrupt"));
+  // The only checkpoint's "step":8 -> "step":0: refused, not used.
+  fs::remove_all(newer.path);
+  ReplaceInFile(older.path + "/checkpoint.json", "\"step\":8", "\"step\":0");
+  auto none = m->LatestVerified();
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("passes verification"));
+}
+
+// A checkpoint written by yesterday's build (format 2, no manifest_crc32)
+// still resumes, with a warning that its fields are unprotected.
+TEST_F(CheckpointIntegrityTest, Format2CheckpointStillResumesWithAWarning) {
+  auto m = Open();
+  const CheckpointInfo c = Save(*m, 0, 2.0);
+  const std::string marker = c.path + "/checkpoint.json";
+  auto body = internal::ReadFile(marker);
+  ASSERT_TRUE(body.ok());
+  ASSERT_TRUE(internal::WriteFileSynced(marker, AsFormat2(*body)).ok());
+  auto latest = m->LatestVerified();
+  ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status();
+  EXPECT_EQ((*latest)->path, c.path);
+  EXPECT_FALSE((*latest)->metadata.manifest_checksum);
+  EXPECT_THAT(errors_, IsEmpty());
+  EXPECT_THAT(warnings_, ::testing::Contains(AllOf(HasSubstr(c.path), HasSubstr("older build"),
+                                                   HasSubstr("format 2"))));
+  // Its per-file CRC-32s are still checked.
+  FlipByte(c.path + "/model.safetensors", 2);
+  EXPECT_EQ(m->LatestVerified().status().code(), absl::StatusCode::kDataLoss);
+}
+
+// Issue 39: one EIO while verifying the only checkpoint (--num-to-keep 1)
+// quarantined it for good. Now a transient error is retried and the
+// checkpoint used, for checkpoint.json, a file's size and its bytes.
+TEST_F(CheckpointIntegrityTest, TransientIoErrorIsRetriedAndNothingQuarantined) {
+  auto m = Open(1);
+  const CheckpointInfo c = Save(*m, 0, 2.0);
+  for (const std::string file : {"/checkpoint.json", "/model.safetensors", "/shards/optim-1-of-2.safetensors"}) {
+    SCOPED_TRACE(file);
+    eio_left_ = {{file, 2}};  // two failed tries, the third succeeds
+    calls_.clear();
+    auto latest = m->LatestVerified();
+    ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status();
+    EXPECT_EQ((*latest)->path, c.path);
+    EXPECT_EQ(eio_left_[file], 0);
+    EXPECT_GE(calls_[c.path + file], 3);
+    EXPECT_THAT(errors_, IsEmpty());
+    EXPECT_TRUE(fs::exists(c.path + "/checkpoint.json"));
+  }
+}
+
+TEST_F(CheckpointIntegrityTest, PersistentIoErrorIsReportedNamingTheFileAndNothingQuarantined) {
+  auto m = Open(1);
+  const CheckpointInfo c = Save(*m, 0, 2.0);
+  for (const std::string file : {"/checkpoint.json", "/shards/optim-1-of-2.safetensors"}) {
+    SCOPED_TRACE(file);
+    eio_left_ = {{file, -1}};
+    auto latest = m->LatestVerified();
+    ASSERT_EQ(latest.status().code(), absl::StatusCode::kUnavailable) << latest.status();
+    EXPECT_THAT(std::string(latest.status().message()),
+                AllOf(HasSubstr("I/O error reading '" + c.path + file + "' (3 tries over "),
+                      HasSubstr("Input/output error"), HasSubstr("Nothing was quarantined")));
+    EXPECT_THAT(errors_, IsEmpty());
+    EXPECT_TRUE(fs::exists(c.path + "/checkpoint.json"));
+    EXPECT_FALSE(fs::exists(c.path + "/checkpoint.json.corrupt"));
+    // The storage recovers: the same checkpoint resumes.
+    eio_left_.clear();
+    auto later = m->LatestVerified();
+    ASSERT_TRUE(later.ok() && later->has_value()) << later.status();
+    EXPECT_EQ((*later)->path, c.path);
+  }
+}
+
+// With the default policy the three tries of a failing read take about
+// 50 + 100 ms: bounded, and short next to a resume.
+TEST(CheckpointFileReaderTest, DefaultRetriesAreBoundedAndMissingFilesAreNotRetried) {
+  int calls = 0;
+  CheckpointFileOps ops;
+  ops.read_file = [&calls](const std::string& p) -> absl::StatusOr<std::string> {
+    ++calls;
+    return absl::InternalError(absl::StrCat("read '", p, "': Input/output error"));
+  };
+  ops.file_size = [&calls](const std::string& p) -> absl::StatusOr<int64_t> {
+    ++calls;
+    return absl::NotFoundError(absl::StrCat("stat '", p, "': No such file or directory"));
+  };
+  const CheckpointFileReader reader(ops);
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<std::string> r = reader.ReadFile("/ckpt/checkpoint.json");
+  const absl::Duration took = absl::Now() - t0;
+  EXPECT_TRUE(IsCheckpointIoError(r.status())) << r.status();
+  EXPECT_EQ(calls, 3);
+  EXPECT_GE(took, absl::Milliseconds(150));
+  EXPECT_LT(took, absl::Seconds(2));
+  calls = 0;
+  EXPECT_EQ(reader.FileSize("/ckpt/x").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(calls, 1);
 }
 
 TEST_F(CheckpointIntegrityTest, IncompleteCommitIsIgnoredThenPruned) {

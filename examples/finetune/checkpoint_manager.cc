@@ -197,9 +197,11 @@ absl::StatusOr<CheckpointManager::Scan> CheckpointManager::ScanRunDir() const {
     const std::string dir = Join(run_dir_, n);
     if (!internal::IsDirectory(dir)) continue;
     const std::string marker = Join(dir, kCheckpointMetadataFile);
-    auto body = internal::ReadFile(marker);
+    absl::StatusOr<std::string> body = reader_.ReadFile(marker);
     if (!body.ok()) {
-      if (!absl::IsNotFound(body.status())) {
+      if (IsCheckpointIoError(body.status())) {
+        out.unreadable.push_back({dir, std::string(body.status().message())});
+      } else if (!absl::IsNotFound(body.status())) {
         out.corrupt.push_back({dir, std::string(body.status().message())});
       } else if (internal::IsRegularFile(Join(dir, kQuarantinedMarker))) {
         out.quarantined.push_back(dir);
@@ -217,8 +219,11 @@ absl::StatusOr<CheckpointManager::Scan> CheckpointManager::ScanRunDir() const {
       out.corrupt.push_back({dir, absl::StrCat(marker, ": not marked complete")});
       continue;
     }
-    if (absl::Status st = VerifyCheckpointFiles(dir, *meta); !st.ok()) {
-      out.corrupt.push_back({dir, std::string(st.message())});
+    if (absl::Status st =
+            VerifyCheckpointFiles(dir, *meta, VerifyMode::kSizes, {}, reader_);
+        !st.ok()) {
+      (IsCheckpointIoError(st) ? out.unreadable : out.corrupt)
+          .push_back({dir, std::string(st.message())});
       continue;
     }
     out.complete.push_back({dir, *std::move(meta)});
@@ -241,11 +246,21 @@ absl::StatusOr<std::vector<CheckpointInfo>> CheckpointManager::ListComplete()
   for (const auto& [dir, why] : scan->corrupt) {
     Warn(absl::StrCat("skipping checkpoint '", dir, "': ", why));
   }
+  for (const auto& [dir, why] : scan->unreadable) {
+    Warn(absl::StrCat("skipping checkpoint '", dir, "' for now: ", why));
+  }
   return std::move(scan->complete);
 }
 
 absl::Status CheckpointManager::Verify(const CheckpointInfo& c) const {
-  return VerifyCheckpointFiles(c.path, c.metadata, VerifyMode::kChecksums);
+  return VerifyCheckpointFiles(c.path, c.metadata, VerifyMode::kChecksums, {},
+                               reader_);
+}
+
+absl::Status CheckpointManager::UnreadableError(absl::string_view why) const {
+  return absl::UnavailableError(absl::StrCat(
+      "cannot verify the checkpoints in '", run_dir_, "': ", why,
+      ". Nothing was quarantined (an I/O error is not evidence of corruption)"));
 }
 
 void CheckpointManager::Quarantine(const std::string& dir,
@@ -274,9 +289,26 @@ CheckpointManager::LatestVerified() {
     Quarantine(dir, why);
     bad.push_back(why);
   }
+  // A marker that cannot be read hides the checkpoint's sequence: it may be
+  // the newest one, so no other can be picked safely.
+  if (!scan->unreadable.empty()) {
+    std::vector<std::string> whys;
+    for (const auto& [dir, why] : scan->unreadable) whys.push_back(why);
+    return UnreadableError(absl::StrJoin(whys, "; "));
+  }
   for (auto it = scan->complete.rbegin(); it != scan->complete.rend(); ++it) {
     absl::Status st = Verify(*it);
-    if (st.ok()) return std::optional<CheckpointInfo>(*it);
+    if (st.ok()) {
+      if (!it->metadata.manifest_checksum) {
+        Warn(absl::StrCat(
+            "checkpoint '", it->path, "' was written by an older build: its ",
+            kCheckpointMetadataFile, " (format 2) has no checksum of its own, so damage to "
+            "its fields (epoch, step, ...) cannot be detected; its files' CRC-32s did verify. "
+            "Checkpoints written from now on carry one"));
+      }
+      return std::optional<CheckpointInfo>(*it);
+    }
+    if (IsCheckpointIoError(st)) return UnreadableError(st.message());
     if (!absl::IsDataLoss(st)) return st;
     Quarantine(it->path, st.message());
     bad.push_back(std::string(st.message()));

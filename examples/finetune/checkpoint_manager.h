@@ -24,15 +24,24 @@
 //   incomplete commit: skipped, and removed by the next Commit()).
 //
 // What is trusted:
-//   - ListComplete/LatestComplete/Best: checkpoint.json parses, says
-//     complete, and every listed file has its recorded size (stat only).
+//   - ListComplete/LatestComplete/Best: checkpoint.json matches its own
+//     manifest_crc32, parses, says complete, and every listed file has its
+//     recorded size (stat only).
 //   - Verify/LatestVerified: also every byte (CRC-32). Load only a
 //     checkpoint that passed Verify; LatestVerified is the resume entry.
-//   A checkpoint that fails verification (torn or unparseable marker, wrong
-//   size, wrong CRC, missing file) is "corrupt": LatestVerified reports it
-//   through options.error naming the file, renames its marker to
-//   checkpoint.json.corrupt (so it never looks complete again and does not
-//   count for retention) and leaves the directory for inspection.
+//   A checkpoint that fails verification (torn, unparseable or bit-flipped
+//   marker, wrong size, wrong CRC, missing file) is "corrupt":
+//   LatestVerified reports it through options.error naming the file,
+//   renames its marker to checkpoint.json.corrupt (so it never looks
+//   complete again and does not count for retention) and leaves the
+//   directory for inspection.
+//   A file that cannot be read (EIO, EACCES, ... on every one of
+//   options.io_retry's tries; checkpoint_file_reader.h) is NOT corrupt:
+//   nothing is quarantined, and LatestVerified fails with the reader's
+//   Unavailable "I/O error reading '<file>' ...", so that the next attempt,
+//   once the storage is healthy, resumes from the same checkpoint.
+//   A format-2 marker (written before checkpoint.json had its own
+//   checksum) is accepted; LatestVerified warns when it resumes from one.
 //
 // Ordering: "latest" is the highest sequence number in checkpoint.json
 // (commit order), not the directory name, so clock steps do not reorder.
@@ -56,6 +65,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "examples/finetune/checkpoint_file_reader.h"
 #include "examples/finetune/checkpoint_metadata.h"
 
 namespace tpudist::finetune {
@@ -73,6 +83,10 @@ struct CheckpointManagerOptions {
   // Receives one line per corrupt checkpoint found by LatestVerified, naming
   // the bad file; default: stderr "[checkpoint] error: ...".
   std::function<void(absl::string_view)> error;
+  // The reads of verification and their retries on I/O errors; tests
+  // inject faults through file_ops (unset members: the real filesystem).
+  CheckpointFileOps file_ops;
+  IoRetryPolicy io_retry;
 };
 
 // A write in progress: the directory to write into. Plain value; dropping it
@@ -132,34 +146,44 @@ class CheckpointManager {
   absl::StatusOr<std::optional<CheckpointInfo>> Best() const;
 
   // Re-reads every file of `checkpoint` and compares sizes and CRC-32s with
-  // its checkpoint.json. DataLoss naming the first bad file.
+  // its checkpoint.json. DataLoss naming the first bad file; Unavailable
+  // (an I/O error, not corruption) naming a file that could not be read.
   absl::Status Verify(const CheckpointInfo& checkpoint) const;
 
   // For resume: the newest checkpoint that verifies (every byte). Each
-  // corrupt one met on the way (and every one whose marker is torn) is
-  // reported through options.error and quarantined (see above). nullopt
-  // when the run directory holds no checkpoint at all; DataLoss listing the
-  // bad files (and the dirs quarantined earlier) when it holds some but none
-  // verifies, on this and every later call. Mutates the run dir: call only
-  // as its one writer.
+  // corrupt one met on the way (and every one whose marker is torn or
+  // fails its manifest_crc32) is reported through options.error and
+  // quarantined (see above). nullopt when the run directory holds no
+  // checkpoint at all; DataLoss listing the bad files (and the dirs
+  // quarantined earlier) when it holds some but none verifies, on this and
+  // every later call. Unavailable naming the file, quarantining nothing
+  // more, when a checkpoint.json or a file of the checkpoint it would pick
+  // cannot be read (after retries). Mutates the run dir: call only as its
+  // one writer.
   absl::StatusOr<std::optional<CheckpointInfo>> LatestVerified();
 
  private:
   explicit CheckpointManager(CheckpointManagerOptions options,
                              std::string run_dir)
-      : options_(std::move(options)), run_dir_(std::move(run_dir)) {}
+      : options_(std::move(options)),
+        run_dir_(std::move(run_dir)),
+        reader_(options_.file_ops, options_.io_retry) {}
 
   // One pass over the run dir: complete ones (sizes ok) by sequence, corrupt
-  // ones (dir, why), ones quarantined earlier, and incomplete commits (no
-  // marker, not quarantined).
+  // ones (dir, why), unreadable ones (dir, the I/O error), ones quarantined
+  // earlier, and incomplete commits (no marker, not quarantined).
   struct Scan {
     std::vector<CheckpointInfo> complete;
     std::vector<std::pair<std::string, std::string>> corrupt;
+    std::vector<std::pair<std::string, std::string>> unreadable;
     std::vector<std::string> quarantined;
     std::vector<std::string> incomplete;
   };
   absl::StatusOr<Scan> ScanRunDir() const;
   void Quarantine(const std::string& dir, absl::string_view why);
+  // Unavailable for LatestVerified: `why` (the reader's I/O errors), and
+  // that nothing was quarantined.
+  absl::Status UnreadableError(absl::string_view why) const;
 
   absl::Status RemoveStaleTempDirs();
   absl::Status Prune(int64_t latest_sequence);
@@ -168,6 +192,7 @@ class CheckpointManager {
 
   CheckpointManagerOptions options_;
   std::string run_dir_;
+  CheckpointFileReader reader_;
   int64_t temp_counter_ = 0;
 };
 

@@ -151,15 +151,12 @@ TEST_F(CheckpointManagerTest, CrashBeforeMarkerAndTruncationAreSkipped) {
   EXPECT_FALSE(latest->has_value());
   ASSERT_THAT(warnings_, SizeIs(3));
   EXPECT_THAT(warnings_[0] + warnings_[1] + warnings_[2], HasSubstr("bad JSON"));
-  // So is a marker that says complete=false.
+  // So is a marker that says complete=false (with a valid manifest_crc32:
+  // edited in place it would fail that first).
   const CheckpointInfo third = Save(*m, 3, 1.0);
-  auto body = internal::ReadFile(third.path + "/checkpoint.json");
-  ASSERT_TRUE(body.ok());
-  std::string edited = *body;
-  const size_t at = edited.find("\"complete\":true");
-  ASSERT_NE(at, std::string::npos);
-  edited.replace(at, 15, "\"complete\":false");
-  WriteFile(third.path + "/checkpoint.json", edited);
+  CheckpointMetadata incomplete = third.metadata;
+  incomplete.complete = false;
+  WriteFile(third.path + "/checkpoint.json", CheckpointMetadataToJson(incomplete));
   warnings_.clear();
   EXPECT_FALSE(m->LatestComplete()->has_value());
   EXPECT_THAT(warnings_, Contains(HasSubstr("not marked complete")));

@@ -3,18 +3,56 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "examples/finetune/file_checksum.h"
-#include "examples/finetune/internal/fs_util.h"
 
 namespace tpudist::finetune {
 namespace {
 
-constexpr int kFormat = 2;
+constexpr int kFormat = 3;        // written: manifest_crc32 required
+constexpr int kLegacyFormat = 2;  // read too: no manifest_crc32
 constexpr char kTimeFormat[] = "%Y-%m-%dT%H:%M:%E6S%Ez";
+// The last member: `,"manifest_crc32":"<8 hex>"}` then "\n".
+constexpr absl::string_view kManifestKey = ",\"manifest_crc32\":\"";
+constexpr absl::string_view kManifestEnd = "\"}";
+
+// Checks the manifest checksum of `json` if it has one. True when it has
+// one and it matches, false when it has none, DataLoss when it has a
+// malformed or wrong one.
+absl::StatusOr<bool> CheckManifestChecksum(absl::string_view json,
+                                           absl::string_view path) {
+  const size_t at = json.rfind(kManifestKey);
+  if (at == absl::string_view::npos) return false;
+  absl::string_view tail = json.substr(at + kManifestKey.size());
+  std::optional<uint32_t> recorded;
+  if (tail.size() >= 8) {
+    recorded = Crc32FromHex(tail.substr(0, 8));
+    // Exactly as written (lowercase): 'a' -> 'A' is a one-bit flip too.
+    if (recorded.has_value() && Crc32ToHex(*recorded) != tail.substr(0, 8)) {
+      recorded.reset();
+    }
+    tail.remove_prefix(8);
+  }
+  if (!recorded.has_value() ||
+      (tail != kManifestEnd && tail != absl::StrCat(kManifestEnd, "\n"))) {
+    return absl::DataLossError(absl::StrCat(
+        path, " is corrupt: \"manifest_crc32\" is malformed or not the last "
+              "member"));
+  }
+  const uint32_t actual = Crc32(json.substr(0, at));
+  if (actual != *recorded) {
+    return absl::DataLossError(absl::StrCat(
+        path, " is corrupt: its bytes have crc32 ", Crc32ToHex(actual),
+        ", its \"manifest_crc32\" records ", Crc32ToHex(*recorded),
+        " (changed after it was written)"));
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -43,7 +81,10 @@ std::string CheckpointMetadataToJson(const CheckpointMetadata& meta) {
     files.push_back(std::move(e));
   }
   j["files"] = std::move(files);
-  return j.dump() + "\n";
+  std::string body = j.dump();
+  body.pop_back();  // the closing '}': manifest_crc32 goes before it
+  const uint32_t crc = Crc32(body);
+  return absl::StrCat(body, kManifestKey, Crc32ToHex(crc), kManifestEnd, "\n");
 }
 
 absl::StatusOr<CheckpointMetadata> ParseCheckpointMetadata(
@@ -51,6 +92,8 @@ absl::StatusOr<CheckpointMetadata> ParseCheckpointMetadata(
   auto bad = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(path, ": ", why));
   };
+  absl::StatusOr<bool> has_checksum = CheckManifestChecksum(json, path);
+  if (!has_checksum.ok()) return has_checksum.status();
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(json.begin(), json.end());
@@ -60,11 +103,17 @@ absl::StatusOr<CheckpointMetadata> ParseCheckpointMetadata(
   if (!j.is_object()) return bad("not a JSON object");
   CheckpointMetadata m;
   try {
-    if (j.value("format", 0) != kFormat) {
-      return bad(absl::StrCat("unsupported format ", j.value("format", 0),
-                              " (this build reads format ", kFormat,
+    const int format = j.value("format", 0);
+    if (format != kFormat && format != kLegacyFormat) {
+      return bad(absl::StrCat("unsupported format ", format,
+                              " (this build reads formats ", kLegacyFormat, " and ", kFormat,
                               ", with per-file checksums)"));
     }
+    if (format == kFormat && !*has_checksum) {
+      return absl::DataLossError(absl::StrCat(path, " is corrupt: format ", kFormat,
+                                              " but no \"manifest_crc32\" as its last member"));
+    }
+    m.manifest_checksum = *has_checksum;
     for (const char* key : {"sequence", "epoch", "step"}) {
       if (!j.contains(key) || !j[key].is_number_integer()) {
         return bad(absl::StrCat("field \"", key, "\" missing or not an integer"));
@@ -120,7 +169,8 @@ absl::StatusOr<CheckpointMetadata> ParseCheckpointMetadata(
 absl::Status VerifyCheckpointFiles(const std::string& dir,
                                    const CheckpointMetadata& meta,
                                    VerifyMode mode,
-                                   absl::Span<const std::string> only) {
+                                   absl::Span<const std::string> only,
+                                   const CheckpointFileReader& reader) {
   std::vector<const CheckpointFile*> todo;
   if (only.empty()) {
     for (const CheckpointFile& f : meta.files) todo.push_back(&f);
@@ -137,8 +187,9 @@ absl::Status VerifyCheckpointFiles(const std::string& dir,
   }
   for (const CheckpointFile* f : todo) {
     const std::string path = absl::StrCat(dir, "/", f->path);
-    auto size = internal::FileSize(path);
+    absl::StatusOr<int64_t> size = reader.FileSize(path);
     if (!size.ok()) {
+      if (IsCheckpointIoError(size.status())) return size.status();
       return absl::DataLossError(absl::StrCat(
           "checkpoint file '", path, "' unreadable: ", size.status().message()));
     }
@@ -148,8 +199,9 @@ absl::Status VerifyCheckpointFiles(const std::string& dir,
           kCheckpointMetadataFile, " records ", f->bytes, " (truncated?)"));
     }
     if (mode != VerifyMode::kChecksums) continue;
-    absl::StatusOr<FileDigest> d = DigestFile(path);
+    absl::StatusOr<FileDigest> d = reader.Digest(path);
     if (!d.ok()) {
+      if (IsCheckpointIoError(d.status())) return d.status();
       return absl::DataLossError(absl::StrCat(
           "checkpoint file '", path, "' unreadable: ", d.status().message()));
     }

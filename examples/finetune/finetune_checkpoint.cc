@@ -4,7 +4,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/exception_message.h"
+#include "examples/finetune/checkpoint_file_reader.h"
 #include "examples/finetune/checkpoint_metadata.h"
 #include "fsdp/fully_shard/mesh_agreement.h"
 #include "fsdp/fully_shard/optimizer_checkpoint.h"
@@ -74,14 +74,17 @@ absl::Status ExportHf(const CheckpointTarget& t, const fsdp::StateDict& full, co
   return models::gemma::SaveGemmaAsHf(*fresh, dir, so);
 }
 
-// checkpoint.json of `dir`, parsed (it carries the CRC-32s to check).
-absl::StatusOr<CheckpointMetadata> ReadVerifiedMetadata(const std::string& dir) {
+// checkpoint.json of `dir`, checked against its manifest_crc32 and parsed
+// (it carries the CRC-32s to check). An I/O error (after retries) stays one.
+absl::StatusOr<CheckpointMetadata> ReadVerifiedMetadata(const CheckpointFileReader& reader,
+                                                        const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", kCheckpointMetadataFile);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseCheckpointMetadata(text.str(), path);
+  absl::StatusOr<std::string> text = reader.ReadFile(path);
+  if (!text.ok()) {
+    if (IsCheckpointIoError(text.status())) return text.status();
+    return absl::DataLossError(absl::StrCat("cannot read ", path, ": ", text.status().message()));
+  }
+  return ParseCheckpointMetadata(*text, path);
 }
 
 // The listed files LoadShardedCheckpoint / LoadShardedAdamWState read on
@@ -174,16 +177,16 @@ absl::StatusOr<TrainerState> RestoreFineTuneCheckpoint(const CheckpointTarget& t
                                                        const TrainerState& expect, bool allow_mismatch) {
   const int rank = t.mesh->global_rank();
   const int world = static_cast<int>(t.mesh->size());
-  absl::StatusOr<CheckpointMetadata> meta = ReadVerifiedMetadata(dir);
+  const CheckpointFileReader reader;
+  absl::StatusOr<CheckpointMetadata> meta = ReadVerifiedMetadata(reader, dir);
   if (!meta.ok()) return meta.status();
-  if (absl::Status s = VerifyCheckpointFiles(dir, *meta, VerifyMode::kChecksums, {kTrainerState}); !s.ok()) {
+  if (absl::Status s = VerifyCheckpointFiles(dir, *meta, VerifyMode::kChecksums, {kTrainerState}, reader);
+      !s.ok()) {
     return s;
   }
-  std::ifstream in(dir + "/" + kTrainerState, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", dir, "/", kTrainerState));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<TrainerState> state = TrainerStateFromJson(text.str(), dir);
+  absl::StatusOr<std::string> text = reader.ReadFile(absl::StrCat(dir, "/", kTrainerState));
+  if (!text.ok()) return text.status();
+  absl::StatusOr<TrainerState> state = TrainerStateFromJson(*text, dir);
   if (!state.ok()) return state.status();
   if (state->world_size != expect.world_size ||
       (!allow_mismatch && (state->dataset_size != expect.dataset_size || state->seed != expect.seed))) {
@@ -192,7 +195,8 @@ absl::StatusOr<TrainerState> RestoreFineTuneCheckpoint(const CheckpointTarget& t
         state->dataset_size, ", seed ", state->seed, "; this run has ", expect.world_size, ", ",
         expect.dataset_size, ", ", expect.seed, ": resuming would not continue the same run"));
   }
-  if (absl::Status s = VerifyCheckpointFiles(dir, *meta, VerifyMode::kChecksums, FilesRankReads(*meta, rank, world));
+  if (absl::Status s =
+          VerifyCheckpointFiles(dir, *meta, VerifyMode::kChecksums, FilesRankReads(*meta, rank, world), reader);
       !s.ok()) {
     return s;
   }

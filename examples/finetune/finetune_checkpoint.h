@@ -25,7 +25,10 @@
 // reads (trainer_state.json, shards/metadata.json, its own and rank 0's
 // model shard, its optimizer shard) against checkpoint.json right before
 // loading, so a file damaged in between, or a host that sees other bytes,
-// is an error rather than silently wrong weights.
+// is an error rather than silently wrong weights. checkpoint.json itself is
+// checked against its manifest_crc32 on every rank. Reads that fail with an
+// I/O error are retried and then reported as one (Unavailable naming the
+// file, checkpoint_file_reader.h), never as DataLoss.
 #ifndef EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_
 #define EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_
 
@@ -75,6 +78,7 @@ absl::StatusOr<std::string> SaveFineTuneCheckpoint(const CheckpointTarget& targe
 // Restores model shards and optimizer state from checkpoint `dir` (every
 // rank; same world size as the writer) and returns its trainer state.
 // DataLoss naming the file when one this rank reads fails its CRC-32;
+// Unavailable naming the file when it cannot be read after retries;
 // FailedPrecondition when the world size differs, or (unless
 // allow_mismatch) the dataset size or seed.
 absl::StatusOr<TrainerState> RestoreFineTuneCheckpoint(const CheckpointTarget& target,

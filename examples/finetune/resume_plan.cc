@@ -13,9 +13,18 @@ absl::StatusOr<ResumePlan> PlanResume(CheckpointManager& manager,
                                       const ResumeRequest& request) {
   absl::StatusOr<std::optional<CheckpointInfo>> latest = manager.LatestVerified();
   if (!latest.ok()) {
+    const absl::Status& st = latest.status();
+    if (IsCheckpointIoError(st)) {
+      return absl::Status(st.code(),
+                          absl::StrCat(st.message(),
+                                       ". Not training: check the storage (dmesg, the filesystem's "
+                                       "health) and run again; the next attempt resumes from the "
+                                       "same checkpoint"));
+    }
+    if (!absl::IsDataLoss(st)) return st;
     return absl::Status(
-        latest.status().code(),
-        absl::StrCat(latest.status().message(),
+        st.code(),
+        absl::StrCat(st.message(),
                      ". Refusing to train this run from scratch on top of it: use a new "
                      "--run-name to start over, or move the corrupt checkpoint directories away"));
   }

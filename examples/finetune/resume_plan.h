@@ -10,7 +10,9 @@
 //      reported naming the bad file and quarantined). No checkpoint at all:
 //      kFresh, train from --model-dir at epoch 1. Checkpoints, but none
 //      that verifies: DataLoss. A damaged run is never silently restarted
-//      from scratch on top of its own metrics.
+//      from scratch on top of its own metrics. A file that cannot be read
+//      even after retries (EIO, ...): Unavailable naming it, nothing
+//      quarantined, so a later attempt resumes from the same checkpoint.
 //   2. Its job fingerprint (job_fingerprint.h) must equal this attempt's.
 //      Otherwise FailedPrecondition naming every differing field and the
 //      two ways out: a new --run-name (start fresh) or --resume-mismatched

@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "examples/finetune/internal/fs_util.h"
 #include "examples/finetune/internal/test_temp_dir.h"
 
 namespace tpudist::finetune {
@@ -15,15 +18,19 @@ namespace {
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
 
 constexpr int64_t kBatches = 4;
 
 class ResumePlanTest : public ::testing::Test {
  protected:
-  std::unique_ptr<CheckpointManager> Open() {
+  std::unique_ptr<CheckpointManager> Open(CheckpointFileOps ops = {}) {
     CheckpointManagerOptions o;
     o.storage_path = tmp_.path();
     o.run_name = "run";
+    o.file_ops = std::move(ops);
+    o.io_retry.first_backoff = absl::Milliseconds(1);
     o.warn = [](absl::string_view) {};
     o.error = [this](absl::string_view m) { errors_.emplace_back(m); };
     return *CheckpointManager::Open(o);
@@ -97,6 +104,60 @@ TEST_F(ResumePlanTest, OnlyCorruptCheckpointsIsAnErrorNotAFreshStart) {
   EXPECT_THAT(std::string(plan.status().message()),
               AllOf(HasSubstr(c.path + "/model.safetensors"), HasSubstr("new --run-name")));
   EXPECT_THAT(errors_, ElementsAre(HasSubstr(c.path + "/model.safetensors")));
+}
+
+// Issue 39: one bit in checkpoint.json ("epoch":1 -> "epoch":3) made a run
+// with one epoch left look finished ("Training already completed", exit 0).
+TEST_F(ResumePlanTest, FlippedEpochInTheNewestManifestResumesFromTheOlderOne) {
+  auto m = Open();
+  const CheckpointInfo first = Save(*m, 0, Job("0.003"));
+  const CheckpointInfo second = Save(*m, 1, Job("0.003"));
+  const std::string marker = second.path + "/checkpoint.json";
+  auto body = internal::ReadFile(marker);
+  ASSERT_TRUE(body.ok());
+  body->replace(body->find("\"epoch\":1"), 9, "\"epoch\":3");
+  ASSERT_TRUE(internal::WriteFileSynced(marker, *body).ok());
+  auto plan = PlanResume(*m, Request("0.003"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kind, StartKind::kResume);
+  EXPECT_EQ(plan->checkpoint->path, first.path);
+  EXPECT_EQ(plan->epochs_done, 1);
+  EXPECT_THAT(errors_, ElementsAre(HasSubstr(marker + " is corrupt")));
+}
+
+// Issue 39: an EIO while reading checkpoint.json quarantined the only
+// checkpoint. Transient: retried, resumed. Persistent: an I/O error naming
+// the file and what to do, nothing quarantined.
+TEST_F(ResumePlanTest, ReadErrorIsRetriedThenReportedAsAnIoError) {
+  int failures_left = 1;
+  CheckpointFileOps ops;
+  ops.read_file = [&failures_left](const std::string& p) -> absl::StatusOr<std::string> {
+    if (absl::EndsWith(p, "/checkpoint.json") && failures_left != 0) {
+      if (failures_left > 0) --failures_left;
+      return absl::InternalError(absl::StrCat("read '", p, "': Input/output error"));
+    }
+    return internal::ReadFile(p);
+  };
+  auto m = Open(ops);
+  const CheckpointInfo c = Save(*m, 0, Job("0.003"));
+  failures_left = 1;
+  auto plan = PlanResume(*m, Request("0.003"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kind, StartKind::kResume);
+  EXPECT_EQ(plan->checkpoint->path, c.path);
+
+  failures_left = -1;
+  auto failed = PlanResume(*m, Request("0.003"));
+  ASSERT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << failed.status();
+  EXPECT_THAT(std::string(failed.status().message()),
+              AllOf(HasSubstr("I/O error reading '" + c.path + "/checkpoint.json'"),
+                    HasSubstr("Input/output error"), HasSubstr("check the storage"),
+                    Not(HasSubstr("--run-name"))));
+  EXPECT_THAT(errors_, IsEmpty());
+  failures_left = 0;
+  auto recovered = PlanResume(*m, Request("0.003"));
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(recovered->checkpoint->path, c.path);
 }
 
 TEST(EpochsDoneTest, EndOfEpochCountsTheEpoch) {
