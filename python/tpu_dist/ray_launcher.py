@@ -98,6 +98,25 @@ def _log(msg: str) -> None:
     print(PREFIX + msg, file=sys.stderr, flush=True)
 
 
+def join_ray(ray: Any) -> Optional[str]:
+    """ray.init() (RAY_ADDRESS, else a local cluster); None, or one line saying
+    why the launcher could not join. The authentication mode is the caller's
+    (Ray's RAY_AUTH_MODE rules): a cluster in token mode (Ray >= 2.52;
+    tools/ray_cluster.sh and deploy/'s RayClusters are) refuses a driver
+    without its token, which ray.init reports only as a connection failure."""
+    try:
+        ray.init(log_to_driver=False)
+        return None
+    except (ConnectionError, ray.exceptions.AuthenticationError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        why = f"cannot join the Ray cluster at {os.environ.get('RAY_ADDRESS') or '(auto)'}: {first}"
+        if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+            why += ("; if the cluster uses token authentication, set RAY_AUTH_MODE=token and its "
+                    "token in RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH (tools/ray_cluster.sh exec "
+                    "sets both; on KubeRay, authOptions gives every pod both)")
+        return why
+
+
 class _Attempt:
     """One start of the whole group: actors, binaries, supervision."""
 
@@ -292,7 +311,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    ray.init(log_to_driver=False)
+    why = join_ray(ray)
+    if why is not None:
+        _log(why)
+        return 2
     actor_cls = ray.remote(resources={"TPU": 1})(RankProcess)
     t0 = time.monotonic()
     slice_pg = ray.util.tpu.slice_placement_group(

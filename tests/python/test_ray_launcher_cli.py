@@ -188,3 +188,27 @@ def test_rank_process_drops_a_node_secret_file_when_given_a_secret(monkeypatch) 
     lines += out
     assert code == 0
     assert lines == [f"[{'ab' * 32}] []"]
+
+
+class _RefusingRay:
+    """ray.init as Ray 2.60 fails against a token-mode cluster without its token."""
+
+    class exceptions:  # noqa: N801 - mirrors ray.exceptions
+        class AuthenticationError(Exception):
+            pass
+
+    @staticmethod
+    def init(**_kwargs):
+        raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379\ndetails")
+
+
+def test_a_cluster_that_refuses_the_driver_is_one_line_naming_the_auth_variables(
+        monkeypatch) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    why = ray_launcher.join_ray(_RefusingRay)
+    assert why is not None and "\n" not in why
+    assert why.startswith("cannot join the Ray cluster at 10.0.0.1:6379: Failed to connect")
+    assert "RAY_AUTH_MODE=token" in why and "RAY_AUTH_TOKEN_PATH" in why
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # already in token mode: no hint
+    assert "RAY_AUTH_MODE=token" not in ray_launcher.join_ray(_RefusingRay)
