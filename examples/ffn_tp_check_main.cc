@@ -233,7 +233,11 @@ absl::Status Check(const tr::RankInfo& info, int* exit_code) {
   runtime_options.client.error_callback = ::tpudist::collectives::AbortAllGroupsCallback();
   absl::StatusOr<std::unique_ptr<tr::coordination::CoordinationRuntime>> coord =
       tr::coordination::StartOrConnect(info, runtime_options);
-  if (!coord.ok()) return coord.status();
+  if (!coord.ok()) {
+    // Another rank's failure (e.g. one that never registered) is not ours: 75.
+    *exit_code = tr::coordination::StartupFailureExitCode(coord.status());
+    return coord.status();
+  }
   // After the rendezvous a failure is reported to the whole job; the exit
   // code tells the launcher whether it was this rank's own.
   return tr::coordination::RunReportingFailure(

@@ -175,7 +175,11 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
   ro.store_timeout = Ms(c.timeout);
   ro.startup_barrier_timeout = c.timeout;
   absl::StatusOr<std::unique_ptr<coord::CoordinationRuntime>> runtime = coord::StartOrConnect(info, ro);
-  if (!runtime.ok()) return Annotate(runtime.status(), rank, "coordination");
+  if (!runtime.ok()) {
+    // Another rank's failure (e.g. one that never registered) is not ours: 75.
+    if (failure_exit_code != nullptr) *failure_exit_code = coord::StartupFailureExitCode(runtime.status());
+    return Annotate(runtime.status(), rank, "coordination");
+  }
   // Everything after the rendezvous runs under RunReportingFailure: an error here
   // (or an exception) reaches every rank at once, and the exit code says
   // whether it was this rank's own failure or a peer's.

@@ -57,7 +57,8 @@ CallAuthenticator::CallAuthenticator(std::string secret, std::string job_id,
 absl::Status CallAuthenticator::Check(const grpc::ServerContext& context,
                                       absl::string_view method,
                                       absl::string_view job_id,
-                                      int task_id) const {
+                                      int task_id,
+                                      const std::string& peer) const {
   if (!enabled()) return absl::OkStatus();
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kAuthMetadataKey);
@@ -84,7 +85,8 @@ absl::Status CallAuthenticator::Check(const grpc::ServerContext& context,
   if (problem.empty()) return absl::OkStatus();
   const std::string message = absl::StrCat(
       "coordination service of job '", job_id_, "': refused ", method, " from ",
-      context.peer(), " (claiming task ", task_id, "): the call ", problem,
+      peer.empty() ? context.peer() : peer, " (claiming task ", task_id,
+      "): the call ", problem,
       "; every rank needs the job's TPU_DIST_JOB_SECRET");
   const int n = ++refused_;
   if (n <= kRefusalLogLines || n % 100 == 0) {

@@ -60,9 +60,11 @@ class CallAuthenticator {
   // `job_id` (the request's claims); else Unauthenticated naming the service's
   // job, the method and the caller's address, and a line on stderr (the
   // first 10 refusals, then every 100th).
+  // `peer`: the caller's address when the service knows it better than
+  // context.peer() (its own listener's connections: service_listener.h).
   absl::Status Check(const grpc::ServerContext& context,
                      absl::string_view method, absl::string_view job_id,
-                     int task_id) const;
+                     int task_id, const std::string& peer = "") const;
 
  private:
   const std::string secret_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,7 +41,8 @@ struct CoordinationClient::Rpc {
   pb::TaskRef source;
   std::string credential;  // "" without a job secret
 
-  // Runs one unary RPC with a deadline `timeout` from now.
+  // Runs one unary RPC with a deadline `timeout` from now. Once the service
+  // is lost (MarkLost), fails at once with that error instead.
   template <typename Req, typename Resp>
   absl::Status Call(grpc::Status (Stub::*method)(grpc::ClientContext*,
                                                  const Req&, Resp*),
@@ -50,8 +52,48 @@ struct CoordinationClient::Rpc {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     if (!credential.empty()) context.AddMetadata(kAuthMetadataKey, credential);
-    return FromGrpcStatus(((*stub).*method)(&context, req, resp), where);
+    if (absl::Status lost = Begin(&context, where); !lost.ok()) return lost;
+    const grpc::Status g = ((*stub).*method)(&context, req, resp);
+    return End(&context, g, where);
   }
+
+  // Registers a call about to start: the lost-service error (naming `where`)
+  // when the service is lost already, else OK.
+  absl::Status Begin(grpc::ClientContext* context, const std::string& where) {
+    absl::MutexLock lock(&mu);
+    if (!lost.ok()) return LostLocked(where);
+    in_flight.push_back(context);
+    return absl::OkStatus();
+  }
+  // Unregisters a finished call; a call cut short by MarkLost returns the
+  // lost-service error rather than a bare CANCELLED.
+  absl::Status End(grpc::ClientContext* context, const grpc::Status& g,
+                   const std::string& where) {
+    absl::MutexLock lock(&mu);
+    in_flight.erase(std::find(in_flight.begin(), in_flight.end(), context));
+    if (!g.ok() && !lost.ok()) return LostLocked(where);
+    return FromGrpcStatus(g, where);
+  }
+  // The service is gone or frozen: cancels every call in flight and fails
+  // every later one with `error`. The first error is kept.
+  void MarkLost(const absl::Status& error) {
+    absl::MutexLock lock(&mu);
+    if (!lost.ok()) return;
+    lost = error;
+    for (grpc::ClientContext* context : in_flight) context->TryCancel();
+  }
+  bool IsLost() {
+    absl::MutexLock lock(&mu);
+    return !lost.ok();
+  }
+  absl::Status LostLocked(const std::string& where)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return absl::UnavailableError(absl::StrCat(where, ": ", lost.message()));
+  }
+
+  absl::Mutex mu;
+  std::vector<grpc::ClientContext*> in_flight ABSL_GUARDED_BY(mu);
+  absl::Status lost ABSL_GUARDED_BY(mu);
 };
 
 CoordinationClient::CoordinationClient(std::string address, std::string job_id,
@@ -177,11 +219,19 @@ void CoordinationClient::WatchLoop() {
       if (stop_heartbeat_) return;
       watch_context_ = &context;
     }
+    // The service was declared lost (heartbeat thread): nothing to watch.
+    if (!rpc_->Begin(&context, "PollForError").ok()) {
+      absl::MutexLock lock(&mu_);
+      watch_context_ = nullptr;
+      return;
+    }
     const grpc::Status g = rpc_->stub->PollForError(&context, req, &resp);
+    const bool lost = !rpc_->End(&context, g, "PollForError").ok() &&
+                      rpc_->IsLost();
     {
       absl::MutexLock lock(&mu_);
       watch_context_ = nullptr;
-      if (stop_heartbeat_) return;
+      if (stop_heartbeat_ || lost) return;
     }
     const absl::Time now = absl::Now();
     if (g.ok()) {
@@ -196,7 +246,7 @@ void CoordinationClient::WatchLoop() {
     // answer; retry for a moment before calling it lost.
     if (lost_since == absl::InfiniteFuture()) lost_since = now;
     if (now - lost_since >= options_.service_loss_grace) {
-      RecordError(absl::UnavailableError(absl::StrFormat(
+      ServiceLost(absl::UnavailableError(absl::StrFormat(
           "%s: lost the coordination service (hosted by task 0) for %s: %s",
           Where("PollForError"), absl::FormatDuration(now - lost_since),
           FromGrpcStatus(g, "PollForError").message())));
@@ -219,9 +269,13 @@ void CoordinationClient::HeartbeatLoop(absl::Duration interval,
     mu_.Unlock();
     pb::HeartbeatRequest req;
     pb::HeartbeatResponse resp;
-    const absl::Status s =
-        rpc_->Call(&Stub::Heartbeat, req, &resp,
-                   std::max(interval, timeout / 2), Where("Heartbeat"));
+    // The RPC may take until `timeout` after the last contact, no longer: a
+    // frozen service (its host stopped, its network silent) is declared
+    // lost at that moment, and every call in flight ends with it.
+    const absl::Duration budget =
+        std::max(absl::Milliseconds(10), last_contact + timeout - absl::Now());
+    const absl::Status s = rpc_->Call(&Stub::Heartbeat, req, &resp, budget,
+                                      Where("Heartbeat"));
     const absl::Time now = absl::Now();
     if (s.ok()) {
       last_contact = now;
@@ -231,10 +285,11 @@ void CoordinationClient::HeartbeatLoop(absl::Duration interval,
                          resp.error().message()),
             resp.error().source_task());
       }
-    } else if (now - last_contact > timeout) {
-      RecordError(absl::UnavailableError(absl::StrFormat(
-          "%s: no contact with the coordination service for %s (heartbeat "
-          "timeout %s); last error: %s",
+    } else if (now - last_contact >= timeout && !rpc_->IsLost()) {
+      ServiceLost(absl::UnavailableError(absl::StrFormat(
+          "%s: no contact with the coordination service (hosted by task 0) "
+          "for %s (heartbeat timeout %s): its process is stopped or hung, or "
+          "the network to it is down; last error: %s",
           Where("Heartbeat"), absl::FormatDuration(now - last_contact),
           absl::FormatDuration(timeout), s.message())));
     }
@@ -242,19 +297,30 @@ void CoordinationClient::HeartbeatLoop(absl::Duration interval,
   }
 }
 
+void CoordinationClient::ServiceLost(const absl::Status& error) {
+  // Recorded before the calls in flight end, so that their callers see it
+  // in health(); the callback (which may take a while) after.
+  RecordError(error, /*source_task=*/-1, [this, &error] {
+    rpc_->MarkLost(error);
+  });
+}
+
 void CoordinationClient::RecordError(const absl::Status& error,
-                                     int source_task) {
+                                     int source_task,
+                                     const std::function<void()>& then) {
   bool call = false;
   {
     absl::MutexLock lock(&mu_);
-    if (!health_.ok()) return;
-    health_ = error;
-    job_error_task_ = source_task;
-    if (options_.error_callback && !callback_called_) {
-      callback_called_ = true;
-      call = true;
+    if (health_.ok()) {
+      health_ = error;
+      job_error_task_ = source_task;
+      if (options_.error_callback && !callback_called_) {
+        callback_called_ = true;
+        call = true;
+      }
     }
   }
+  if (then) then();
   if (call) options_.error_callback(error);
 }
 

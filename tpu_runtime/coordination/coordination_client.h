@@ -14,8 +14,9 @@
 // third of the service's heartbeat timeout). The service answers each
 // heartbeat with the job error, if any: the client records it (health()) and
 // calls options.error_callback once, from the heartbeat thread. Losing
-// contact with the service for longer than its heartbeat timeout is also
-// recorded as an error (Unavailable).
+// contact with the service for its heartbeat timeout (each heartbeat's
+// deadline is the last contact + that timeout) is also recorded as an error
+// (Unavailable).
 //
 // With options.watch_errors (the default) a second thread keeps a long-poll
 // PollForError outstanding: the job error reaches this task within
@@ -25,7 +26,11 @@
 //
 // Every method has a deadline: blocking ones take a timeout, the others use
 // options.rpc_timeout. Errors carry the op, the key or barrier id, this task
-// and the service address.
+// and the service address. Once the service is lost (no heartbeat answered
+// for its heartbeat timeout: its host stopped or hung, or the network to it
+// is down; or the watcher lost it for service_loss_grace) every call in
+// flight ends at once with Unavailable and so does every later call: no
+// call outlives the heartbeat timeout on a frozen service.
 //
 // Thread-safety: all methods are thread-safe; several threads may block in
 // Get/Barrier at once.
@@ -160,9 +165,14 @@ class CoordinationClient {
                      ClientOptions options);
   void HeartbeatLoop(absl::Duration interval, absl::Duration timeout);
   void WatchLoop();
-  // Records the first error (source_task: the service's verdict, -1 none)
-  // and calls the error callback once.
-  void RecordError(const absl::Status& error, int source_task = -1);
+  // Records the first error (source_task: the service's verdict, -1 none),
+  // runs `then` (if set, even when an error was recorded before) and calls
+  // the error callback once.
+  void RecordError(const absl::Status& error, int source_task = -1,
+                   const std::function<void()>& then = nullptr);
+  // The service is gone or frozen: every call in flight ends now and every
+  // later one fails at once with `error`, which is also recorded.
+  void ServiceLost(const absl::Status& error);
   absl::Status ShutdownWithTimeout(absl::Duration timeout);
   std::string Where(absl::string_view op) const;
 

@@ -2,7 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tpu_runtime/env_discovery.h"
@@ -16,6 +18,9 @@ namespace {
 constexpr absl::Duration kSettle = absl::Milliseconds(300);
 // Drain of a failed job's service (see Shutdown).
 constexpr absl::Duration kFailedJobDrain = absl::Seconds(1);
+// Payload on a StartOrConnect error caused by another rank (its id).
+constexpr absl::string_view kPeerFailurePayload =
+    "type.tpu_dist/coordination.PeerFailure";
 
 }  // namespace
 
@@ -48,6 +53,35 @@ absl::StatusOr<RuntimeOptions> WithSecurityFromEnv(RuntimeOptions options,
   return options;
 }
 
+absl::StatusOr<RuntimeOptions> WithTimeoutsFromEnv(RuntimeOptions options,
+                                                   const EnvMap& env) {
+  constexpr char kVar[] = "TPU_DIST_REGISTRATION_TIMEOUT";
+  auto it = env.find(kVar);
+  if (it == env.end() || it->second.empty()) return options;
+  const std::string& text = it->second;
+  absl::Duration d;
+  double seconds = 0;
+  if (absl::SimpleAtod(text, &seconds)) {
+    d = absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(text, &d)) {
+    d = absl::ZeroDuration();
+  }
+  if (!(d > absl::ZeroDuration()) || d == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s='%s': expected a positive, finite duration such as 60s, 5m or "
+        "a number of seconds",
+        kVar, text));
+  }
+  options.service.registration_timeout = d;
+  return options;
+}
+
+int StartupFailureExitCode(const absl::Status& error) {
+  return error.GetPayload(kPeerFailurePayload).has_value()
+             ? kPeerFailureExitCode
+             : 1;
+}
+
 bool IsLoopbackAddress(absl::string_view host) {
   return host == "localhost" || host == "::1" || host == "[::1]" ||
          absl::StartsWith(host, "127.");
@@ -72,8 +106,9 @@ std::string EffectiveJobId(const RankInfo& info) {
 
 absl::StatusOr<std::unique_ptr<CoordinationRuntime>> StartOrConnect(
     const RankInfo& info, const RuntimeOptions& given) {
-  absl::StatusOr<RuntimeOptions> secured =
-      WithSecurityFromEnv(given, EnvMapFromProcess());
+  const EnvMap env = EnvMapFromProcess();
+  absl::StatusOr<RuntimeOptions> secured = WithSecurityFromEnv(given, env);
+  if (secured.ok()) secured = WithTimeoutsFromEnv(*std::move(secured), env);
   if (!secured.ok()) return secured.status();
   const RuntimeOptions& options = *secured;
   if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size) {
@@ -109,7 +144,15 @@ absl::StatusOr<std::unique_ptr<CoordinationRuntime>> StartOrConnect(
   if (options.startup_barrier_timeout > absl::ZeroDuration()) {
     absl::Status s = runtime->client_->Barrier("tpudist/startup",
                                                options.startup_barrier_timeout);
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      // The job's verdict, when it has one: whom it blames.
+      runtime->client_->PollForError(absl::Milliseconds(1)).IgnoreError();
+      const int blamed = runtime->client_->job_error_task();
+      if (blamed >= 0 && blamed != info.rank) {
+        s.SetPayload(kPeerFailurePayload, absl::Cord(absl::StrCat(blamed)));
+      }
+      return s;
+    }
   }
   runtime->store_ = c10::make_intrusive<CoordinationStore>(
       runtime->client_, options.store_timeout);

@@ -59,6 +59,18 @@ struct RuntimeOptions {
 absl::StatusOr<RuntimeOptions> WithSecurityFromEnv(RuntimeOptions options,
                                                    const EnvMap& env);
 
+// `options` with service.registration_timeout from
+// TPU_DIST_REGISTRATION_TIMEOUT when set: a duration ("90s", "5m") or a
+// number of seconds, > 0. InvalidArgument naming the variable otherwise.
+// Pure.
+absl::StatusOr<RuntimeOptions> WithTimeoutsFromEnv(RuntimeOptions options,
+                                                   const EnvMap& env);
+
+// The exit code for an error StartOrConnect returned: kPeerFailureExitCode
+// (tpu_runtime/exit_codes.h) when the job failed because of another rank
+// (e.g. one never registered: the error names it), else 1.
+int StartupFailureExitCode(const absl::Status& error);
+
 // True for "localhost", "127.x.y.z", "::1".
 bool IsLoopbackAddress(absl::string_view host);
 // Where rank 0's service listens for `master_addr`: "127.0.0.1" for a

@@ -1,8 +1,10 @@
 #include "tpu_runtime/coordination/coordination_service.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <random>
 #include <utility>
@@ -12,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/resource_quota.h"
 #include "tpu_runtime/coordination/coordination.grpc.pb.h"
 #include "tpu_runtime/coordination/coordination_auth.h"
 #include "tpu_runtime/coordination/grpc_status.h"
@@ -257,14 +260,25 @@ class CoordinationService::Impl final
     return ToGrpcStatus(state_->ShutdownTask(req->source().task_id()));
   }
 
+  // Set once, before the server starts.
+  void set_listener(const ServiceListener* listener) { listener_ = listener; }
+
  private:
+  // The caller's address: gRPC names connections our listener handed over
+  // by their descriptor ("fd:N").
+  std::string Peer(const grpc::ServerContext& context) const {
+    return listener_ != nullptr ? listener_->PeerAddress(context.peer())
+                                : context.peer();
+  }
+
   // Every handler starts here: the caller's credential (when the job has a
   // secret), then the job id and task id.
   absl::Status Validate(const grpc::ServerContext& context,
                         absl::string_view method,
                         const pb::TaskRef& source) const {
     if (absl::Status s =
-            auth_.Check(context, method, source.job_id(), source.task_id());
+            auth_.Check(context, method, source.job_id(), source.task_id(),
+                        Peer(context));
         !s.ok()) {
       return s;
     }
@@ -275,6 +289,8 @@ class CoordinationService::Impl final
   const uint64_t incarnation_;
   const bool fail_on_disconnect_;
   const CallAuthenticator auth_;
+  const ServiceListener* listener_ = nullptr;  // null with TLS
+
 };
 
 CoordinationService::CoordinationService(const ServiceOptions& options)
@@ -292,6 +308,16 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(
   if (options.heartbeat_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "CoordinationService: heartbeat_timeout must be positive");
+  }
+  if (options.handshake_timeout <= absl::ZeroDuration() ||
+      options.idle_connection_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "CoordinationService: handshake_timeout and idle_connection_timeout "
+        "must be positive");
+  }
+  if (options.registration_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "CoordinationService: registration_timeout must be positive");
   }
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(
@@ -319,17 +345,50 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(
   const std::string listen =
       v6 ? absl::StrCat("[", options.bind_address, "]:", options.port)
          : absl::StrCat(options.bind_address, ":", options.port);
+  auto millis = [](absl::Duration d) {
+    return static_cast<int>(std::clamp<int64_t>(ToMillis(d), 1, INT_MAX));
+  };
   grpc::ServerBuilder builder;
   // Without this, gRPC sets SO_REUSEPORT and a second job could silently
   // share a fixed port with us.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(listen, *credentials, &service->port_);
+  // Strangers' connections: bounded in time (handshake, idle), in calls per
+  // connection and in handler threads.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             millis(options.handshake_timeout));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             millis(options.idle_connection_timeout));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             std::max(1, options.max_streams_per_connection));
+  grpc::ResourceQuota quota(
+      absl::StrCat("tpu_dist coordination of job ", options.job_id));
+  quota.SetMaxThreads(options.max_threads > 0 ? options.max_threads
+                                              : 64 + 8 * options.num_tasks);
+  builder.SetResourceQuota(quota);
+  const bool tls =
+      !options.tls_cert_path.empty() || !options.tls_key_path.empty();
+  if (tls) {
+    builder.AddListeningPort(listen, *credentials, &service->port_);
+  } else {
+    // Plaintext: our own acceptor, which keeps descriptors in reserve and
+    // survives EMFILE (service_listener.h).
+    auto listener = ServiceListener::Bind({options.job_id,
+                                           options.bind_address, options.port,
+                                           options.fd_reserve});
+    if (!listener.ok()) return listener.status();
+    service->listener_ = *std::move(listener);
+    service->port_ = service->listener_->port();
+    service->impl_->set_listener(service->listener_.get());
+  }
   builder.RegisterService(service->impl_.get());
   service->server_ = builder.BuildAndStart();
   if (service->server_ == nullptr || service->port_ == 0) {
     return absl::UnavailableError(
         absl::StrFormat("CoordinationService for job '%s': cannot listen on %s",
                         options.job_id, listen));
+  }
+  if (service->listener_ != nullptr) {
+    service->listener_->Start(service->server_.get());
   }
   const bool loopback = options.bind_address == "::1" ||
                         absl::StartsWith(options.bind_address, "127.") ||
@@ -361,20 +420,55 @@ std::string CoordinationService::address() const {
 
 void CoordinationService::StalenessLoop() {
   const absl::Duration interval = std::max(
-      absl::Milliseconds(1), std::min(options_.staleness_check_interval,
-                                      options_.heartbeat_timeout / 4));
+      absl::Milliseconds(1),
+      std::min({options_.staleness_check_interval,
+                options_.heartbeat_timeout / 4,
+                options_.registration_timeout / 4}));
+  const absl::Time started = absl::Now();
+  bool registration_checked = false;
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval);
     if (stopping_) break;
     mu_.Unlock();
-    for (int task : state_->CheckHeartbeats(absl::Now())) {
+    const absl::Time now = absl::Now();
+    for (int task : state_->CheckHeartbeats(now)) {
       std::fprintf(stderr, "[coordination] job '%s': task %d failed: %s\n",
                    options_.job_id.c_str(), task,
                    std::string(state_->JobError().message()).c_str());
     }
+    CheckFdUsage(now);
+    if (!registration_checked &&
+        now - started >= options_.registration_timeout) {
+      registration_checked = true;
+      if (!state_->FailUnregistered(now - started).empty()) {
+        std::fprintf(stderr, "[coordination] %s\n",
+                     std::string(state_->JobError().message()).c_str());
+      }
+    }
     mu_.Lock();
   }
+}
+
+void CoordinationService::CheckFdUsage(absl::Time now) {
+  constexpr absl::Duration kEvery = absl::Seconds(30);
+  if (now - last_fd_warning_ < kEvery) return;
+  const int64_t limit = FdSoftLimit();
+  if (limit <= 0) return;
+  const int open_fds = CountOpenFds();
+  if (open_fds < 0 || open_fds * 10 < limit * 8) return;  // under 80%
+  last_fd_warning_ = now;
+  std::fprintf(
+      stderr,
+      "[coordination] job '%s': this process (rank 0, hosting the "
+      "coordination service on port %d) has %d of %lld file descriptors open "
+      "(ulimit -n): close to 'Too many open files' (EMFILE), when opening "
+      "checkpoint files and sockets fails; the service refused %lld "
+      "connection(s) so far. Raise ulimit -n, or see what holds them "
+      "(ls -l /proc/%d/fd; ss -tnp)\n",
+      options_.job_id.c_str(), port_, open_fds, static_cast<long long>(limit),
+      static_cast<long long>(listener_ != nullptr ? listener_->refused() : 0),
+      static_cast<int>(getpid()));
 }
 
 void CoordinationService::Shutdown() {
@@ -385,6 +479,7 @@ void CoordinationService::Shutdown() {
     stopping_ = true;
   }
   if (state_ != nullptr) state_->Shutdown();  // wakes blocked handlers
+  if (listener_ != nullptr) listener_->Stop();  // no new connections
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoMilliseconds(options_.shutdown_grace));

@@ -5,9 +5,11 @@
 //
 // A staleness checker thread wakes every `staleness_check_interval` (at most
 // a quarter of the heartbeat timeout) and marks a connected task whose last
-// heartbeat is older than `heartbeat_timeout` as failed; that becomes the job
-// error, which every blocking call of every task then returns and which
-// PollForError and heartbeat responses carry.
+// heartbeat is older than `heartbeat_timeout` as failed, and, once
+// `registration_timeout` has passed since Start(), every task that never
+// registered; the first failure becomes the job error, which every blocking
+// call of every task then returns and which PollForError and heartbeat
+// responses carry.
 //
 // Blocking RPCs (Get, Barrier, PollForError) wait with a deadline: the
 // smaller of the request's timeout and the RPC deadline, so no handler thread
@@ -26,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "tpu_runtime/coordination/coordination_state.h"
+#include "tpu_runtime/coordination/service_listener.h"
 
 namespace grpc {
 class Server;
@@ -40,6 +43,10 @@ struct ServiceOptions {
   std::string job_id;  // REQUIRED: non-empty
   int num_tasks = 1;   // REQUIRED: >= 1
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // Every task must register within this long of Start(); then the job fails
+  // naming the ranks that never did ("rank 1 never registered ..."), instead
+  // of the startup barrier timing out much later. InfiniteDuration(): never.
+  absl::Duration registration_timeout = absl::Seconds(60);
   // How often the staleness checker runs; clamped to heartbeat_timeout / 4.
   absl::Duration staleness_check_interval = absl::Seconds(1);
   // How long Shutdown() lets in-flight RPCs finish before cancelling them.
@@ -58,6 +65,24 @@ struct ServiceOptions {
   // private key. Clients then need ClientOptions::tls_ca_path.
   std::string tls_cert_path;
   std::string tls_key_path;
+
+  // Connections (anyone who reaches the port can open them; no credential
+  // is needed to connect). One that has not finished its HTTP/2 (and TLS)
+  // handshake within `handshake_timeout` is closed, and so is one with no
+  // call in flight for `idle_connection_timeout`: a registered task always
+  // has one (its error watcher), so this closes strangers; a client whose
+  // idle connection was closed reconnects on its next call.
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  absl::Duration idle_connection_timeout = absl::Seconds(30);
+  // Plaintext: the service accepts connections itself and keeps this many
+  // file descriptors of the process free of them (service_listener.h);
+  // 0: a quarter of the soft `ulimit -n` (16..4096).
+  int64_t fd_reserve = 0;
+  // Calls in flight per connection (more wait in the client), and handler
+  // threads of the whole service (0: 64 + 8 per task; over it a call fails
+  // with RESOURCE_EXHAUSTED).
+  int max_streams_per_connection = 64;
+  int max_threads = 0;
 };
 
 class CoordinationService {
@@ -86,14 +111,18 @@ class CoordinationService {
 
  private:
   class Impl;  // the gRPC service implementation
+  // Warns on stderr when this process's open descriptors near `ulimit -n`.
+  void CheckFdUsage(absl::Time now);
   CoordinationService(const ServiceOptions& options);
   void StalenessLoop();
 
   const ServiceOptions options_;
   std::unique_ptr<CoordinationState> state_;
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<ServiceListener> listener_;  // plaintext only
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  absl::Time last_fd_warning_ = absl::InfinitePast();  // staleness thread
   std::thread staleness_thread_;
 
   absl::Mutex mu_;

@@ -168,6 +168,32 @@ std::vector<int> CoordinationState::CheckHeartbeats(absl::Time now) {
   return failed;
 }
 
+std::vector<int> CoordinationState::FailUnregistered(absl::Duration waited) {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> missing;
+  if (!job_error_.ok() || shutdown_) return missing;
+  for (int t = 0; t < num_tasks_; ++t) {
+    if (tasks_[t].state == TaskState::kUninitialized) missing.push_back(t);
+  }
+  if (missing.empty()) return missing;
+  const std::string who =
+      missing.size() == 1
+          ? absl::StrCat("rank ", missing[0])
+          : absl::StrCat("ranks ", absl::StrJoin(missing, ", "));
+  const bool one = missing.size() == 1;
+  const absl::Status error = absl::DeadlineExceededError(absl::StrFormat(
+      "%s never registered with the coordination service of job '%s' "
+      "within %s of its start (the registration timeout; set "
+      "TPU_DIST_REGISTRATION_TIMEOUT to wait longer): %s not start, "
+      "crashed or hung before connecting (the launcher's log has %s pid and "
+      "output); %d of %d ranks registered",
+      who, job_id_, absl::FormatDuration(waited),
+      one ? "its process did" : "their processes did", one ? "its" : "their",
+      num_tasks_ - static_cast<int>(missing.size()), num_tasks_));
+  for (int t : missing) FailTaskLocked(t, error);
+  return missing;
+}
+
 TaskState CoordinationState::task_state(int task) const {
   absl::MutexLock lock(&mu_);
   return tasks_[task].state;
@@ -346,6 +372,16 @@ std::vector<int> CoordinationState::MissingLocked(
   return missing;
 }
 
+std::string CoordinationState::NeverRegisteredLocked(
+    absl::Span<const int> ids) const {
+  std::vector<int> never;
+  for (int t : ids) {
+    if (tasks_[t].state == TaskState::kUninitialized) never.push_back(t);
+  }
+  if (never.empty()) return "";
+  return absl::StrCat(" (never registered: ", FormatTaskIds(never), ")");
+}
+
 void CoordinationState::FinishRoundLocked(BarrierRound& round,
                                           absl::Status result) {
   if (round.done) return;
@@ -450,10 +486,11 @@ absl::Status CoordinationState::Barrier(int task, absl::string_view barrier_id,
                         absl::DeadlineExceededError(absl::StrFormat(
                             "Barrier('%s') of job '%s' timed out after %s: "
                             "%d/%d tasks arrived, "
-                            "missing tasks %s",
+                            "missing tasks %s%s",
                             barrier_id, job_id_, absl::FormatDuration(timeout),
                             round->num_arrived, round->participants.size(),
-                            FormatTaskIds(MissingLocked(*round)))));
+                            FormatTaskIds(MissingLocked(*round)),
+                            NeverRegisteredLocked(MissingLocked(*round)))));
     } else {
       return absl::DeadlineExceededError(absl::StrFormat(
           "Barrier('%s') by task %d: RPC deadline passed before the barrier "

@@ -81,6 +81,12 @@ class CoordinationState {
   // Marks every connected task whose last heartbeat is older than the
   // heartbeat timeout as failed; returns the ids newly marked.
   std::vector<int> CheckHeartbeats(absl::Time now);
+  // The registration deadline passed (`waited` after the service started):
+  // every task that never registered is failed, and the job error
+  // (DeadlineExceeded, blamed on the lowest such task) names them all
+  // ("rank 1 never registered ..."). Returns the ids failed; empty when
+  // every task registered or the job already has an error.
+  std::vector<int> FailUnregistered(absl::Duration waited);
 
   TaskState task_state(int task) const;
   // Blocks until no task is connected (each left, failed or never came), or
@@ -142,6 +148,9 @@ class CoordinationState {
   void FailTaskLocked(int task, absl::Status error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int> MissingLocked(const BarrierRound& round) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // " (never registered: {1, 3})" for the uninitialized among `ids`, or "".
+  std::string NeverRegisteredLocked(absl::Span<const int> ids) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishRoundLocked(BarrierRound& round, absl::Status result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

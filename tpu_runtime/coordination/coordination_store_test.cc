@@ -140,6 +140,7 @@ int RunRuntimeGlooRank() {
 
 int RunChildRole(const std::string& role) {
   if (role == "runtime_gloo") return RunRuntimeGlooRank();
+  if (role == "serve") return testing::RunServeChild();
   const std::string address = EnvOr("TPUDIST_COORD_ADDRESS", "");
   const std::string job = EnvOr("TPUDIST_COORD_JOB", "");
   int task = -1, world = 0;

@@ -94,6 +94,10 @@ inline std::string EnvOr(const char* name, const std::string& fallback) {
   return v != nullptr ? std::string(v) : fallback;
 }
 
+// Child role "serve" (service_faults_test.cc): hosts a CoordinationService
+// configured from the environment until killed.
+int RunServeChild();
+
 }  // namespace tpudist::tpu_runtime::coordination::testing
 
 #endif  // TPU_RUNTIME_COORDINATION_COORDINATION_TEST_UTIL_H_
