@@ -25,8 +25,10 @@
 //   stderr naming its address, and keeps waiting for its real peers: a
 //   stranger reaching the port cannot fail or feed the mesh. Accepted
 //   connections shake hands concurrently (a thread each, at most 64 at
-//   once, all joined before Connect returns), so a silent stranger delays
-//   no one but itself. The connecting
+//   once, each joined when it ends and all before Connect returns); a
+//   connection arriving when all 64 are taken evicts the oldest (one that
+//   has not sent a whole hello first), so silent strangers delay no one but
+//   themselves, however many. The connecting
 //   rank dialed the address its peer published, so a peer failing to prove
 //   the secret there is an error (FailedPrecondition: the ranks were given
 //   different secrets).
@@ -67,6 +69,7 @@
 #ifndef TPU_DIST_COLLECTIVES_TCP_TCP_MESH_H_
 #define TPU_DIST_COLLECTIVES_TCP_TCP_MESH_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -167,10 +170,11 @@ class TcpMesh final : public Transport {
   // on the connecting side, -1 on the accepting side. `*authenticated` is
   // set once the peer proved the secret (or, without one, sent a
   // well-formed hello): a failure before that point is the peer's
-  // untrustworthiness, after it a disagreement within the job.
+  // untrustworthiness, after it a disagreement within the job. Sets
+  // *got_hello (if given) once the peer's whole hello is read.
   absl::Status Handshake(int fd, int expected_peer, absl::string_view where,
                          const std::string& secret, absl::Time deadline, int* peer_rank,
-                         bool* authenticated);
+                         bool* authenticated, std::atomic<bool>* got_hello = nullptr);
 
   // Validates a peer argument and the poison state.
   absl::Status CheckOp(absl::string_view op, int peer) const;

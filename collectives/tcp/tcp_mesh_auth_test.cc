@@ -261,6 +261,48 @@ TEST_F(TcpMeshAuthTest, SilentConnectionIsDroppedAfterTheHandshakeTimeout) {
   EXPECT_EQ(in, out);
 }
 
+// 200 connections that send nothing reach rank 0 before rank 1 does, with a
+// handshake_timeout far longer than the test: the oldest silent ones are
+// evicted to make room and rank 1 connects at once. (Once 64 strangers held
+// every handshake slot, new connections waited in the listen backlog until
+// handshake_timeout freed one: rank 1 was kept out for 20 s here.)
+TEST_F(TcpMeshAuthTest, TwoHundredSilentStrangersDoNotKeepTheRealPeerOut) {
+  TcpMeshOptions options = Options("silent200");
+  options.handshake_timeout = absl::Seconds(20);
+  options.connect_timeout = absl::Seconds(30);
+  StderrCapture capture;
+  std::unique_ptr<TcpMesh> mesh0;
+  absl::Status rank0_status;
+  std::thread rank0([&] {
+    auto m = TcpMesh::Connect(*store_, 0, 2, options);
+    rank0_status = m.status();
+    if (m.ok()) mesh0 = std::move(*m);
+  });
+  JoinOnExit join_rank0{rank0};
+  const int port = Rank0Port(options);
+  std::vector<ScopedFd> silent;
+  for (int i = 0; i < 200; ++i) {
+    auto fd = Dial(port);
+    ASSERT_TRUE(fd.ok()) << "stranger " << i << ": " << fd.status();
+    silent.push_back(*std::move(fd));
+  }
+  const absl::Time start = absl::Now();
+  auto mesh1 = TcpMesh::Connect(*store_, 1, 2, options);
+  rank0.join();
+  const absl::Duration took = absl::Now() - start;
+  const std::string log = capture.Take();
+  std::printf("[mesh strangers] rank 1 connected %s after 200 silent strangers\n",
+              absl::FormatDuration(took).c_str());
+  ASSERT_TRUE(rank0_status.ok()) << rank0_status;
+  ASSERT_TRUE(mesh1.ok()) << mesh1.status();
+  EXPECT_LT(took, absl::Seconds(3));
+  EXPECT_THAT(log, HasSubstr("evicted to make room for newer connections"));
+  std::vector<uint8_t> in(3), out = {4, 5, 6};
+  ASSERT_TRUE((*mesh1)->Send(0, out, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(mesh0->Recv(1, absl::MakeSpan(in), absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_EQ(in, out);
+}
+
 TEST_F(TcpMeshAuthTest, DifferentSecretsFailNamingTheSecret) {
   TcpMeshOptions options = Options("mismatch");
   options.connect_timeout = absl::Seconds(2);

@@ -36,8 +36,10 @@ constexpr absl::string_view kAcceptorLabel = "tpu_dist/tcp_mesh/v2/acceptor-proo
 // Log lines per Connect for dropped connections: the first ones, then every
 // 100th (a stranger hammering the port must not flood the job's log).
 constexpr int kDropLogLines = 10;
-// Handshakes of accepted connections in flight at once; more connections
-// wait in the listen backlog. Bounds the threads a flood of strangers costs.
+// Handshakes of accepted connections in flight at once. A connection that
+// arrives when all are taken evicts the oldest (preferring one that has not
+// sent a whole hello): bounds the threads a flood of strangers costs without
+// ever keeping a real peer (whose hello comes with its connect) waiting.
 constexpr size_t kMaxConcurrentHandshakes = 64;
 
 // Every hello starts with these, in any version: a peer of another version
@@ -116,7 +118,7 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(c10d::Store& store, in
   if (size == 1) return mesh;
   const absl::Time deadline = absl::Now() + options.connect_timeout;
 
-  absl::StatusOr<Listener> listener = ListenTcp(options.bind_address, 0, std::max(size, 16));
+  absl::StatusOr<Listener> listener = ListenTcp(options.bind_address, 0, std::max(size, 128));
   if (!listener.ok()) {
     return absl::Status(listener.status().code(),
                         absl::StrCat("TcpMesh rank ", rank, ": cannot listen on ",
@@ -197,6 +199,9 @@ struct TcpMesh::PendingHandshake {
   absl::Status status;
   int peer_rank = -1;
   bool authenticated = false;
+  absl::Time accepted;
+  std::atomic<bool> got_hello{false};  // set by `thread`
+  bool evicted = false;                // shut down to make room
   std::atomic<bool> done{false};
 };
 
@@ -245,7 +250,13 @@ absl::Status TcpMesh::AcceptHigher(int listen_fd, const TcpMeshOptions& options,
         continue;
       }
       p.thread.join();
-      if (!p.status.ok()) {
+      if (p.evicted) {
+        // Shut down to make room while it had not authenticated (whatever
+        // its handshake made of that).
+        drop(p.from,
+             absl::StrCat("evicted to make room for newer connections: not authenticated after ",
+                          absl::FormatDuration(absl::Now() - p.accepted)));
+      } else if (!p.status.ok()) {
         // A member of the job that disagrees with us is an error; anyone
         // else (a port scanner, another job, a wrong secret) is dropped and
         // we keep waiting for the real peer.
@@ -269,9 +280,12 @@ absl::Status TcpMesh::AcceptHigher(int listen_fd, const TcpMeshOptions& options,
     }
     if (missing.empty()) break;
 
-    // 2. Wait for a connection or a finished handshake. At the cap, new
-    //    connections wait in the listen backlog until a slot frees.
-    const bool at_cap = pending.size() >= kMaxConcurrentHandshakes;
+    // 2. Wait for a connection or a finished handshake. New connections
+    //    wait in the listen backlog only while as many evicted handshakes
+    //    as the cap are still ending (microseconds).
+    size_t evicting = 0;
+    for (const auto& p : pending) evicting += p->evicted ? 1 : 0;
+    const bool at_cap = evicting >= kMaxConcurrentHandshakes;
     pollfd fds[2] = {{wake.get(), POLLIN, 0},
                      {listen_fd, static_cast<short>(at_cap ? 0 : POLLIN), 0}};
     const int n = poll(fds, 2, PollTimeoutMs(deadline));
@@ -300,9 +314,23 @@ absl::Status TcpMesh::AcceptHigher(int listen_fd, const TcpMeshOptions& options,
       }
       return absl::UnavailableError(absl::StrCat(ctx, ": accept: ", ErrnoString(errno)));
     }
+    if (pending.size() - evicting >= kMaxConcurrentHandshakes) {
+      PendingHandshake* victim = nullptr;  // the oldest without a hello, else the oldest
+      for (auto& q : pending) {
+        if (q->evicted || q->done.load(std::memory_order_acquire)) continue;
+        if (victim == nullptr || (victim->got_hello.load() && !q->got_hello.load())) {
+          victim = q.get();
+        }
+      }
+      if (victim != nullptr) {
+        victim->evicted = true;
+        shutdown(victim->fd.get(), SHUT_RDWR);  // its handshake fails at once
+      }
+    }
     auto p = std::make_unique<PendingHandshake>();
     p->fd.Reset(fd);
     p->from = PeerAddress(fd);
+    p->accepted = absl::Now();
     const absl::Time handshake_deadline =
         std::min(deadline, absl::Now() + options.handshake_timeout);
     PendingHandshake* raw = p.get();
@@ -310,7 +338,8 @@ absl::Status TcpMesh::AcceptHigher(int listen_fd, const TcpMeshOptions& options,
     raw->thread = std::thread([this, raw, wake_fd, handshake_deadline, &options] {
       raw->status =
           Handshake(raw->fd.get(), -1, absl::StrCat("a connection from ", raw->from),
-                    options.secret, handshake_deadline, &raw->peer_rank, &raw->authenticated);
+                    options.secret, handshake_deadline, &raw->peer_rank, &raw->authenticated,
+                    &raw->got_hello);
       raw->done.store(true, std::memory_order_release);
       const uint64_t one = 1;
       (void)!write(wake_fd, &one, sizeof(one));
@@ -322,7 +351,7 @@ absl::Status TcpMesh::AcceptHigher(int listen_fd, const TcpMeshOptions& options,
 
 absl::Status TcpMesh::Handshake(int fd, int expected_peer, absl::string_view where,
                                 const std::string& secret, absl::Time deadline, int* peer_rank,
-                                bool* authenticated) {
+                                bool* authenticated, std::atomic<bool>* got_hello) {
   *authenticated = false;
   const bool connector = expected_peer >= 0;
   const std::string ctx = absl::StrCat("TcpMesh rank ", rank_, " (group '", group_key_, "', size ",
@@ -370,6 +399,7 @@ absl::Status TcpMesh::Handshake(int fd, int expected_peer, absl::string_view whe
       !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(ctx, ": reading group key: ", s.message()));
   }
+  if (got_hello != nullptr) got_hello->store(true);
 
   const bool they_have_secret = (body.flags & kFlagHasSecret) != 0;
   if (secret.empty() && they_have_secret) {

@@ -24,7 +24,8 @@ constexpr uint32_t kFrameMagic = 0x4D503254;  // "T2PM"
 constexpr uint32_t kFlagHasSecret = 1;
 constexpr size_t kNonceBytes = 32;
 constexpr uint32_t kMaxGroupKeyBytes = 4096;
-constexpr int kMaxHandshaking = 64;  // unauthenticated connections served at once
+// Listen backlog: a burst of strangers does not crowd a real peer's SYN out.
+constexpr int kListenBacklog = 128;
 constexpr size_t kCoalesceBytes = 64 << 10;  // header + payload in one write below this
 constexpr absl::string_view kConnectorLabel = "tpu_dist/tcp_p2p/v1/connector-proof";
 constexpr absl::string_view kAcceptorLabel = "tpu_dist/tcp_p2p/v1/acceptor-proof";
@@ -68,7 +69,7 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Start(c10d::Store& store, int ra
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("TcpP2p: bad rank ", rank, " of ", size));
   }
-  absl::StatusOr<Listener> listener = ListenTcp(options.bind_address, 0, std::max(size, 16));
+  absl::StatusOr<Listener> listener = ListenTcp(options.bind_address, 0, std::max(size, kListenBacklog));
   if (!listener.ok()) {
     return absl::Status(listener.status().code(),
                         absl::StrCat("TcpP2p rank ", rank, ": cannot listen on ",
@@ -95,11 +96,11 @@ TcpP2p::TcpP2p(int rank, int size, TcpP2pOptions options, Listener listener)
 }
 
 TcpP2p::~TcpP2p() {
-  std::vector<std::thread> readers;
+  std::list<std::unique_ptr<Reader>> readers;
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
-    for (int fd : in_fds_) ::shutdown(fd, SHUT_RDWR);
+    for (const auto& r : readers_) ::shutdown(r->fd.get(), SHUT_RDWR);
   }
   ::shutdown(listener_.fd.get(), SHUT_RDWR);  // wakes the accept poll
   if (acceptor_.joinable()) acceptor_.join();
@@ -107,7 +108,7 @@ TcpP2p::~TcpP2p() {
     absl::MutexLock lock(&mu_);
     readers.swap(readers_);
   }
-  for (std::thread& t : readers) t.join();
+  for (const auto& r : readers) r->thread.join();
   for (auto& link : out_) {
     absl::MutexLock lock(&link->mu);
     if (link->fd.valid()) ::shutdown(link->fd.get(), SHUT_RDWR);
@@ -122,7 +123,7 @@ void TcpP2p::Abort(const absl::Status& cause) {
   {
     absl::MutexLock lock(&mu_);
     if (aborted_.ok()) aborted_ = cause.ok() ? absl::AbortedError("aborted") : cause;
-    for (int fd : in_fds_) ::shutdown(fd, SHUT_RDWR);
+    for (const auto& r : readers_) ::shutdown(r->fd.get(), SHUT_RDWR);
     cv_.SignalAll();
   }
   for (auto& link : out_) {
@@ -256,54 +257,32 @@ absl::Status TcpP2p::Recv(int src, int tag, absl::Span<uint8_t> data, absl::Time
   return absl::OkStatus();
 }
 
-void TcpP2p::AcceptLoop() {
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stop_) return;
-    }
-    // Bounded waits: the destructor's shutdown() wakes this early.
-    absl::StatusOr<ScopedFd> fd = AcceptUntil(listener_.fd.get(), absl::Now() + absl::Seconds(1));
-    if (!fd.ok()) {
-      if (fd.status().code() == absl::StatusCode::kDeadlineExceeded) continue;
-      absl::MutexLock lock(&mu_);
-      if (stop_) return;
-      // A transient accept error (EMFILE...): back off briefly, retry.
-      mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(100));
-      continue;
-    }
-    absl::MutexLock lock(&mu_);
-    if (stop_ || handshaking_ >= kMaxHandshaking) continue;  // fd closes here
-    ++handshaking_;
-    const int raw = fd->get();
-    in_fds_.push_back(raw);
-    auto owned = std::make_shared<ScopedFd>(*std::move(fd));
-    readers_.emplace_back([this, owned, raw] {
-      ReadLoop(raw, PeerAddress(raw));
-      absl::MutexLock l(&mu_);
-      in_fds_.erase(std::find(in_fds_.begin(), in_fds_.end(), raw));
-      owned->Reset();
-    });
-  }
-}
-
-void TcpP2p::ReadLoop(int fd, std::string from) {
+void TcpP2p::ReadLoop(Reader* reader) {
+  const int fd = reader->fd.get();
+  const std::string& from = reader->from;
   int src = -1;
   absl::Status hs = ConfigureStream(fd, 0);
-  if (hs.ok()) hs = Handshake(fd, -1, absl::Now() + options_.handshake_timeout, &src);
+  if (hs.ok()) {
+    hs = Handshake(fd, -1, reader->accepted + options_.handshake_timeout, &src);
+  }
   {
     absl::MutexLock lock(&mu_);
-    --handshaking_;
-    if (hs.ok() && (in_[src].connected || !in_[src].closed.ok())) {
+    if (reader->evicted) {
+      hs = absl::ResourceExhaustedError(
+          absl::StrCat("evicted to make room for newer connections: not authenticated after ",
+                       absl::FormatDuration(absl::Now() - reader->accepted)));
+    } else if (absl::IsDeadlineExceeded(hs)) {
+      hs = absl::DeadlineExceededError(
+          absl::StrCat("no complete handshake within handshake_timeout ",
+                       absl::FormatDuration(options_.handshake_timeout)));
+    } else if (hs.ok() && (in_[src].connected || !in_[src].closed.ok())) {
       hs = absl::AlreadyExistsError(absl::StrCat("a second connection claiming rank ", src));
     }
     if (!hs.ok()) {
-      if (!stop_) {
-        std::fprintf(stderr, "[tcp_p2p] %s: dropped connection from %s: %s\n",
-                     Context().c_str(), from.c_str(), std::string(hs.message()).c_str());
-      }
+      if (!stop_) LogDrop(from, hs.message());
       return;
     }
+    reader->authenticated = true;
     in_[src].connected = true;
   }
   absl::Status s;
@@ -345,6 +324,14 @@ void TcpP2p::ReadLoop(int fd, std::string from) {
       "the connection from peer rank ", src, " (", from, ") closed: ", s.message(),
       " (did rank ", src, " exit, crash or destroy its group?)"));
   cv_.SignalAll();
+}
+
+size_t TcpP2p::HelloBytes() { return sizeof(Hello); }
+
+bool TcpP2p::IsHello(const uint8_t* bytes) {
+  Hello h;
+  std::memcpy(&h, bytes, sizeof(h));
+  return h.magic == kHelloMagic && h.version == kHelloVersion && h.key_len <= kMaxGroupKeyBytes;
 }
 
 absl::Status TcpP2p::Handshake(int fd, int expected_peer, absl::Time deadline, int* peer_rank) {

@@ -15,8 +15,23 @@
 // sends HMAC-SHA256(secret, role label, own hello, peer's hello) and checks
 // the other's proof in constant time (the scheme tcp_mesh.h describes, under
 // its own labels, so a proof for one protocol is never valid for the other).
-// The accepting side drops (with one stderr line) a connection that fails
-// the handshake and keeps serving: a stranger cannot feed or fail a recv.
+// The accepting side drops a connection that fails the handshake and keeps
+// serving: a stranger cannot feed or fail a recv.
+//
+// Strangers: an accepted connection must authenticate within
+// options.handshake_timeout of its accept (5 s; a real peer sends its hello
+// with its connect and needs one round trip). Until its whole fixed-size
+// hello has arrived it costs no thread: the accept thread polls it (with
+// SO_RCVLOWAT = the hello's size) among at most 64 such connections, drops
+// it if it closes or sends something that is not a hello, and when all 64
+// are taken evicts the oldest for a newcomer, so silent strangers never keep
+// a real peer out. A connection with a hello gets a reader thread for the
+// rest of the handshake (at most 64 unauthenticated ones at once, the oldest
+// evicted likewise) and, once authenticated, for its frames. The accept
+// thread joins (reaps) every reader whose connection ended within 0.5 s:
+// threads, stacks and fds stay bounded however many strangers connect. Drops
+// are logged to stderr, rate-limited: the first 10, then at most one line
+// per 10 s carrying the count of those not shown.
 //
 // Data path: a frame is a 16-byte header {magic, tag, byte count} and the
 // payload. The reader thread drains its socket continuously into per-(peer,
@@ -44,6 +59,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -71,7 +87,10 @@ struct TcpP2pOptions {
   std::string bind_address = "127.0.0.1";  // numeric
   std::string advertise_address;           // "" = bind_address
   std::string secret;                      // job secret bytes; "" = none
-  absl::Duration handshake_timeout = absl::Seconds(10);
+  // How long an accepted connection may take to authenticate before it is
+  // dropped (bounds what a silent stranger holds; a real peer needs one
+  // round trip).
+  absl::Duration handshake_timeout = absl::Seconds(5);
 };
 
 class TcpP2p {
@@ -114,6 +133,18 @@ class TcpP2p {
   struct InPeer : P2pInbox {  // closed: OK while connected / not yet
     bool connected = false;
   };
+  // An accepted connection and the thread serving it: the handshake (while
+  // unauthenticated, "pending"), then the frames of the rank it proved to be.
+  // The fields marked mu_ are guarded by mu_.
+  struct Reader {
+    ScopedFd fd;         // closed after `thread` is joined (Reap)
+    std::string from;    // remote address, for logs
+    absl::Time accepted;
+    bool authenticated = false;          // mu_
+    bool evicted = false;                // mu_: shut down to make room
+    bool done = false;                   // mu_: the thread is exiting
+    std::thread thread;
+  };
 
   TcpP2p(int rank, int size, TcpP2pOptions options, Listener listener);
   // REQUIRES: out_[dst]->mu held.
@@ -122,9 +153,24 @@ class TcpP2p {
   // connecting; -1 when accepting (then *peer_rank is who the peer proved to
   // be).
   absl::Status Handshake(int fd, int expected_peer, absl::Time deadline, int* peer_rank);
+  // The size of the fixed part of a hello, and whether `bytes` (that many)
+  // start one of this protocol version.
+  static size_t HelloBytes();
+  static bool IsHello(const uint8_t* bytes);
+  // Accepts connections and holds them, threadless, until a hello arrives.
   void AcceptLoop();
+  // Gives a connection whose hello has arrived a reader thread; makes room
+  // first (see the file comment), or refuses it when even that cannot be
+  // done.
+  void AddReader(ScopedFd fd, std::string from, absl::Time accepted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Joins the readers whose threads are exiting and closes their sockets.
+  void Reap() ABSL_LOCKS_EXCLUDED(mu_);
   // Handshake, then frames until the connection closes.
-  void ReadLoop(int fd, std::string from);
+  void ReadLoop(Reader* reader);
+  // One stderr line per dropped connection, rate-limited.
+  void LogDrop(const std::string& from, absl::string_view reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Context() const;
 
   const int rank_;
@@ -136,11 +182,13 @@ class TcpP2p {
   absl::Mutex mu_;
   absl::CondVar cv_;  // signalled on every delivered message / close / abort
   std::vector<InPeer> in_ ABSL_GUARDED_BY(mu_);  // [size]
-  std::vector<int> in_fds_ ABSL_GUARDED_BY(mu_);  // accepted sockets, for shutdown
-  int handshaking_ ABSL_GUARDED_BY(mu_) = 0;      // unauthenticated readers now
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> readers_ ABSL_GUARDED_BY(mu_);
+  // Accepted connections in accept order, until reaped.
+  std::list<std::unique_ptr<Reader>> readers_ ABSL_GUARDED_BY(mu_);
+  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;          // connections dropped so far
+  int64_t drops_not_logged_ ABSL_GUARDED_BY(mu_) = 0;  // since the last line
+  absl::Time last_drop_log_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::thread acceptor_;
 };
 

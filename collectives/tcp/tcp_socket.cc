@@ -146,10 +146,9 @@ absl::StatusOr<ScopedFd> AcceptUntil(int listen_fd, absl::Time deadline) {
   }
 }
 
-std::string PeerAddress(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+namespace {
+
+std::string AddressString(const sockaddr_storage& addr) {
   char text[INET6_ADDRSTRLEN] = {};
   if (addr.ss_family == AF_INET) {
     const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
@@ -162,6 +161,33 @@ std::string PeerAddress(int fd) {
     return JoinHostPort(text, ntohs(in6->sin6_port));
   }
   return "?";
+}
+
+}  // namespace
+
+std::string PeerAddress(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  return AddressString(addr);
+}
+
+absl::StatusOr<ScopedFd> AcceptNow(int listen_fd, std::string* from) {
+  while (true) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    const int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
+                           SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      *from = AddressString(addr);
+      return ScopedFd(fd);
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return absl::NotFoundError("no connection pending");
+    }
+    return ErrnoStatus("accept", errno);
+  }
 }
 
 bool IsLoopbackNumeric(absl::string_view address) {

@@ -76,6 +76,11 @@ absl::StatusOr<ScopedFd> AcceptUntil(int listen_fd, absl::Time deadline);
 // names a dropped peer in logs.
 std::string PeerAddress(int fd);
 
+// Accepts one connection on non-blocking listener `listen_fd` without
+// waiting: NotFound when none is pending. *from gets its remote
+// "address:port" (known even when it has already been reset).
+absl::StatusOr<ScopedFd> AcceptNow(int listen_fd, std::string* from);
+
 // True for 127.0.0.0/8 and ::1 (numeric addresses only).
 bool IsLoopbackNumeric(absl::string_view address);
 
