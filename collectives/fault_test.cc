@@ -158,19 +158,45 @@ TEST(HostLayoutTest, GroupsRanksByHostInFirstAppearanceOrder) {
 // advertised as its address (it used to fall through to the host id or to
 // gethostname(), which in a pod or namespace may resolve to 127.0.0.1).
 TEST(HostLayoutTest, BindAddressFromTheWorkerHostnamesEntry) {
-  BindAddress a = ResolveBindAddress("", "10.9.8.7", "127.0.9.9");
+  auto resolve = [](const std::string& configured, const std::string& worker,
+                    const std::string& host_id) {
+    absl::StatusOr<BindAddress> a = ResolveBindAddress(configured, worker, host_id);
+    EXPECT_TRUE(a.ok()) << a.status();
+    return a.value_or(BindAddress{});
+  };
+  BindAddress a = resolve("", "10.9.8.7", "127.0.9.9");
   EXPECT_EQ(a.bind, "10.9.8.7");
   EXPECT_EQ(a.advertise, "");
-  a = ResolveBindAddress("", "localhost", "127.0.9.9");  // a name this host owns: bound
+  a = resolve("", "localhost", "127.0.9.9");  // a name this host owns: bound
   EXPECT_EQ(a.bind, "127.0.0.1");
   EXPECT_EQ(a.advertise, "");
-  a = ResolveBindAddress("", "no-such-host.invalid", "127.0.9.9");  // unresolvable
+  a = resolve("", "no-such-host.invalid", "127.0.9.9");  // unresolvable
   EXPECT_EQ(a.bind, "127.0.9.9");  // the numeric host id wins
-  EXPECT_EQ(ResolveBindAddress("192.0.2.1", "10.9.8.7", "").bind, "192.0.2.1");
+  EXPECT_EQ(resolve("192.0.2.1", "10.9.8.7", "").bind, "192.0.2.1");
   // A wildcard only when asked for, still advertising a dialable address.
-  a = ResolveBindAddress("0.0.0.0", "10.9.8.7", "127.0.9.9");
+  a = resolve("0.0.0.0", "10.9.8.7", "127.0.9.9");
   EXPECT_EQ(a.bind, "0.0.0.0");
-  EXPECT_FALSE(a.advertise.empty());
+  EXPECT_EQ(a.advertise, "10.9.8.7");
+}
+
+// A host name that resolves to an address this host does not own used to
+// make the listeners bind 0.0.0.0 silently (every interface, against the
+// README's promise). Now it is refused naming the name, its address and the
+// variable to set; asking for the wildcard still works and advertises that
+// address. "192.0.513" is a name to inet_pton (so not taken as numeric) that
+// getaddrinfo resolves to 192.0.2.1 (TEST-NET-1) without DNS.
+TEST(HostLayoutTest, NameResolvingToAForeignAddressIsRefusedNotWildcarded) {
+  absl::StatusOr<BindAddress> a = ResolveBindAddress("", "192.0.513", "slice_host_0");
+  ASSERT_FALSE(a.ok()) << "bound " << a->bind << " advertising " << a->advertise;
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(a.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("'192.0.513' resolves to 192.0.2.1"),
+                               ::testing::HasSubstr("not an address of this host"),
+                               ::testing::HasSubstr("TPU_DIST_BIND_ADDRESS=0.0.0.0")));
+  a = ResolveBindAddress("0.0.0.0", "192.0.513", "slice_host_0");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->bind, "0.0.0.0");
+  EXPECT_EQ(a->advertise, "192.0.2.1");
 }
 
 // Forked processes over a FileStore: correctness and no /dev/shm leftovers.

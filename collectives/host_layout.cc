@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
@@ -90,39 +91,62 @@ bool IsLocalAddress(const std::string& ip) {
   return ok;
 }
 
-// Listen where peers dial (`ip`) when this host owns it; otherwise (NAT, a
-// pod IP behind a service) on every interface, advertising `ip`.
-BindAddress BindOrWildcard(const std::string& ip) {
-  if (IsLocalAddress(ip)) return {ip, ""};
-  return {"0.0.0.0", ip};
+std::string HostName() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// The address peers dial and how it was found, before any wildcard.
+struct Dialable {
+  std::string ip;    // numeric; "" = none found
+  std::string name;  // the name it was resolved from; "" = given numerically
+  std::string what;  // where the name came from, for messages
+};
+
+// Rules 2-4 of ResolveBindAddress.
+Dialable FindDialable(const std::string& worker_hostname, const std::string& host_id) {
+  const std::string entry(absl::StripAsciiWhitespace(worker_hostname));
+  if (IsNumericAddress(entry)) return {entry, "", ""};
+  // A name (KubeRay's "<group>-0-<j>.<cluster>-headless"): peers reach this
+  // host at what it resolves to, so listen there (only there).
+  if (!entry.empty()) {
+    std::string ip = ResolveIPv4(entry);
+    if (!ip.empty()) return {std::move(ip), entry, "this host's TPU_WORKER_HOSTNAMES entry"};
+  }
+  if (IsNumericAddress(host_id)) return {host_id, "", ""};
+  std::string name = HostName();
+  std::string ip = ResolveIPv4(name);
+  if (ip.empty()) return {"", name, "this host's name (gethostname)"};
+  return {std::move(ip), std::move(name), "this host's name (gethostname)"};
 }
 
 }  // namespace
 
-BindAddress ResolveBindAddress(const std::string& configured, const std::string& worker_hostname,
-                               const std::string& host_id) {
+absl::StatusOr<BindAddress> ResolveBindAddress(const std::string& configured,
+                                               const std::string& worker_hostname,
+                                               const std::string& host_id) {
   if (!configured.empty()) {
-    if (configured != "0.0.0.0" && configured != "::") return {configured, ""};
+    if (configured != "0.0.0.0" && configured != "::") return BindAddress{configured, ""};
     // Every interface, on request: peers still need one address to dial.
-    char name[256] = {};
-    gethostname(name, sizeof(name) - 1);
-    const std::string advertise = ResolveIPv4(name);
-    return {configured, advertise.empty() ? "127.0.0.1" : advertise};
+    const Dialable d = FindDialable(worker_hostname, host_id);
+    return BindAddress{configured, d.ip.empty() ? "127.0.0.1" : d.ip};
   }
-  const std::string entry(absl::StripAsciiWhitespace(worker_hostname));
-  if (IsNumericAddress(entry)) return {entry, ""};
-  // A name (KubeRay's "<group>-0-<j>.<cluster>-headless"): peers reach this
-  // host at what it resolves to, so listen there (only there).
-  if (!entry.empty()) {
-    const std::string ip = ResolveIPv4(entry);
-    if (!ip.empty()) return BindOrWildcard(ip);
+  const Dialable d = FindDialable(worker_hostname, host_id);
+  if (d.ip.empty()) return BindAddress{"127.0.0.1", ""};
+  // A name that resolves to an address this host does not own (NAT, a stale
+  // /etc/hosts, another machine's entry): binding it fails, and listening on
+  // every interface instead must be asked for.
+  if (!d.name.empty() && !IsLocalAddress(d.ip)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tpu_dist: ", d.what, " '", d.name, "' resolves to ", d.ip,
+        ", which is not an address of this host, so the inter-host TCP listeners have no "
+        "address to bind; refusing to listen on every interface unasked. Set "
+        "TPU_DIST_BIND_ADDRESS to this host's address that the other hosts can reach, or "
+        "TPU_DIST_BIND_ADDRESS=0.0.0.0 to listen on every interface and advertise ", d.ip,
+        " (behind NAT), or fix the name's resolution"));
   }
-  if (IsNumericAddress(host_id)) return {host_id, ""};
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  const std::string advertise = ResolveIPv4(name);
-  if (advertise.empty()) return {"127.0.0.1", ""};
-  return BindOrWildcard(advertise);
+  return BindAddress{d.ip, ""};
 }
 
 }  // namespace tpudist::collectives

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 namespace tpudist::collectives {
@@ -43,23 +44,27 @@ struct BindAddress {
 };
 
 // The inter-host address of this process, first match wins. Listeners bind
-// the one address peers dial, never every interface unless asked to (or the
-// advertised address is not this host's own, e.g. behind NAT):
+// the one address peers dial, never every interface unless asked to:
 //   1. `configured` (Options::bind_address; distributed/group_config.h fills
 //      it from TPU_DIST_BIND_ADDRESS) if non-empty; "0.0.0.0" / "::" mean
-//      every interface, advertising the address gethostname() resolves to;
+//      every interface, advertising the address rules 2-4 find (127.0.0.1
+//      if none);
 //   2. `worker_hostname` (this host's entry of the slice's host list,
 //      TPU_WORKER_HOSTNAMES[TPU_WORKER_ID]): if it is a numeric IP, bound;
 //      if it is a name that resolves (KubeRay's pod names), its first IPv4
-//      address, bound if this host owns it, else "0.0.0.0" advertising it;
+//      address;
 //   3. `host_id` if it is a numeric IP (tpurun --hosts-emulated sets
 //      TPU_DIST_HOST_ID=127.0.1.<h+1>, the emulated host's own address);
-//   4. the first IPv4 address gethostname() resolves to, bound if this host
-//      owns it, else "0.0.0.0" advertising it; 127.0.0.1 if it resolves to
-//      nothing.
-// Reads no environment variable.
-BindAddress ResolveBindAddress(const std::string& configured, const std::string& worker_hostname,
-                               const std::string& host_id);
+//   4. the first IPv4 address gethostname() resolves to; 127.0.0.1 if it
+//      resolves to nothing.
+// FailedPrecondition when the name of rule 2 or 4 resolves to an address
+// this host does not own (NAT, a stale /etc/hosts): the message names the
+// name, the address and TPU_DIST_BIND_ADDRESS (set it to a local address, or
+// to 0.0.0.0 to listen everywhere and advertise the resolved one). Reads no
+// environment variable.
+absl::StatusOr<BindAddress> ResolveBindAddress(const std::string& configured,
+                                               const std::string& worker_hostname,
+                                               const std::string& host_id);
 
 // True if `s` parses as a numeric IPv4 or IPv6 address. Pure.
 bool IsNumericAddress(const std::string& s);

@@ -65,9 +65,10 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
   tcp::TcpP2pOptions p2p_options;
   p2p_options.group_key = absl::StrCat(options_.job_id, "/", options_.group_name);
   p2p_options.secret = options_.job_secret;
+  BindAddress addr;  // multi-host only
   if (!layout_.single_host()) {
-    const BindAddress addr =
-        ResolveBindAddress(options_.bind_address, options_.worker_hostname, host_id);
+    addr = ValueOrThrow(
+        ResolveBindAddress(options_.bind_address, options_.worker_hostname, host_id));
     p2p_options.bind_address = addr.bind;
     p2p_options.advertise_address = addr.advertise;
   }
@@ -87,8 +88,6 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
     hier.small_allreduce_bytes = options_.small_allreduce_bytes;
     hier.multi_rail_min_bytes = options_.multi_rail_min_bytes;
     hier.rail_chunk_bytes = options_.rail_chunk_bytes;
-    const BindAddress addr =
-        ResolveBindAddress(options_.bind_address, options_.worker_hostname, host_id);
     hier.bind_address = addr.bind;
     hier.advertise_address = addr.advertise;
     hier.connect_timeout = absl::FromChrono(options_.timeout);
