@@ -1,11 +1,15 @@
 #include "examples/finetune/training_flags.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
 namespace tpudist::finetune {
 namespace {
+
+constexpr double kMinNormalFloat = std::numeric_limits<float>::min();
+constexpr double kMaxFloat = std::numeric_limits<float>::max();
 
 absl::Status CheckRange(const char* flag, int64_t value, int64_t min, int64_t max) {
   if (value >= min && value <= max) return absl::OkStatus();
@@ -13,8 +17,18 @@ absl::Status CheckRange(const char* flag, int64_t value, int64_t min, int64_t ma
 }
 
 absl::Status CheckNonNegative(const char* flag, double value) {
-  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(flag, " ", value, ": must be a finite number >= 0"));
+  if (!std::isfinite(value) || value < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", value, ": must be a finite number >= 0"));
+  }
+  // The optimizer computes in fp32: a value that is 0, subnormal or inf
+  // there is not the value asked for.
+  if (value != 0 && (value < kMinNormalFloat || value > kMaxFloat)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", value, ": is ",
+                                                   value < kMinNormalFloat ? "0 or subnormal" : "inf",
+                                                   " in float32, the optimizer's compute type: use 0 or a value in [",
+                                                   kMinNormalFloat, ", ", kMaxFloat, "]"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace

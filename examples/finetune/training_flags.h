@@ -9,8 +9,10 @@
 //   max_seq_len            [2, kMaxSeqLen]  (one next-token pair at least)
 //   batch x max_seq_len    <= kMaxTokensPerStep per device
 //   lr                     finite, >= 0 (0 is allowed: tests compare runs
-//                          whose weights must not move)
-//   weight_decay           finite, >= 0
+//                          whose weights must not move), and 0 or a normal
+//                          float32 (the optimizer's compute type: 1e-300
+//                          would be 0 there, 1e39 inf)
+//   weight_decay           the same
 //
 // Pure; safe from any thread.
 #ifndef EXAMPLES_FINETUNE_TRAINING_FLAGS_H_

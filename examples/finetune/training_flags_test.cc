@@ -37,6 +37,26 @@ TEST(TrainingFlagsTest, LrAndWeightDecayMustBeFiniteNonNegative) {
   EXPECT_THAT(Message(f), HasSubstr("--weight-decay nan"));
 }
 
+// Representable where used (issue 39): the optimizer computes in fp32.
+TEST(TrainingFlagsTest, LrAndWeightDecayMustBeNormalInFloat32) {
+  TrainingFlags f;
+  f.lr = 1e-300;  // > 0, but 0 in fp32
+  EXPECT_EQ(ValidateTrainingFlags(f).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(f), HasSubstr("--lr 1e-300: is 0 or subnormal in float32"));
+  f.lr = 1e-40;  // subnormal in fp32
+  EXPECT_THAT(Message(f), HasSubstr("--lr 1e-40: is 0 or subnormal in float32"));
+  f.lr = 1e39;
+  EXPECT_THAT(Message(f), HasSubstr("--lr 1e+39: is inf in float32"));
+  f = {};
+  f.weight_decay = 1e-300;
+  EXPECT_THAT(Message(f), HasSubstr("--weight-decay 1e-300: is 0 or subnormal"));
+  f = {};
+  f.lr = 1e6;  // representable: training's non-finite check is what stops it
+  EXPECT_TRUE(ValidateTrainingFlags(f).ok());
+  f.lr = 1e-30;
+  EXPECT_TRUE(ValidateTrainingFlags(f).ok());
+}
+
 TEST(TrainingFlagsTest, SizesAreBounded) {
   TrainingFlags f;
   f.max_seq_len = 1;

@@ -14,6 +14,11 @@ namespace {
 
 using nlohmann::json;
 
+// The positive values normal in both float32 and bfloat16 (same exponent
+// range; bf16's largest finite value is a little below fp32's).
+constexpr double kMinComputeValue = 1.1754943508222875e-38;  // FLT_MIN
+constexpr double kMaxComputeValue = 3.3895313892515355e38;   // bf16 max
+
 absl::Status FieldError(absl::string_view source, absl::string_view field,
                         absl::string_view what) {
   return absl::InvalidArgumentError(
@@ -350,6 +355,29 @@ absl::Status GemmaConfig::Validate(absl::string_view source) const {
     if (!r.ok || !std::isfinite(r.value)) {
       return FieldError(source, r.name, absl::StrCat(r.value, " is out of range (must be finite and positive; "
                                                               "partial_rotary_factor at most 1)"));
+    }
+  }
+  // Representable where used: these enter fp32 / bf16 tensor arithmetic
+  // (logits / cap, mean(x^2) + eps, pow(theta, .), inv_freq / factor), where
+  // a value that is 0, subnormal or inf after the cast breaks the model
+  // silently (a softcap of 1e-300 passes "> 0" and is 0 in fp32: NaN logits).
+  const struct {
+    const char* name;
+    double value;
+  } computed[] = {
+      {"rms_norm_eps", rms_norm_eps},
+      {"final_logit_softcapping", softcap},
+      {"rope_parameters.sliding_attention.rope_theta", sliding_rope.rope_theta},
+      {"rope_parameters.full_attention.rope_theta", full_rope.rope_theta},
+      {"rope_parameters.sliding_attention.factor", sliding_rope.factor},
+      {"rope_parameters.full_attention.factor", full_rope.factor},
+  };
+  for (const auto& r : computed) {
+    if (r.value < kMinComputeValue || r.value > kMaxComputeValue) {
+      return FieldError(source, r.name,
+                        absl::StrCat(r.value, " is ", r.value < kMinComputeValue ? "0 or subnormal" : "inf",
+                                     " in float32/bfloat16, the dtypes the model computes it in (must be in [",
+                                     kMinComputeValue, ", ", kMaxComputeValue, "])"));
     }
   }
   if (!tie_word_embeddings) {

@@ -97,7 +97,9 @@ struct GemmaConfig {
   // Checks internal consistency (sizes positive and within the sanity bounds
   // below, head divisibility, layer types length, every shared layer has a
   // source, token ids inside the vocabulary, finite positive epsilons and
-  // RoPE parameters). Errors name `source` and the field.
+  // RoPE parameters; eps, softcap, RoPE theta and factor also normal in
+  // float32 and bfloat16, where the model computes with them: 1e-300 is
+  // refused as 0 there). Errors name `source` and the field.
   absl::Status Validate(absl::string_view source = "config") const;
 };
 

@@ -179,5 +179,37 @@ TEST(GemmaConfig, SanityBoundsNameTheField) {
   EXPECT_TRUE(GemmaConfigFromJson(j, "ok").ok());
 }
 
+// Values the model computes with in fp32/bf16 must be normal there (issue
+// 39): a softcap of 1e-300 passed "> 0", was 0 in fp32 and trained to NaN.
+TEST(GemmaConfig, ComputeValuesMustBeNormalInFloat32) {
+  const json j = GemmaConfigToHfJson(GemmaTinyConfig(), true);
+  auto error = [&](const char* field, double value) {
+    json bad = j;
+    bad["text_config"][field] = value;
+    return std::string(GemmaConfigFromJson(bad, "/m/config.json").status().message());
+  };
+  EXPECT_EQ(error("final_logit_softcapping", 1e-300),
+            "/m/config.json: text_config: field 'final_logit_softcapping': 1e-300 is 0 or subnormal in "
+            "float32/bfloat16, the dtypes the model computes it in (must be in [1.17549e-38, 3.38953e+38])");
+  EXPECT_NE(error("final_logit_softcapping", 1e39).find("'final_logit_softcapping': 1e+39 is inf in float32"),
+            std::string::npos);
+  EXPECT_NE(error("rms_norm_eps", 1e-40).find("'rms_norm_eps': 1e-40 is 0 or subnormal"), std::string::npos);
+  json rope = j;
+  rope["text_config"]["rope_parameters"]["sliding_attention"]["rope_theta"] = 1e300;
+  EXPECT_NE(std::string(GemmaConfigFromJson(rope, "c").status().message())
+                .find("'rope_parameters.sliding_attention.rope_theta': 1e+300 is inf"),
+            std::string::npos);
+  rope = j;
+  rope["text_config"]["rope_parameters"]["full_attention"]["factor"] = 1e-39;
+  EXPECT_NE(std::string(GemmaConfigFromJson(rope, "c").status().message())
+                .find("'rope_parameters.full_attention.factor': 1e-39 is 0 or subnormal"),
+            std::string::npos);
+  // Small but normal values are the user's choice.
+  json ok = j;
+  ok["text_config"]["final_logit_softcapping"] = 1e-30;
+  ok["text_config"]["rms_norm_eps"] = 1e-30;
+  EXPECT_TRUE(GemmaConfigFromJson(ok, "ok").ok());
+}
+
 }  // namespace
 }  // namespace tpudist::models::gemma
