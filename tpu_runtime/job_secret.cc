@@ -1,10 +1,13 @@
 #include "tpu_runtime/job_secret.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -60,17 +63,45 @@ absl::StatusOr<std::string> ReadJobSecretFile(const std::string& path, absl::str
   if (path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(variable, " is set but empty"));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read ", source, ": ", std::strerror(errno)));
   }
-  std::string text(kMaxSecretFileBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read ", source, ": read error"));
+  // As ssh does for a private key: a secret others can read is no secret.
+  // Checked on the open file, so the file checked is the file read.
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int error = errno;
+    close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot stat ", source, ": ", std::strerror(error)));
   }
-  text.resize(static_cast<size_t>(in.gcount()));
+  if ((st.st_mode & 077) != 0) {
+    close(fd);
+    char mode[8];
+    snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "permissions ", mode, " for ", source,
+        " are too open: a job secret file must be readable only by its owner; run `chmod 600 ",
+        path, "`"));
+  }
+  std::string text(kMaxSecretFileBytes + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read ", source, ": ", std::strerror(error)));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  text.resize(got);
   if (text.size() > kMaxSecretFileBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, " is larger than ", kMaxSecretFileBytes, " bytes; not a job secret"));

@@ -11,6 +11,9 @@
 //   TPU_DIST_JOB_SECRET_FILE  a file holding such a value (trailing
 //                             whitespace and newlines ignored): keeps the
 //                             secret out of the environment of every process.
+//                             It must be private to its owner (mode 0600 or
+//                             0400); a file group or others can access is
+//                             refused.
 // Setting both is an error (which one wins would be a guess). tpurun and
 // tpu_dist-ray-run generate one per job when none is given; a multi-host
 // tpurun (one per host) requires one to be given, the same on every host.
@@ -46,7 +49,9 @@ inline constexpr size_t kGeneratedJobSecretBytes = 32;
 absl::StatusOr<std::string> ParseJobSecret(absl::string_view value, absl::string_view source);
 
 // Reads and parses the secret in `path`. InvalidArgument naming `variable`
-// and the path when it cannot be read or is not a valid secret.
+// and the path when it cannot be read, is not a valid secret, or is
+// accessible to group or others (any of mode 077, as ssh refuses such a
+// private key: `chmod 600` it).
 absl::StatusOr<std::string> ReadJobSecretFile(const std::string& path, absl::string_view variable);
 
 // The job's secret from `env`; "" when neither variable is set.

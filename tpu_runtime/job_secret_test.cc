@@ -1,11 +1,14 @@
 #include "tpu_runtime/job_secret.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tpu_runtime/hmac.h"
@@ -99,6 +102,42 @@ TEST(JobSecretTest, FileIsReadTrailingNewlineIgnored) {
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(std::string(missing.status().message()),
               HasSubstr("/nonexistent/secret (TPU_DIST_JOB_SECRET_FILE)"));
+}
+
+// As ssh refuses a private key others can read: 0644 (what `openssl rand
+// -hex 32 > job.key` gives under umask 022) is refused naming the file, its
+// mode and the fix; 0600 and 0400 are accepted.
+TEST(JobSecretTest, FileReadableByOthersIsRefused) {
+  char path[] = "/tmp/job_secret_test_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string text = std::string(64, 'c') + "\n";
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  std::map<mode_t, bool> accepted;
+  for (mode_t mode : {0600, 0400, 0644, 0640, 0604, 0660}) {
+    ASSERT_EQ(chmod(path, mode), 0);
+    auto s = JobSecretFromEnv({{kJobSecretFileEnv, path}});
+    accepted[mode] = s.ok();
+    if (mode == 0644) {
+      ASSERT_FALSE(s.ok());
+      EXPECT_EQ(std::string(s.status().message()),
+                absl::StrCat("permissions 0644 for the file ", path,
+                             " (TPU_DIST_JOB_SECRET_FILE) are too open: a job secret file must "
+                             "be readable only by its owner; run `chmod 600 ",
+                             path, "`"));
+    }
+  }
+  auto flag = ReadJobSecretFile(path, "--job-secret-file");  // still 0660
+  unlink(path);
+  EXPECT_TRUE(accepted[0600]);
+  EXPECT_TRUE(accepted[0400]);
+  EXPECT_FALSE(accepted[0644]);
+  EXPECT_FALSE(accepted[0640]);
+  EXPECT_FALSE(accepted[0604]);
+  EXPECT_FALSE(accepted[0660]);
+  ASSERT_FALSE(flag.ok());
+  EXPECT_THAT(std::string(flag.status().message()), HasSubstr("(--job-secret-file) are too open"));
 }
 
 TEST(JobSecretTest, GeneratedSecretsRoundTripThroughHex) {

@@ -132,6 +132,50 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanRanks(const LaunchConfig& config, i
   return specs;
 }
 
+bool IsOneOfManyHosts(const LaunchConfig& config) {
+  return config.mode == LaunchConfig::Mode::kSlice && !config.hosts_emulated &&
+         config.slice.num_hosts > 1;
+}
+
+absl::Status ValidateMaxRestarts(const LaunchConfig& config, int max_restarts) {
+  if (max_restarts < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-restarts=", max_restarts, ": expected a number >= 0"));
+  }
+  if (max_restarts > 0 && IsOneOfManyHosts(config)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-restarts=", max_restarts, " with one tpurun per host (host ", config.host_index,
+        " of ", config.slice.num_hosts,
+        "): not supported yet. Each host's tpurun sees only its own ranks and the hosts do not "
+        "agree on a restart, so a restart here would meet the other hosts' stopped ranks and "
+        "fail. Restart the whole job from outside (your scheduler, a loop over every host's "
+        "tpurun), or use tpu_dist-ray-run, or --hosts-emulated on one machine"));
+  }
+  return absl::OkStatus();
+}
+
+std::string PeerFailureHint(const LaunchConfig& config) {
+  if (!IsOneOfManyHosts(config)) return "";
+  const SliceSpec& s = config.slice;
+  const int first = config.host_index * s.devices_per_host;
+  std::string others;
+  int listed = 0;
+  for (int h = 0; h < s.num_hosts; ++h) {
+    if (h == config.host_index) continue;
+    if (++listed > 8) {
+      absl::StrAppend(&others, ", ...");
+      break;
+    }
+    const std::string address = config.hostnames.empty() ? absl::StrCat("127.0.1.", h + 1)
+                                                         : config.hostnames[h];
+    absl::StrAppend(&others, others.empty() ? "" : ", ", h, " (", address, ")");
+  }
+  return absl::StrCat("the rank that failed is on another host (this tpurun runs host ",
+                      config.host_index, " of ", s.num_hosts, ", ranks ", first, "-",
+                      first + s.devices_per_host - 1, "): see the tpurun of host",
+                      s.num_hosts > 2 ? "s " : " ", others);
+}
+
 std::string StartBanner(const LaunchConfig& config) {
   if (config.mode == LaunchConfig::Mode::kPlain) {
     return absl::StrCat(config.nproc, config.nproc == 1 ? " process" : " processes",

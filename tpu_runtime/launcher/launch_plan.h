@@ -64,6 +64,24 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanRanks(const LaunchConfig& config, i
 // true unless the job spans real hosts, which must agree on one port.
 bool MayPickMasterPort(const LaunchConfig& config);
 
+// True when this tpurun starts only its own host's ranks of a slice with
+// more than one host (one tpurun per real host).
+bool IsOneOfManyHosts(const LaunchConfig& config);
+
+// --max-restarts N: InvalidArgument when N < 0, or N > 0 and
+// IsOneOfManyHosts(config): each host's tpurun sees only its own ranks, the
+// hosts cannot yet agree on an attempt, and a restart on one host alone
+// would meet the other hosts' stopped ranks (the message says what to use
+// instead).
+absl::Status ValidateMaxRestarts(const LaunchConfig& config, int max_restarts);
+
+// For SupervisorOptions::peer_failure_hint: where the root cause is when
+// every rank of this tpurun stopped because another rank failed. With one
+// tpurun per host: "the rank that failed is on another host (this tpurun
+// runs host 0 of 2, ranks 0-3): see the tpurun of host 1 (127.0.1.2)".
+// Else "" (this tpurun saw every rank).
+std::string PeerFailureHint(const LaunchConfig& config);
+
 // The start line (without "tpurun: "):
 //   "v6e 4x4, 16 devices on 4 hosts x 4 (emulated), job <id>"
 //   "tpu7x 2x2x2, 16 devices on 2 hosts x 8 (host 1 of 2), job <id>"

@@ -29,6 +29,34 @@ LaunchConfig SliceConfig(const char* accel, const char* topo, bool emulated) {
   return c;
 }
 
+// One tpurun per host: --max-restarts is refused (the hosts cannot agree on
+// an attempt yet) and a follower-only failure points at the other hosts.
+TEST(LaunchPlanTest, OneTpurunPerHostRefusesRestartsAndPointsAtOtherHosts) {
+  LaunchConfig one_of_two = SliceConfig("v4", "2x2x2", /*emulated=*/false);
+  one_of_two.host_index = 1;
+  EXPECT_TRUE(IsOneOfManyHosts(one_of_two));
+  EXPECT_TRUE(ValidateMaxRestarts(one_of_two, 0).ok());
+  absl::Status refused = ValidateMaxRestarts(one_of_two, 2);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("--max-restarts=2 with one tpurun per host (host 1 of 2): not supported"));
+  EXPECT_EQ(PeerFailureHint(one_of_two),
+            "the rank that failed is on another host (this tpurun runs host 1 of 2, ranks 4-7): "
+            "see the tpurun of host 0 (127.0.1.1)");
+
+  LaunchConfig named = SliceConfig("v6e", "4x4", /*emulated=*/false);
+  named.hostnames = {"h0", "h1", "h2", "h3"};
+  EXPECT_THAT(PeerFailureHint(named), HasSubstr("see the tpurun of hosts 1 (h1), 2 (h2), 3 (h3)"));
+
+  const LaunchConfig emulated = SliceConfig("v4", "2x2x2", /*emulated=*/true);
+  EXPECT_FALSE(IsOneOfManyHosts(emulated));
+  EXPECT_TRUE(ValidateMaxRestarts(emulated, 3).ok());
+  EXPECT_EQ(PeerFailureHint(emulated), "");
+  LaunchConfig plain;
+  EXPECT_TRUE(ValidateMaxRestarts(plain, 1).ok());
+  EXPECT_FALSE(ValidateMaxRestarts(plain, -1).ok());
+}
+
 TEST(LaunchPlanTest, PlainModeGivesTorchrunVariablesOnly) {
   LaunchConfig c;
   c.nproc = 4;

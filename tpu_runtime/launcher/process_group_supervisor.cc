@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "tpu_runtime/exit_codes.h"
@@ -37,7 +38,21 @@ struct Rank {
   LinePrefixer out, err;
   absl::Time exited_at = absl::InfiniteFuture();
   bool group_killed = false;  // leftovers SIGKILLed after drain_timeout
+  std::string last_stderr_line;  // without the prefix and the '\n'
 };
+
+// The last line of `lines` (whole prefixed lines, each ending in '\n'),
+// without `prefix` and the '\n', cut to a few hundred bytes.
+std::string LastLine(absl::string_view lines, absl::string_view prefix) {
+  constexpr size_t kMaxKept = 512;
+  if (lines.empty()) return "";
+  lines.remove_suffix(1);
+  const size_t start = lines.rfind('\n');
+  if (start != absl::string_view::npos) lines.remove_prefix(start + 1);
+  absl::ConsumePrefix(&lines, prefix);
+  if (lines.size() <= kMaxKept) return std::string(lines);
+  return absl::StrCat(lines.substr(0, kMaxKept), "...");
+}
 
 struct AttemptResult {
   ExitReport::Outcome outcome = ExitReport::Outcome::kSucceeded;
@@ -65,6 +80,7 @@ class Attempt {
   void HandleSignals(absl::Time now);
   void ReapAndCheck(absl::Time now);
   bool Finished() const;
+  bool AllExited() const;
   // After SIGKILL: reaps every rank, waiting at most reap_timeout in total.
   void ReapAllBounded();
 
@@ -107,10 +123,14 @@ void Attempt::ReadStream(Rank& rank, bool is_stdout) {
   ssize_t n = read(fd, buffer, sizeof(buffer));
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
   if (n > 0) {
-    WriteAll(out_fd, prefixer.Feed(absl::string_view(buffer, static_cast<size_t>(n))));
+    std::string lines = prefixer.Feed(absl::string_view(buffer, static_cast<size_t>(n)));
+    if (!is_stdout && !lines.empty()) rank.last_stderr_line = LastLine(lines, prefixer.prefix());
+    WriteAll(out_fd, lines);
     return;
   }
-  WriteAll(out_fd, prefixer.Finish());  // EOF or error: the stream is done
+  std::string rest = prefixer.Finish();  // EOF or error: the stream is done
+  if (!is_stdout && !rest.empty()) rank.last_stderr_line = LastLine(rest, prefixer.prefix());
+  WriteAll(out_fd, rest);
   if (is_stdout) {
     rank.child->CloseStdout();
   } else {
@@ -150,7 +170,15 @@ void Attempt::FailAttempt(RankFailure failure, absl::Time now) {
           ? ""
           : absl::StrCat("; ranks ", RankList(failure.followed_by),
                          " stopped because of it (exit ", kPeerFailureExitCode, ")");
-  if (failure.peer_failure) {
+  if (failure.peer_failure && AllExited()) {
+    // Every rank is gone and none failed on its own: the failure this
+    // attempt's ranks followed happened outside this tpurun's ranks.
+    Log(absl::StrCat("ranks ", RankList(failure.followed_by),
+                     " stopped because another rank failed (exit ", kPeerFailureExitCode,
+                     "); none of this tpurun's ranks failed for a reason of its own",
+                     options_.peer_failure_hint.empty() ? "" : "; ",
+                     options_.peer_failure_hint));
+  } else if (failure.peer_failure) {
     Log(absl::StrCat("no rank failed for a reason of its own within ",
                      absl::FormatDuration(options_.root_cause_wait), " of ", failure.description,
                      " reporting another rank's failure (exit ", kPeerFailureExitCode, ")",
@@ -165,8 +193,16 @@ void Attempt::FailAttempt(RankFailure failure, absl::Time now) {
                      "; stopping the other ranks (grace ",
                      absl::FormatDuration(options_.grace_period), ")"));
   }
+  if (failure.peer_failure) failure.hint = options_.peer_failure_hint;
   result_.first_failure = std::move(failure);
   BeginStop(SIGTERM, now);
+}
+
+bool Attempt::AllExited() const {
+  for (const Rank& rank : ranks_) {
+    if (!rank.child->exit_status().has_value()) return false;
+  }
+  return true;
 }
 
 void Attempt::ReapAndCheck(absl::Time now) {
@@ -282,6 +318,19 @@ absl::StatusOr<AttemptResult> Attempt::Run(const std::vector<ProcessSpec>& specs
     HandleSignals(now);
     ReapAndCheck(now);
   }
+  if (!result_.first_failure.has_value() && !peer_failures_.empty()) {
+    // Every rank exited before root_cause_wait ran out, some because another
+    // rank failed: that is a failure, never a success (one tpurun per host:
+    // the rank that failed is on another host).
+    FailAttempt(peer_failures_.front(), absl::Now());
+  }
+  if (result_.first_failure.has_value() && result_.first_failure->peer_failure) {
+    for (const Rank& rank : ranks_) {
+      if (rank.spec->rank == result_.first_failure->rank) {
+        result_.first_failure->last_stderr_line = rank.last_stderr_line;
+      }
+    }
+  }
   if (result_.first_failure.has_value()) {
     absl::Duration stopped = absl::Now() - start_ - result_.first_failure->after;
     Log(absl::StrCat("all ranks stopped ",
@@ -329,13 +378,18 @@ std::string ExitReport::Summary() const {
     case Outcome::kRankFailed: {
       const RankFailure& f = *first_failure;
       if (f.peer_failure) {
-        return absl::StrCat(f.description, " stopped because another rank failed (exit ",
-                            kPeerFailureExitCode, "); no rank failed for a reason of its own",
-                            f.still_running.empty()
-                                ? ""
-                                : absl::StrCat("; still running when stopped (hung?): ranks ",
-                                               RankList(f.still_running)),
-                            restarts_note);
+        return absl::StrCat(
+            f.description, " stopped because another rank failed (exit ", kPeerFailureExitCode,
+            "); no rank failed for a reason of its own",
+            f.still_running.empty()
+                ? ""
+                : absl::StrCat("; still running when stopped (hung?): ranks ",
+                               RankList(f.still_running)),
+            f.hint.empty() ? "" : "; ", f.hint,
+            f.last_stderr_line.empty()
+                ? ""
+                : absl::StrCat("; its last stderr line: ", f.last_stderr_line),
+            restarts_note);
       }
       return absl::StrCat(f.description, " failed: ", Describe(f.status),
                           f.followed_by.empty()

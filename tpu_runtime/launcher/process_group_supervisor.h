@@ -17,7 +17,10 @@
 //      reason of its own (a signal, any other non-zero code) and reports
 //      that one; if none comes, it stops the others and reports the first
 //      peer failure, naming the ranks still running (a hung rank shows up
-//      there).
+//      there). Such an exit is never a success: an attempt whose ranks all
+//      exited, some with kPeerFailureExitCode and none for a reason of its
+//      own, failed too (its root cause ran elsewhere, e.g. on another host's
+//      tpurun: see peer_failure_hint).
 //   4. A failed attempt is followed by a new one (restart_count + 1, fresh
 //      planner call: new MASTER_PORT etc.) until max_restarts restarts have
 //      been made; then the job fails with the last attempt's first failure.
@@ -79,6 +82,11 @@ struct SupervisorOptions {
   // After a rank exits with kPeerFailureExitCode, how long to wait for the
   // root cause (see 3 above) before stopping the others.
   absl::Duration root_cause_wait = absl::Seconds(3);
+  // Added to the report of an attempt that failed only through ranks that
+  // exited with kPeerFailureExitCode: where the root cause may be instead,
+  // e.g. "the rank that failed is on another host: see the tpurun of host 1
+  // (h1)". Empty: nothing added.
+  std::string peer_failure_hint;
 };
 
 // The first rank of an attempt to fail, and how.
@@ -94,6 +102,11 @@ struct RankFailure {
   std::vector<int> still_running;
   // Ranks that exited with kPeerFailureExitCode before the stop began, sorted.
   std::vector<int> followed_by;
+  // peer_failure: the rank's last stderr line (what it was told about the
+  // failure, e.g. the job error naming the failed task), at most ~512 bytes.
+  std::string last_stderr_line;
+  // peer_failure: SupervisorOptions::peer_failure_hint.
+  std::string hint;
 };
 
 struct ExitReport {
@@ -108,8 +121,10 @@ struct ExitReport {
   absl::Duration elapsed;         // whole job
 
   bool success() const { return outcome == Outcome::kSucceeded; }
-  // 0 on success; the failing rank's ShellCode() for kRankFailed; 124 for
-  // kTimedOut; 128 + signal for kInterrupted.
+  // 0 on success; the failing rank's ShellCode() for kRankFailed (75 when
+  // only followers failed); 124 for kTimedOut; 128 + signal for
+  // kInterrupted. kSucceeded only when every rank of the last attempt
+  // exited 0.
   int ExitCode() const;
   // One line: "rank 5 (host 1, local 1) failed: killed by signal SIGKILL
   // (after 2 restarts)", "all 16 ranks succeeded in 1.2s", ...

@@ -23,6 +23,7 @@ namespace tpudist::tpu_runtime::launcher {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // An in-memory file for captured output.
 class MemFile {
@@ -349,6 +350,51 @@ TEST(SupervisorTest, SignalledRankIsARootCause) {
   ASSERT_TRUE(job.report->first_failure.has_value());
   EXPECT_EQ(job.report->first_failure->rank, 1);
   EXPECT_EQ(job.report->ExitCode(), 128 + SIGKILL);
+}
+
+// One tpurun per host: the rank that failed is on another host, and every
+// rank here exits 75 ("a peer failed") well before root_cause_wait runs out.
+// That is a failure (exit 75), never "all ranks succeeded", and the report
+// says where to look and what the rank was told.
+TEST(SupervisorTest, AllRanksExitingBecauseAPeerFailedIsAFailure) {
+  SupervisorOptions options;
+  options.max_restarts = 0;
+  options.peer_failure_hint = "the rank that failed is on another host";
+  JobResult job = RunJob(4, [](int r) -> std::string {
+    return absl::StrCat("echo 'rank ", r, " told: task 5 lost its connection' >&2; exit 75");
+  }, options);
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  const ExitReport& report = *job.report;
+  EXPECT_FALSE(report.success());
+  EXPECT_EQ(report.outcome, ExitReport::Outcome::kRankFailed);
+  EXPECT_EQ(report.ExitCode(), 75);
+  ASSERT_TRUE(report.first_failure.has_value());
+  EXPECT_TRUE(report.first_failure->peer_failure);
+  EXPECT_THAT(report.first_failure->followed_by, ::testing::ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(report.Summary(), Not(HasSubstr("succeeded")));
+  EXPECT_THAT(report.Summary(), HasSubstr("stopped because another rank failed (exit 75)"));
+  EXPECT_THAT(report.Summary(), HasSubstr("; the rank that failed is on another host"));
+  EXPECT_THAT(report.Summary(),
+              ::testing::MatchesRegex(".*its last stderr line: rank [0-3] told: task 5 lost its "
+                                      "connection$"));
+  EXPECT_THAT(job.err, HasSubstr("ranks 0, 1, 2, 3 stopped because another rank failed (exit 75); "
+                                 "none of this tpurun's ranks failed for a reason of its own; the "
+                                 "rank that failed is on another host"));
+  // Reported as soon as the ranks are gone, not after root_cause_wait.
+  EXPECT_LT(job.elapsed, options.root_cause_wait);
+}
+
+// The same with restarts allowed: a failure restarts, as any other.
+TEST(SupervisorTest, AllRanksExitingBecauseAPeerFailedIsRestarted) {
+  SupervisorOptions options;
+  options.max_restarts = 1;
+  JobResult job = RunJob(2, [](int) -> std::string {
+    return "[ \"$TPU_DIST_RESTART_COUNT\" = 1 ] || exit 75";
+  }, options);
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  EXPECT_TRUE(job.report->success());
+  EXPECT_EQ(job.report->restarts, 1);
+  EXPECT_THAT(job.planned_restarts, ::testing::ElementsAre(0, 1));
 }
 
 }  // namespace

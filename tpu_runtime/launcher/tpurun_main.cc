@@ -13,9 +13,11 @@
 // with the same flags (and the same --master-port, default 29500).
 //
 // Flags may be spelled with '-' or '_'. Exit status: 0 if every rank
-// succeeded; the first failing rank's exit status (128+signal if killed);
-// 124 on --timeout; 128+signal if tpurun itself was interrupted; 2 for bad
-// flags; 1 if the launcher could not do its job.
+// succeeded; the root-cause rank's exit status (128+signal if killed); 75
+// when this tpurun's ranks only stopped because another rank failed (with
+// one tpurun per host: a rank of another host); 124 on --timeout;
+// 128+signal if tpurun itself was interrupted; 2 for bad flags, durations
+// and secret files; 1 if the launcher could not do its job.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "tpu_runtime/duration_check.h"
 #include "tpu_runtime/job_secret.h"
 #include "tpu_runtime/launcher/flag_names.h"
 #include "tpu_runtime/launcher/free_port.h"
@@ -45,11 +48,15 @@ ABSL_FLAG(std::string, hostnames, "",
           "comma list of host addresses (default: TPU_WORKER_HOSTNAMES when not emulated, "
           "else 127.0.1.<h+1>)");
 ABSL_FLAG(int, nproc, 0, "plain mode: number of processes (no TPU variables)");
-ABSL_FLAG(int, max_restarts, 0, "restart the whole group up to N times after a failure");
+ABSL_FLAG(int, max_restarts, 0,
+          "restart the whole group up to N times after a failure (not with one tpurun per "
+          "host: refused)");
 ABSL_FLAG(int, master_port, 0, "MASTER_PORT (default: a free port per attempt; 29500 multi-host)");
 ABSL_FLAG(std::string, master_addr, "", "MASTER_ADDR (default: 127.0.0.1 / the first host)");
-ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(5), "SIGTERM -> SIGKILL grace period");
-ABSL_FLAG(absl::Duration, timeout, absl::InfiniteDuration(), "stop the job after this long");
+ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(5),
+          "SIGTERM -> SIGKILL grace period (>= 0, e.g. 5s)");
+ABSL_FLAG(absl::Duration, timeout, absl::InfiniteDuration(),
+          "stop the job after this long (> 0, e.g. 2h; inf: no limit)");
 ABSL_FLAG(std::string, job_id, "", "job id (TPU_DIST_JOB_ID); default: generated");
 ABSL_FLAG(std::string, job_secret_file, "",
           "file holding the job secret that authenticates the ranks' connections (default: "
@@ -85,8 +92,7 @@ absl::Status ResolveJobSecret(LaunchConfig* config) {
                                            : JobSecretFromProcessEnv();
   if (!secret.ok()) return secret.status();
   const std::string file = !flag_file.empty() ? flag_file : env_file != nullptr ? env_file : "";
-  const bool multi_host = config->mode == LaunchConfig::Mode::kSlice && !config->hosts_emulated &&
-                          config->slice.num_hosts > 1;
+  const bool multi_host = IsOneOfManyHosts(*config);
   std::string what;
   if (!secret->empty() && !file.empty() && (!flag_file.empty() || !from_env_value)) {
     char* absolute = realpath(file.c_str(), nullptr);
@@ -161,8 +167,13 @@ int Main(int argc, char** argv) {
     config.mode = LaunchConfig::Mode::kPlain;
     config.nproc = absl::GetFlag(FLAGS_nproc);
   }
-  if (absl::Status s = ValidateLaunchConfig(config); !s.ok()) {
-    return Fail(kUsageError, std::string(s.message()));
+  for (absl::Status s :
+       {ValidateLaunchConfig(config), ValidateMaxRestarts(config, absl::GetFlag(FLAGS_max_restarts)),
+        CheckUserDuration("--timeout", absl::GetFlag(FLAGS_timeout),
+                          DurationRule::kPositiveOrInfinite),
+        CheckUserDuration("--grace-period", absl::GetFlag(FLAGS_grace_period),
+                          DurationRule::kNonNegative)}) {
+    if (!s.ok()) return Fail(kUsageError, std::string(s.message()));
   }
 
   if (absl::Status s = ResolveJobSecret(&config); !s.ok()) {
@@ -190,7 +201,7 @@ int Main(int argc, char** argv) {
   options.grace_period = absl::GetFlag(FLAGS_grace_period);
   options.timeout = absl::GetFlag(FLAGS_timeout);
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
-  if (options.max_restarts < 0) return Fail(kUsageError, "--max-restarts must be >= 0");
+  options.peer_failure_hint = PeerFailureHint(config);
 
   fprintf(stderr, "tpurun: %s\n", StartBanner(config).c_str());
   fflush(stderr);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tpu_runtime/launcher/free_port.h"
 
 namespace tpudist::tpu_runtime::launcher {
 namespace {
@@ -297,6 +299,93 @@ TEST(TpurunTest, BadUsageExitsWithTwo) {
   EXPECT_THAT(missing.err, HasSubstr("/nonexistent/rank_binary"));
 }
 
+// Durations that expire at once (0s, -5s), never (inf where a bound is
+// needed) or run backwards are refused with the flag and what is allowed.
+TEST(TpurunTest, BadDurationsAreRefused) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--timeout", "0s"}, "tpurun: --timeout=0: expected a finite duration > 0 and at most "
+                            "8760h, or inf for no limit"},
+      {{"--timeout=-5s"}, "tpurun: --timeout=-5s: expected a finite duration > 0"},
+      {{"--grace-period=-1s"}, "tpurun: --grace-period=-1s: expected a finite duration >= 0"},
+      {{"--grace-period", "inf"}, "tpurun: --grace-period=inf: expected a finite duration >= 0"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = c.flags;
+    for (const char* a : {"--nproc", "1", "--", "true"}) args.push_back(a);
+    RunResult run = Tpurun(args);
+    EXPECT_EQ(run.exit_code, 2) << c.flags[0] << ": " << run.err;
+    EXPECT_THAT(run.err, HasSubstr(c.message));
+    EXPECT_THAT(run.err, Not(HasSubstr("succeeded")));
+  }
+  // No limit on the whole job is what tpurun's --timeout defaults to.
+  RunResult no_limit = Tpurun({"--timeout", "inf", "--grace-period", "0s", "--nproc", "1", "--",
+                               "true"});
+  EXPECT_EQ(no_limit.exit_code, 0) << no_limit.err;
+}
+
+// A secret file group or others can read is refused, as ssh refuses such a
+// key (`openssl rand -hex 32 > job.key` makes a 0644 file under umask 022).
+TEST(TpurunTest, SecretFileReadableByOthersIsRefused) {
+  char path[] = "/tmp/tpurun_secret_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "0123456789abcdef0123456789abcdef\n", 33), 33);
+  close(fd);
+  const std::vector<std::string> args = {"--job-secret-file", path, "--nproc", "1", "--", "true"};
+  ASSERT_EQ(chmod(path, 0644), 0);
+  RunResult open_file = Tpurun(args);
+  RunResult open_env = Tpurun({"--nproc", "1", "--", "true"}, absl::Seconds(60),
+                              {std::string("TPU_DIST_JOB_SECRET_FILE=") + path});
+  ASSERT_EQ(chmod(path, 0600), 0);
+  RunResult private_file = Tpurun(args);
+  unlink(path);
+  EXPECT_EQ(open_file.exit_code, 2) << open_file.err;
+  EXPECT_THAT(open_file.err, HasSubstr(absl::StrCat("tpurun: permissions 0644 for the file ", path,
+                                                    " (--job-secret-file) are too open")));
+  EXPECT_THAT(open_file.err, HasSubstr(absl::StrCat("run `chmod 600 ", path, "`")));
+  EXPECT_EQ(open_env.exit_code, 2) << open_env.err;
+  EXPECT_THAT(open_env.err, HasSubstr("(TPU_DIST_JOB_SECRET_FILE) are too open"));
+  EXPECT_EQ(private_file.exit_code, 0) << private_file.err;
+}
+
+// One tpurun per host cannot restart the job alone (the other hosts' ranks
+// have stopped, and the hosts do not agree on an attempt): refused up front.
+TEST(TpurunTest, MaxRestartsIsRefusedWithOneTpurunPerHost) {
+  RunResult run = Tpurun({"--accelerator-type", "v4", "--topology", "2x2x2", "--host-index", "0",
+                          "--max-restarts", "1", "--", "true"},
+                         absl::Seconds(60), {kGivenSecret});
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("tpurun: --max-restarts=1 with one tpurun per host (host 0 of "
+                                 "2): not supported yet"));
+  RunResult negative = Tpurun({"--max-restarts", "-1", "--nproc", "1", "--", "true"});
+  EXPECT_EQ(negative.exit_code, 2) << negative.err;
+  EXPECT_THAT(negative.err, HasSubstr("--max-restarts=-1: expected a number >= 0"));
+}
+
+// One tpurun per host: this host's ranks all stop because a rank of another
+// host failed (exit 75). That is a failure of the job, never "all ranks
+// succeeded", and tpurun says where the root cause is.
+TEST(TpurunTest, HostWhoseRanksOnlyFollowedAnotherHostsFailureFails) {
+  RunResult run = Tpurun({"--accelerator-type", "v4", "--topology", "2x2x2", "--host-index", "0",
+                          "--", "sh", "-c",
+                          "echo \"rank $RANK stopping, another rank failed: task 5 lost its "
+                          "connection\" >&2; exit 75"},
+                         absl::Seconds(60), {kGivenSecret});
+  EXPECT_EQ(run.exit_code, 75) << run.err;
+  EXPECT_THAT(run.err, Not(HasSubstr("succeeded")));
+  EXPECT_THAT(run.err, HasSubstr("tpurun: ranks 0, 1, 2, 3 stopped because another rank failed "
+                                 "(exit 75); none of this tpurun's ranks failed for a reason of "
+                                 "its own; the rank that failed is on another host (this tpurun "
+                                 "runs host 0 of 2, ranks 0-3): see the tpurun of host 1 "
+                                 "(127.0.1.2)"));
+  EXPECT_THAT(run.err, HasSubstr("its last stderr line: rank "));
+  EXPECT_THAT(run.err, HasSubstr(" stopping, another rank failed: task 5 lost its connection"));
+}
+
 // The supervisor's "all ranks stopped <d> after the first failure" line.
 absl::Duration StopLatency(const std::string& err) {
   const std::string kBefore = "all ranks stopped ", kAfter = " after the first failure";
@@ -420,6 +509,58 @@ TEST(SliceCheckTest, RootCauseIsTheRankThatFailedNotItsFollowers) {
   EXPECT_THAT(run.err, HasSubstr("a failure of this rank's own"));
   EXPECT_THAT(run.err, Not(HasSubstr("tpurun: rank 0 failed")));
   EXPECT_LT(run.elapsed, absl::Seconds(30)) << run.err;
+}
+
+// A rank binary's --timeout inf used to become INT64_MAX ms and every
+// collective "timed out after 9223372036854775807 ms" at once.
+TEST(SliceCheckTest, RankTimeoutFlagsMustBeFiniteAndPositive) {
+  if (access(SliceCheckPath().c_str(), X_OK) != 0) {
+    GTEST_SKIP() << SliceCheckPath() << " not built (configure with the examples folder)";
+  }
+  RunResult inf = Tpurun({"--nproc", "1", "--", SliceCheckPath(), "--timeout", "inf"});
+  EXPECT_EQ(inf.exit_code, 2) << inf.out << inf.err;
+  EXPECT_THAT(inf.err, HasSubstr("[rank 0] slice_check: usage error: --timeout=inf: expected a "
+                                 "finite duration > 0 and at most 8760h"));
+  RunResult zero = Tpurun({"--nproc", "1", "--", SliceCheckPath(), "--heartbeat-timeout", "0s"});
+  EXPECT_EQ(zero.exit_code, 2) << zero.out << zero.err;
+  EXPECT_THAT(zero.err, HasSubstr("usage error: --heartbeat-timeout=0: expected"));
+}
+
+// v4 2x2x2 as two tpuruns, one per emulated host (127.0.1.1, 127.0.1.2), as
+// on two real hosts; rank 5 (host 1) is SIGKILLed after the rendezvous.
+// Host 1's tpurun names rank 5 and its signal; host 0's ranks all exit 75
+// (they were told by the coordination service) and host 0's tpurun, which
+// once said "all 4 ranks succeeded" and exited 0, now fails with 75 and
+// points at host 1's tpurun.
+TEST(SliceCheckTest, MultiHostRankKilledOnHost1FailsBothHosts) {
+  if (access(SliceCheckPath().c_str(), X_OK) != 0) {
+    GTEST_SKIP() << SliceCheckPath() << " not built (configure with the examples folder)";
+  }
+  absl::StatusOr<int> port = PickFreePort("127.0.1.1");
+  ASSERT_TRUE(port.ok()) << port.status();
+  auto args = [&](int host) -> std::vector<std::string> {
+    return {"--accelerator-type", "v4", "--topology", "2x2x2", "--host-index",
+            absl::StrCat(host), "--master-port", absl::StrCat(*port), "--job-id",
+            absl::StrCat("two-tpuruns-", *port), "--grace-period", "3s", "--timeout", "100s", "--",
+            SliceCheckPath(), "--die-rank", "5", "--timeout", "60s"};
+  };
+  Process host0(args(0), {kGivenSecret});
+  Process host1(args(1), {kGivenSecret});
+  RunResult run1 = host1.Wait(absl::Seconds(110));
+  RunResult run0 = host0.Wait(absl::Seconds(110));
+  EXPECT_EQ(run1.exit_code, 128 + SIGKILL) << run1.out << run1.err;
+  EXPECT_THAT(run1.err,
+              HasSubstr("tpurun: rank 5 (host 1, local 1) failed: killed by signal SIGKILL"));
+  EXPECT_EQ(run0.exit_code, 75) << run0.out << run0.err;
+  EXPECT_THAT(run0.err, Not(HasSubstr("succeeded")));
+  EXPECT_THAT(run0.err, HasSubstr("stopped because another rank failed (exit 75); no rank failed "
+                                  "for a reason of its own; the rank that failed is on another "
+                                  "host (this tpurun runs host 0 of 2, ranks 0-3): see the "
+                                  "tpurun of host 1 (127.0.1.2)"));
+  EXPECT_THAT(run0.err, HasSubstr("task 5"));  // the job error, relayed from its ranks
+  EXPECT_THAT(run0.out, Not(HasSubstr("OK\n")));
+  std::cerr << "two tpuruns, rank 5 killed: host 1 done after " << run1.elapsed
+            << ", host 0 after " << run0.elapsed << "\n";
 }
 
 // kill -9 of tpurun takes its ranks with it (PR_SET_PDEATHSIG).
