@@ -49,7 +49,9 @@ Footprint Measure() {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);) {
     if (absl::StartsWith(line, "VmSize:")) {
-      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      // "VmSize:\t  579840 kB" (a tab, then padding that wide numbers lack).
+      std::vector<std::string> parts =
+          absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
       if (parts.size() >= 2) {
         EXPECT_TRUE(absl::SimpleAtoi(parts[1], &f.vm_kib));
       }
