@@ -41,6 +41,16 @@ int AbortAllGroups(const absl::Status& cause) {
   return static_cast<int>(r.groups.size());
 }
 
+int StopAllGroupThreads() {
+  Registry& r = GetRegistry();
+  absl::MutexLock lock(&r.mu);
+  int not_stopped = 0;
+  for (ProcessGroupTpuDist* group : r.groups) {
+    if (!group->StopThreads()) ++not_stopped;
+  }
+  return not_stopped;
+}
+
 std::function<void(const absl::Status&)> AbortAllGroupsCallback() {
   return [](const absl::Status& error) {
     AbortAllGroups(absl::Status(error.code(), absl::StrCat("job failed: ", error.message())));

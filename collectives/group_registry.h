@@ -39,6 +39,12 @@ void UnregisterGroup(ProcessGroupTpuDist* group);
 // REQUIRES: !cause.ok().
 int AbortAllGroups(const absl::Status& cause);
 
+// Interpreter exit (python/tpu_dist registers it with atexit): StopThreads()
+// on every live group, so that no group thread is left to take the GIL while
+// the interpreter finalizes. Returns how many groups' threads did not stop.
+// Holds the registry lock throughout (a group destroyed meanwhile waits).
+int StopAllGroupThreads();
+
 // A coordination error callback (ClientOptions::error_callback) that aborts
 // every group with the job error, prefixed "job failed: ".
 std::function<void(const absl::Status&)> AbortAllGroupsCallback();

@@ -2,7 +2,10 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <utility>
+
+#include "absl/time/clock.h"
 
 namespace tpudist::collectives {
 
@@ -14,6 +17,7 @@ OpWorker::OpWorker(const std::string& name)
       }) {}
 
 OpWorker::~OpWorker() {
+  // After Stop() the thread has left (or is leaving); join it all the same.
   const bool on_worker = std::this_thread::get_id() == thread_.get_id();
   std::deque<std::pair<std::function<void()>, std::function<void()>>> dropped;
   {
@@ -33,11 +37,46 @@ OpWorker::~OpWorker() {
 }
 
 void OpWorker::Enqueue(std::function<void()> op, std::function<void()> then) {
+  bool queued = false;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    state_->queue.emplace_back(std::move(op), std::move(then));
+    if (!state_->exited) {
+      state_->queue.emplace_back(std::move(op), std::move(then));
+      queued = true;
+    }
   }
-  state_->cv.notify_one();
+  if (queued) {
+    state_->cv.notify_all();  // the worker, not only a waiter in Stop()
+    return;
+  }
+  // Stopped: the thread is gone, so the op runs here (after any other op
+  // that a caller runs here), bounded by its own deadline like any op.
+  std::lock_guard<std::mutex> run(state_->after_exit_mu);
+  op();
+  if (then) then();
+  std::lock_guard<std::mutex> lock(state_->mu);
+  ++state_->done;
+}
+
+bool OpWorker::Stop(absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->stop = true;
+  state_->cv.notify_all();
+  // On the worker itself (an op's closure shut its group down) it cannot
+  // wait for itself: the thread leaves after the current op and the queue.
+  if (OnWorkerThread()) return false;
+  // The loop notifies cv when it leaves.
+  while (!state_->exited) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    state_->cv.wait_for(lock, absl::ToChronoNanoseconds(std::min(left, absl::Seconds(1))));
+  }
+  return true;
+}
+
+int64_t OpWorker::ops_done() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
 }
 
 bool OpWorker::RunInlineIfIdle(const std::function<void()>& op,
@@ -53,6 +92,7 @@ bool OpWorker::RunInlineIfIdle(const std::function<void()>& op,
   {
     std::lock_guard<std::mutex> lock(s.mu);
     s.busy = false;
+    ++s.done;
     pending = !s.queue.empty();
   }
   // Wake the worker only if ops queued up meanwhile: an idle worker woken
@@ -71,7 +111,12 @@ void OpWorker::Loop(const std::shared_ptr<State>& state) {
       // Idle wait: every change that can make the predicate true (Enqueue,
       // stop, an inline op ending with ops queued) notifies the cv.
       s.cv.wait(lock, [&] { return !s.busy && (s.stop || !s.queue.empty()); });
-      if (s.queue.empty()) return;
+      if (s.queue.empty()) {
+        // Stopped and drained; every closure has been released (below).
+        s.exited = true;
+        s.cv.notify_all();  // Stop() waits on it
+        return;
+      }
       task = std::move(s.queue.front());
       s.queue.pop_front();
       s.busy = true;
@@ -80,6 +125,7 @@ void OpWorker::Loop(const std::shared_ptr<State>& state) {
     {
       std::lock_guard<std::mutex> lock(s.mu);
       s.busy = false;
+      ++s.done;
     }
     // Idle before `then`: the caller it wakes may run its next op inline.
     if (task.second) task.second();

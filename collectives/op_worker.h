@@ -2,8 +2,16 @@
 // that c10d calls return immediately (async Work) and communication overlaps
 // the caller's compute.
 //
-// Contract: Enqueue() never blocks on the op; ops run one at a time, FIFO
-// (inline ops included).
+// Contract: Enqueue() never blocks on the op (until Stop(), below); ops run
+// one at a time, FIFO (inline ops included).
+// Stop() ends the thread early, while its owner lives on (c10d's shutdown(),
+// interpreter exit): the ops queued so far still run (each is bounded by its
+// own deadline), the thread leaves once their closures are released, and ops
+// enqueued afterwards run on the calling thread. Stop() waits until the thread
+// has left or a deadline passes. Python needs this: a thread that releases the
+// last reference to a tensor takes the GIL, and one that tries during
+// interpreter finalization is ended with pthread_exit, whose unwinding through
+// a destructor calls std::terminate (SIGABRT at exit).
 // The destructor stops accepting ops, drains the queue (each op is bounded by
 // its own deadline) and joins. If it runs on the worker thread itself (an op
 // or its captures dropped the last reference to the owning group), it cannot
@@ -26,6 +34,7 @@
 #define TPU_DIST_COLLECTIVES_OP_WORKER_H_
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -33,6 +42,8 @@
 #include <string>
 #include <thread>
 #include <utility>
+
+#include "absl/time/time.h"
 
 namespace tpudist::collectives {
 
@@ -56,6 +67,19 @@ class OpWorker {
   bool RunInlineIfIdle(const std::function<void()>& op,
                        const std::function<void()>& then = nullptr);
 
+  // Asks the thread to run the ops queued so far and leave, then waits until
+  // it has (every queued op run and its closures released) or `deadline`
+  // passes; returns whether it has. Ops enqueued meanwhile still run on the
+  // thread; once it has left, Enqueue() runs them on the calling thread, in
+  // call order. Idempotent. Thread-safe; on the worker thread itself it only
+  // asks, and returns false.
+  bool Stop(absl::Time deadline);
+  // Whether the caller is the worker thread.
+  bool OnWorkerThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // Ops (queued or inline) finished so far: a caller of Stop() that wants to
+  // tell a slow queue from a stuck op compares two readings.
+  int64_t ops_done() const;
+
  private:
   struct State {
     std::mutex mu;
@@ -64,6 +88,10 @@ class OpWorker {
     std::deque<std::pair<std::function<void()>, std::function<void()>>> queue;  // GUARDED_BY(mu)
     bool stop = false;                        // GUARDED_BY(mu)
     bool busy = false;  // an op is running (worker or inline); GUARDED_BY(mu)
+    bool exited = false;  // the thread left Loop (after stop); GUARDED_BY(mu)
+    int64_t done = 0;     // ops finished; GUARDED_BY(mu)
+    // Serializes the ops that Enqueue() runs on callers once exited.
+    std::mutex after_exit_mu;
   };
   // Runs on the worker thread; `state` is kept alive by the thread.
   static void Loop(const std::shared_ptr<State>& state);

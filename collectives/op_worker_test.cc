@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "collectives/test_util.h"
 #include "gtest/gtest.h"
@@ -132,6 +134,63 @@ TEST(OpWorkerTest, GroupReleasedFromAFutureCallbackOnTheWorkerThread) {
     }
   });
   EXPECT_TRUE(callback_ran.load());
+}
+
+TEST(OpWorkerTest, StopRunsWhatIsQueuedThenLaterOpsRunOnTheCaller) {
+  // Stop() lets a group's thread leave while the group lives on (c10d's
+  // shutdown(), Python's exit hook): ops queued before it still run, on the
+  // worker; ops enqueued once it has left run on the caller, in order.
+  OpWorker w;
+  std::atomic<int> on_worker{0};
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int i = 0; i < 3; ++i) {
+    w.Enqueue([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (std::this_thread::get_id() != caller) ++on_worker;
+    });
+  }
+  ASSERT_TRUE(w.Stop(absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(on_worker.load(), 3);
+  EXPECT_EQ(w.ops_done(), 3);
+  EXPECT_TRUE(w.Stop(absl::Now()));  // idempotent
+  std::vector<int> order;
+  w.Enqueue([&] { order.push_back(1); }, [&] { order.push_back(2); });
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));  // ran before Enqueue returned
+  EXPECT_FALSE(w.RunInlineIfIdle([] {}));
+  EXPECT_EQ(w.ops_done(), 4);
+}
+
+TEST(OpWorkerTest, StopWaitsNoLongerThanItsDeadline) {
+  OpWorker w;
+  std::atomic<bool> release{false};
+  w.Enqueue([&] { WaitFor([&] { return release.load(); }); });
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(w.Stop(absl::Now() + absl::Milliseconds(100)));  // the op is still running
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
+  release = true;
+  EXPECT_TRUE(w.Stop(absl::Now() + absl::Seconds(10)));
+}
+
+TEST(OpWorkerTest, GroupStopThreadsEndsWithItsOpInFlight) {
+  // c10d's shutdown() on a group whose op waits for a peer that never comes:
+  // the op ends at its deadline, the threads leave, the Work has failed.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = testing::UniqueJob("stopthreads");
+  testing::RunThreads(2, [&](int rank) {
+    auto opts = testing::SmallOptions(job);
+    opts.inline_max_bytes = -1;  // on the worker thread
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, opts);
+    if (rank != 0) return;  // never joins the all_reduce
+    std::vector<at::Tensor> t = {at::ones({64}, at::kFloat)};
+    c10d::AllreduceOptions ar;
+    ar.timeout = std::chrono::milliseconds(500);
+    auto work = pg->allreduce(t, ar);
+    const auto t0 = Clock::now();
+    EXPECT_TRUE(pg->StopThreads());
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+    EXPECT_TRUE(work->isCompleted());
+    EXPECT_FALSE(work->isSuccess());
+  });
 }
 
 }  // namespace

@@ -104,6 +104,41 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
   RegisterGroup(this);
 }
 
+bool ProcessGroupTpuDist::StopThreads() {
+  // An op ends by its own deadline; a queue of ops that keep finishing is
+  // waited for however long it takes, an op stuck past the group timeout
+  // (plus this grace) is aborted.
+  constexpr absl::Duration kGrace = absl::Seconds(5);
+  const absl::Duration patience = absl::FromChrono(options_.timeout) + kGrace;
+  if (worker_->OnWorkerThread() || p2p_worker_->OnWorkerThread()) {
+    // From an op's closure (a future callback): a thread cannot wait for
+    // itself; both leave once their queues are done.
+    worker_->Stop(absl::InfinitePast());
+    p2p_worker_->Stop(absl::InfinitePast());
+    return false;
+  }
+  bool stopped = false;
+  for (int64_t done = -1; !stopped;) {
+    const int64_t now_done = worker_->ops_done();
+    if (now_done == done) break;  // no progress for a whole patience
+    done = now_done;
+    stopped = worker_->Stop(absl::Now() + patience);
+  }
+  if (!stopped) {
+    Abort(absl::DeadlineExceededError(absl::StrCat(
+        "tpu_dist group '", options_.group_name, "' on rank ", rank_,
+        ": the op in flight made no progress for ", absl::FormatDuration(patience),
+        " while the group shut down (destroy_process_group or interpreter exit)")));
+    stopped = worker_->Stop(absl::Now() + kGrace);
+  }
+  // Recvs still pending fail now instead of waiting out their timeout.
+  const absl::Status cancelled = absl::CancelledError(absl::StrCat(
+      "tpu_dist group '", options_.group_name, "' shut down with this recv pending"));
+  if (p2p_) p2p_->Abort(cancelled);
+  if (shm_p2p_) shm_p2p_->Abort(cancelled);
+  return p2p_worker_->Stop(absl::Now() + kGrace) && stopped;
+}
+
 ProcessGroupTpuDist::~ProcessGroupTpuDist() {
   UnregisterGroup(this);
   worker_.reset();

@@ -170,6 +170,19 @@ class ProcessGroupTpuDist : public c10d::Backend {
   void Abort(const absl::Status& cause);
   // c10d's ProcessGroup::abort(): Abort(Aborted("abort() called")).
   void abort() override;
+  // Stops the group's threads while the group lives on: the ops issued so
+  // far run, then pending recvs are cancelled and the op threads leave. An
+  // op that neither finishes nor makes progress for the group timeout (plus
+  // a grace period) is aborted first. Ops issued afterwards run on the
+  // calling thread (send/recv fail: cancelled). Returns whether both threads
+  // left (on one of them, e.g. in a future callback, it only asks them to
+  // and returns false). Idempotent; thread-safe. Called by c10d's shutdown()
+  // (torch.distributed.destroy_process_group) and, for every live group, by
+  // ShutdownAllGroups() (python/tpu_dist's interpreter-exit hook): a thread
+  // still running when the interpreter finalizes dies in pthread_exit as it
+  // takes the GIL to free a tensor, and the process with SIGABRT.
+  bool StopThreads();
+  void shutdown() override { StopThreads(); }
 
   // Shapes: W = world size, [n...] = any shape with n elements per rank.
   // tensors: {[n...]}, in place; root's contents win.

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "collectives/group_registry.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "distributed/group_config.h"
 #include "distributed/init_process_group.h"
@@ -149,6 +150,14 @@ A malformed variable raises ValueError naming it.)")
                              })
       .def("status", [](const ProcessGroupTpuDist& pg) { return pg.status().ToString(); },
            "OK, or the error that poisoned the group.");
+
+  m.def(
+      "_stop_all_group_threads", [] { return tpudist::collectives::StopAllGroupThreads(); },
+      py::call_guard<py::gil_scoped_release>(),
+      "Stops the op threads of every live group (ProcessGroupTpuDist::StopThreads) and "
+      "returns how many groups' threads did not stop. tpu_dist's atexit hook: a thread "
+      "that frees a tensor takes the GIL, and one that does so while the interpreter "
+      "finalizes is ended by pthread_exit, which aborts the process (SIGABRT).");
 
   m.def(
       "rank_info",

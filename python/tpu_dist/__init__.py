@@ -17,6 +17,9 @@ The compiled part, `tpu_dist._C`, is built by the project's CMake
 
 from __future__ import annotations
 
+import atexit
+import sys
+
 import torch  # noqa: F401  (registers the c10d base types _C derives from)
 import torch.distributed as dist
 
@@ -44,5 +47,21 @@ def _register() -> None:
     )
 
 
+def _stop_group_threads_at_exit() -> None:
+    """atexit: stops every live group's op threads while the interpreter is
+    still whole. A rank that exits without destroy_process_group (say after a
+    collective error) would otherwise finalize with a group thread about to
+    free a tensor: that takes the GIL, Python ends the thread with
+    pthread_exit during finalization, and the unwinding aborts the process
+    (SIGABRT, "terminate called without an active exception") instead of
+    exiting with the rank's own code. Ops still queued run first (each
+    bounded by the group timeout); pending recvs are cancelled."""
+    not_stopped = _C._stop_all_group_threads()
+    if not_stopped:
+        print(f"tpu_dist: at exit, the threads of {not_stopped} process group(s) did not stop "
+              "within the group timeout; the process may abort", file=sys.stderr, flush=True)
+
+
 _register()
 fill_torchrun_env_from_tpu()
+atexit.register(_stop_group_threads_at_exit)

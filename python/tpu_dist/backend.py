@@ -5,9 +5,32 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
+
 from tpu_dist import _C
 
 BACKEND_NAME = "tpu_dist"
+
+# The timeout of this process's default tpu_dist group (init_process_group's);
+# None while there is none.
+_world_timeout: datetime.timedelta | None = None
+
+
+def _group_timeout(timeout: datetime.timedelta) -> datetime.timedelta:
+    """The timeout a new group gets: init_process_group's for the default group
+    (remembered), and for a later group created without one (new_group,
+    new_subgroups, DeviceMesh's dimensions: torch hands those its 30-minute
+    default_pg_timeout) the default group's, so that the timeout the user set
+    bounds every tpu_dist wait. A later group's own timeout is kept."""
+    global _world_timeout
+    if not dist.is_initialized():  # init_process_group is creating the default group
+        _world_timeout = timeout
+        return timeout
+    unset = timeout == default_pg_timeout
+    if unset and _world_timeout is not None and BACKEND_NAME in str(dist.get_backend()):
+        return _world_timeout
+    return timeout
 
 
 def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGroupTpuDist:
@@ -15,13 +38,15 @@ def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGr
 
     dist_backend_opts carries the group's (prefixed) store, this rank in the
     group, the group size, the timeout and the group id; backend_options is
-    whatever the caller passed as pg_options (unused). Host id, job id, bind
+    whatever the caller passed as pg_options (unused). A group created without
+    a timeout of its own gets the default group's (see _group_timeout). Host id, job id, bind
     address and job secret come from the environment by the C++ rule
     (distributed/group_config.h), as for every C++ binary.
     """
     timeout = dist_backend_opts.timeout
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=float(timeout))
+    timeout = _group_timeout(timeout)
     group_id = str(dist_backend_opts.group_id) or "default"
     return _C.ProcessGroupTpuDist(
         dist_backend_opts.store,
