@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -49,8 +48,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from safetensors.torch import save_file
+
+import gloo_ranks
 
 WORLDS = (2, 3, 4)
 SHAPES = ((5, 3), (2, 3))
@@ -327,16 +327,12 @@ def run_tp(rank: int, world: int, tensors: dict[str, torch.Tensor]) -> dict[str,
     return out
 
 
-def worker(rank: int, world: int, port: int, cases: list[dict[str, Any]], globals_: dict[str, torch.Tensor],
+def worker(rank: int, world: int, cases: list[dict[str, Any]], globals_: dict[str, torch.Tensor],
            partials: dict[str, list[torch.Tensor]], tp_tensors: dict[str, torch.Tensor], tmp: str) -> None:
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
     out, errors = run_redistribute(rank, cases, globals_, partials)
     tp = run_tp(rank, world, tp_tensors)
     torch.save({"out": out, "errors": errors, "tp": tp}, os.path.join(tmp, f"w{world}.r{rank}.pt"))
     dist.barrier()
-    dist.destroy_process_group()
 
 
 def pack(pieces: list[torch.Tensor]) -> tuple[torch.Tensor, list[list[int]]]:
@@ -360,12 +356,6 @@ def write_manifest(path: Path, head: dict[str, Any], lists: dict[str, Any]) -> N
     path.write_text(parts[0] + ",\n" + ",\n".join(parts[1:]) + "}\n")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="fixture directory (fixtures/dtensor)")
@@ -379,8 +369,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for world in WORLDS:
             mine = [c for c in cases if len(coords(tuple(c["mesh"]))) == world]
-            mp.spawn(worker, args=(world, free_port(), mine, globals_, partials, tp_tensors, tmp), nprocs=world,
-                     join=True)
+            gloo_ranks.spawn(worker, world, mine, globals_, partials, tp_tensors, tmp)
             for rank in range(world):
                 got = torch.load(os.path.join(tmp, f"w{world}.r{rank}.pt"))
                 for k, v in got["out"].items():

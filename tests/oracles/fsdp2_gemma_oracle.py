@@ -5,7 +5,7 @@ torch's own ``fully_shard`` (``torch.distributed.fsdp``) on CPU over Gloo, the s
 (ray_train_llm_finetune.py): PLE table frozen, ``fully_shard(layer.mlp)`` for every decoder layer,
 then ``fully_shard(model, ignored_params={PLE})``; reshard_after_forward (torch's default); AdamW.
 The model is transformers' ``Gemma4ForCausalLM`` with the ``data/tiny_gemma`` safetensors init.
-Every rank runs on its own process (torch.multiprocessing spawn), one thread each.
+Every rank runs on its own process (torch.multiprocessing spawn, gloo_ranks.py), one thread each.
 
 Runs (``RUNS``), each 20 steps on the same global batches (4 rows x 16 tokens, right padding in
 rows 1 and 2; rank r takes rows [r*B/W, (r+1)*B/W)), weight decay 0.01, world size 2:
@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -51,9 +49,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import transformers
 from safetensors.torch import load_file, save_file
+
+import gloo_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_DIR = REPO / "data" / "tiny_gemma"
@@ -160,25 +159,15 @@ def train(rank: int, world: int, run: dict[str, Any], batches: dict[str, torch.T
     dist.barrier()
 
 
-def worker(rank: int, world: int, port: int, jobs: list[tuple[dict[str, Any], dict[str, torch.Tensor], str]]) -> None:
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def worker(rank: int, world: int, jobs: list[tuple[dict[str, Any], dict[str, torch.Tensor], str]]) -> None:
     for run, batches, out in jobs:
         train(rank, world, run, batches, out)
-    dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_fsdp2(world: int, jobs: list[tuple[dict[str, Any], dict[str, torch.Tensor], Path]]) -> None:
-    """All `jobs` in one spawn of `world` processes (imports dominate the time)."""
+    """All `jobs` in one spawn of `world` Gloo ranks (imports dominate the time; gloo_ranks.py)."""
     jobs_s = [(run, batches, str(out)) for run, batches, out in jobs]
-    mp.spawn(worker, args=(world, free_port(), jobs_s), nprocs=world, join=True)
+    gloo_ranks.spawn(worker, world, jobs_s)
 
 
 def world_size_study(out: Path | None) -> dict[str, Any]:
