@@ -1,36 +1,62 @@
 // Authentication and TLS of the coordination service's gRPC calls.
 //
-// Call credential: with a job secret (tpu_runtime/job_secret.h), every call
-// of task t of job j carries the metadata entry
-//   x-tpu-dist-auth: v1.<hex HMAC-SHA256(secret, "tpu_dist/coordination/v1", j,
-//   t)>
-// The service recomputes it from the request's (job_id, task_id) and compares
-// in constant time before the call touches the job's state; a call without
-// it, or with one that does not match, gets UNAUTHENTICATED naming the job
-// and is logged (with the caller's address) on rank 0's stderr. The secret
-// itself never crosses the wire, so a credential seen on the wire does not
-// let anyone join the TCP mesh (which challenges with fresh nonces).
+// With a job secret (tpu_runtime/job_secret.h), a client first runs a
+// handshake (the Hello RPC) that proves to it that the service holds the
+// secret, and then authenticates each call with a credential bound to that
+// service instance, so that nothing a stranger's listener receives can be
+// replayed against the job's service:
 //
-// What it does not do: without TLS the credential travels in clear text, and
-// someone who can sniff the network can replay it (it is per task, not per
-// call) and read or alter the traffic. TLS (ServiceOptions::tls_cert_path,
-// ClientOptions::tls_ca_path; TPU_DIST_TLS_* in StartOrConnect) is the
-// answer to that threat: the channel is encrypted and the client verifies
-// the service's certificate; the credential still authenticates the client.
+//   client -> Hello{job j, task t, client nonce cn (32 random bytes)}
+//   service -> {session id s (issued per Hello), server nonce sn, proof}
+//     sn    = HMAC(instance key, "tpu_dist/coordination/v2/nonce", j, t, s)
+//     proof = HMAC(secret, "tpu_dist/coordination/v2/service", j, t, cn, s, sn)
+//   the client checks the proof: a service that cannot show it (a process
+//   squatting on the master port, a service with another secret or none) is
+//   refused before any credential is sent to it, naming the address;
+//   then every call carries the metadata entry
+//   x-tpu-dist-auth: v2.<s, 16 hex>.<hex HMAC(secret,
+//                    "tpu_dist/coordination/v2/call", j, t, s, sn)>
 //
-// Thread-safety: all functions are thread-safe; CallAuthenticator is
-// immutable after construction.
+// The instance key is 32 random bytes drawn when the service starts and
+// never sent, so the service recomputes sn from s and accepts only sessions
+// it issued itself, for the task the request claims. It keeps no state per
+// Hello (a stranger's Hellos cost it two HMACs and no memory, and cannot
+// evict a real task's session); credentials that passed are cached. A credential is worthless against any other service
+// instance: one captured by a squatter (whose nonces no real service issued),
+// or one from an earlier attempt or job with the same job id and secret, gets
+// UNAUTHENTICATED naming the job; so does a call without a credential or
+// with the old static "v1." one. Refusals are logged with the caller's
+// address on rank 0's stderr. The secret itself never crosses the wire.
+// Every new client (a restarted rank, a new attempt) runs the handshake again.
+//
+// What still holds only with TLS: a session is valid for the lifetime of
+// the service instance, so someone who can sniff (or relay) the live
+// connection between a rank and the real service can replay that rank's
+// credential to that same service while it runs, and read or alter the
+// traffic. TLS (ServiceOptions::tls_cert_path, ClientOptions::tls_ca_path;
+// TPU_DIST_TLS_* in StartOrConnect) is the answer to that threat: the channel
+// is encrypted and the client verifies the service's certificate.
+//
+// Without a secret, there is no handshake and no credential (as before).
+//
+// Thread-safety: all functions and CallAuthenticator's methods are
+// thread-safe.
 #ifndef TPU_RUNTIME_COORDINATION_COORDINATION_AUTH_H_
 #define TPU_RUNTIME_COORDINATION_COORDINATION_AUTH_H_
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
+#include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
 namespace grpc {
 class ChannelArguments;
@@ -43,23 +69,51 @@ namespace tpudist::tpu_runtime::coordination {
 
 inline constexpr char kAuthMetadataKey[] = "x-tpu-dist-auth";
 
-// The credential task `task_id` of `job_id` presents: "v1.<64 hex digits>".
-// REQUIRES: !secret.empty().
-std::string TaskCredential(absl::string_view secret, absl::string_view job_id,
-                           int task_id);
+// The service's answer to a Hello (the fields of HelloResponse).
+struct SessionOffer {
+  uint64_t session_id = 0;
+  std::string server_nonce;  // 32 bytes
+  std::string proof;         // 32 bytes, HMAC-SHA256
+};
 
-// The service's check of each call. With an empty secret every call passes.
+// Client side of the handshake with the service at `address`: draws a client
+// nonce, calls `hello` with it (which sends the Hello RPC), checks the
+// service's proof and returns the call credential of the session.
+// Unauthenticated when the service cannot prove it holds `secret` (naming
+// `address`, saying another process may be listening on the master port or
+// rank 0 has another TPU_DIST_JOB_SECRET); Unavailable / DeadlineExceeded
+// from `hello` come back as such, naming `address`.
+// REQUIRES: !secret.empty().
+absl::StatusOr<std::string> ClientHandshake(
+    absl::string_view secret, absl::string_view job_id, int task_id,
+    absl::string_view address,
+    absl::FunctionRef<absl::StatusOr<SessionOffer>(absl::string_view)> hello);
+
+// The service's side: answers Hellos and checks each call. With an empty
+// secret every call passes and Hello is refused.
 class CallAuthenticator {
  public:
-  // Precomputes the credentials of tasks [0, num_tasks) of `job_id`, so that
-  // a call costs one constant-time comparison instead of an HMAC (~3 us).
-  CallAuthenticator(std::string secret, std::string job_id, int num_tasks);
+  // Draws this service instance's key.
+  CallAuthenticator(std::string secret, std::string job_id);
 
   bool enabled() const { return !secret_.empty(); }
-  // OK when `context` carries the credential of task `task_id` of job
-  // `job_id` (the request's claims); else Unauthenticated naming the service's
-  // job, the method and the caller's address, and a line on stderr (the
-  // first 10 refusals, then every 100th).
+
+  // The answer to Hello(job_id, task_id, client_nonce) from a sender already
+  // validated as task `task_id` of this job. FailedPrecondition without a
+  // secret; InvalidArgument for a client nonce that is not 32 bytes.
+  absl::StatusOr<SessionOffer> Offer(absl::string_view job_id, int task_id,
+                                     absl::string_view client_nonce) const;
+
+  // "" when `credential` is a session credential this instance issued to
+  // task `task_id` of job `job_id`; else what is wrong with it (a phrase
+  // completing "the call ...").
+  std::string Verify(absl::string_view credential, absl::string_view job_id,
+                     int task_id) const;
+
+  // OK when `context` carries a credential Verify() accepts for the
+  // request's claims (`job_id`, `task_id`); else Unauthenticated naming the
+  // service's job, the method and the caller's address, and a line on stderr
+  // (the first 10 refusals, then every 100th).
   // `peer`: the caller's address when the service knows it better than
   // context.peer() (its own listener's connections: service_listener.h).
   absl::Status Check(const grpc::ServerContext& context,
@@ -67,10 +121,20 @@ class CallAuthenticator {
                      int task_id, const std::string& peer = "") const;
 
  private:
+  std::string ServerNonce(absl::string_view job_id, int task_id,
+                          uint64_t session_id) const;
+
   const std::string secret_;
   const std::string job_id_;
-  std::vector<std::string> credentials_;  // [num_tasks], of job_id_
+  std::string instance_key_;  // "" if the OS could not give random bytes
+  mutable std::atomic<uint64_t> next_session_{1};
   mutable std::atomic<int> refused_{0};
+  // Credentials that passed Verify() (this job's), by (task, session): a call
+  // of a known session costs one constant-time comparison, not two HMACs.
+  // Cleared when it reaches 4096 entries.
+  mutable absl::Mutex mu_;
+  mutable absl::flat_hash_map<std::pair<int, uint64_t>, std::string> verified_
+      ABSL_GUARDED_BY(mu_);
 };
 
 // TLS from PEM files when `cert_path` and `key_path` are set (both or

@@ -57,6 +57,21 @@ struct CoordinationClient::Rpc {
     return End(&context, g, where);
   }
 
+  // The handshake's RPC (coordination_auth.h): sends no credential.
+  absl::StatusOr<SessionOffer> Hello(absl::string_view client_nonce,
+                                     absl::Duration timeout) {
+    pb::HelloRequest req;
+    pb::HelloResponse resp;
+    *req.mutable_source() = source;
+    req.set_client_nonce(std::string(client_nonce));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    context.set_wait_for_ready(true);  // the channel just connected
+    absl::Status s = FromGrpcStatus(stub->Hello(&context, req, &resp));
+    if (!s.ok()) return s;
+    return SessionOffer{resp.session_id(), resp.server_nonce(), resp.proof()};
+  }
+
   // Registers a call about to start: the lost-service error (naming `where`)
   // when the service is lost already, else OK.
   absl::Status Begin(grpc::ClientContext* context, const std::string& where) {
@@ -133,10 +148,6 @@ absl::StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(
                         credentials.status().message()));
   }
   rpc.channel = grpc::CreateCustomChannel(client->address_, *credentials, args);
-  if (!client->options_.job_secret.empty()) {
-    rpc.credential =
-        TaskCredential(client->options_.job_secret, client->job_id_, task_id);
-  }
   rpc.stub = pb::CoordinationService::NewStub(rpc.channel);
   rpc.source.set_job_id(client->job_id_);
   rpc.source.set_task_id(task_id);
@@ -152,6 +163,16 @@ absl::StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(
             ? " (if it serves TLS, clients need its CA: TPU_DIST_TLS_CA)"
             : " (over TLS: is the service serving TLS with a certificate "
               "from that CA, for that name?)"));
+  }
+  if (!client->options_.job_secret.empty()) {
+    // The service proves it holds the secret before it gets a credential.
+    auto credential = ClientHandshake(
+        client->options_.job_secret, client->job_id_, task_id,
+        client->address_, [&](absl::string_view nonce) {
+          return rpc.Hello(nonce, client->options_.rpc_timeout);
+        });
+    if (!credential.ok()) return credential.status();
+    rpc.credential = *std::move(credential);
   }
   return client;
 }

@@ -57,7 +57,22 @@ class CoordinationService::Impl final
       : state_(state),
         incarnation_(incarnation),
         fail_on_disconnect_(fail_on_disconnect),
-        auth_(std::move(job_secret), std::move(job_id), state->num_tasks()) {}
+        auth_(std::move(job_secret), std::move(job_id)) {}
+
+  // The handshake (coordination_auth.h): no credential yet, only the claims.
+  grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest* req,
+                     pb::HelloResponse* resp) override {
+    const auto& src = req->source();
+    if (auto s = state_->ValidateSender(src.job_id(), src.task_id()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    auto offer = auth_.Offer(src.job_id(), src.task_id(), req->client_nonce());
+    if (!offer.ok()) return ToGrpcStatus(offer.status());
+    resp->set_session_id(offer->session_id);
+    resp->set_server_nonce(offer->server_nonce);
+    resp->set_proof(offer->proof);
+    return grpc::Status::OK;
+  }
 
   grpc::Status RegisterTask(grpc::ServerContext* context,
                             const pb::RegisterTaskRequest* req,
