@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <torch/optim/adamw.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "collectives/group_registry.h"
 #include "distributed/init_process_group.h"
 #include "examples/finetune/checkpoint_manager.h"
@@ -22,6 +24,7 @@
 #include "examples/finetune/finetune_checkpoint.h"
 #include "examples/finetune/hf_tokenizer_call.h"
 #include "examples/finetune/job_fingerprint.h"
+#include "examples/finetune/nonfinite_check.h"
 #include "examples/finetune/progress_reporter.h"
 #include "examples/finetune/rank_agreement.h"
 #include "examples/finetune/resume_plan.h"
@@ -38,6 +41,7 @@
 #include "models/gemma/parallelize_gemma.h"
 #include "models/gemma/tokenizer.h"
 #include "nn/fused_adamw.h"
+#include "tpu_runtime/coordination/coordination_client.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
 #include "tpu_runtime/coordination/failure_report.h"
 
@@ -84,7 +88,10 @@ absl::StatusOr<fsdp::DeviceMesh> MakeMesh(const tpu_runtime::RankInfo& info,
 }
 
 absl::StatusOr<TokenizedDataset> LoadData(const FineTuneConfig& c, const gemma::Tokenizer& tok) {
-  absl::StatusOr<std::vector<DollyExample>> rows = LoadDollySplit(c.dataset, c.dataset_split);
+  // A row far longer than max_seq_len tokens is refused before it is held
+  // in memory or tokenized (dolly_dataset.h).
+  absl::StatusOr<std::vector<DollyExample>> rows =
+      LoadDollySplit(c.dataset, c.dataset_split, MaxRowBytesForSeqLen(c.max_seq_len));
   if (!rows.ok()) return rows.status();
   // The seed's tokenizer(..., truncation=True, max_length, padding="max_length"):
   // specials, padding and truncation sides as the model directory's HF files say.
@@ -114,6 +121,60 @@ absl::StatusOr<double> AllReduceAvg(const fsdp::DeviceMesh& mesh, double value) 
     t = *mean;
   }
   return t.item<double>();
+}
+
+// Sum over every rank of the mesh: the sum along each dim in turn.
+absl::StatusOr<at::Tensor> AllReduceSum(const fsdp::DeviceMesh& mesh, at::Tensor t) {
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    absl::StatusOr<at::Tensor> sum = fsdp::AllReduceAlongDim(mesh, d, t, fsdp::ReduceOp::kSum);
+    if (!sum.ok()) return sum.status();
+    t = *sum;
+  }
+  return t;
+}
+
+// Every rank took `v` from the same numbers (nonfinite_check.h). The rank it
+// names reports the job error first, so that the launcher blames it; the
+// others give that report a bounded moment to arrive before they return
+// the same error (and exit as followers of it).
+absl::Status StopForNonFinite(const NonFiniteVerdict& v, int rank, coord::CoordinationRuntime& runtime,
+                              absl::Duration timeout) {
+  if (v.rank == rank) {
+    runtime.ReportFailure(v.error);
+  } else if (runtime.client() != nullptr) {
+    runtime.client()->PollForError(std::min(timeout, absl::Seconds(5))).IgnoreError();
+  }
+  return v.error;
+}
+
+// What an epoch's checkpoint saves from this rank, with names in the same
+// order on every rank: the model's parameters (shards), the frozen PLE
+// table's fp32 copy, the AdamW moments of each trainable parameter
+// (undefined before its first step).
+struct SavedTensors {
+  std::vector<at::Tensor> tensors;
+  std::vector<std::string> names;
+};
+SavedTensors TensorsToSave(const gemma::GemmaForCausalLM& model, const at::Tensor& ple_fp32,
+                           absl::Span<const at::Tensor> trainable, absl::Span<const std::string> trainable_names,
+                           torch::optim::AdamW& opt) {
+  SavedTensors out;
+  for (const auto& p : model->named_parameters()) {
+    out.tensors.push_back(p.value());
+    out.names.push_back(p.key());
+  }
+  out.tensors.push_back(ple_fp32);
+  out.names.push_back("per-layer embedding (fp32 copy)");
+  for (size_t i = 0; i < trainable.size(); ++i) {
+    auto it = opt.state().find(trainable[i].unsafeGetTensorImpl());
+    const auto* st = it == opt.state().end() ? nullptr
+                                             : dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get());
+    out.tensors.push_back(st != nullptr ? st->exp_avg() : at::Tensor());
+    out.names.push_back(absl::StrCat("AdamW exp_avg of ", trainable_names[i]));
+    out.tensors.push_back(st != nullptr ? st->exp_avg_sq() : at::Tensor());
+    out.names.push_back(absl::StrCat("AdamW exp_avg_sq of ", trainable_names[i]));
+  }
+  return out;
 }
 
 JobSpec SpecOf(const FineTuneConfig& c, int world, int64_t rows) {
@@ -247,6 +308,7 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
     absl::StatusOr<fsdp::DeviceMesh> mesh = MakeMesh(info, store, c.timeout, c.tp);
     if (!mesh.ok()) return Annotate(mesh.status(), rank, "device mesh");
 
+    const int64_t flat_rank = fsdp::MeshFlatRank(*mesh);  // == rank: the mesh is row-major over the world
     absl::StatusOr<gemma::GemmaForCausalLM> model = gemma::LoadGemmaFromHf(c.model_dir);
     if (!model.ok()) return Annotate(model.status(), rank, "model");
     at::Tensor ple_fp32 = gemma::PleWeight(**model);
@@ -256,8 +318,11 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
     absl::StatusOr<fsdp::FsdpModule> root = gemma::ParallelizeGemma(*model, *mesh, popts);
     if (!root.ok()) return Annotate(root.status(), rank, "parallelize");
     std::vector<at::Tensor> trainable;
-    for (const at::Tensor& p : (*model)->parameters()) {
-      if (p.requires_grad()) trainable.push_back(p);
+    std::vector<std::string> trainable_names;
+    for (const auto& p : (*model)->named_parameters()) {
+      if (!p.value().requires_grad()) continue;
+      trainable.push_back(p.value());
+      trainable_names.push_back(p.key());
     }
     // One fused AdamW kernel call per dtype; same state and checkpoints as
     // torch::optim::AdamW (nn/fused_adamw.h).
@@ -320,8 +385,19 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
         loss.backward();
         // Gradients TP left partial over tp (none on a 1-D mesh).
         if (absl::Status s = fsdp::AllReducePartialGrads(**model); !s.ok()) return Annotate(s, rank, "backward");
-        opt.step();
         const double l = loss.item<double>();
+        // Non-finite loss or gradient norm on any rank: every rank stops here,
+        // before the optimizer step (nonfinite_check.h; one all-reduce of
+        // 3 doubles per rank).
+        absl::StatusOr<at::Tensor> numerics =
+            AllReduceSum(*mesh, PackStepNumerics(MeasureStep(l, trainable), flat_rank, world));
+        if (!numerics.ok()) return Annotate(numerics.status(), rank, "non-finite check");
+        if (NonFiniteVerdict v = CheckStepNumerics(*numerics, world, {epoch + 1, c.num_epochs, step + 1, num_batches},
+                                                   trainable_names);
+            !v.ok()) {
+          return StopForNonFinite(v, rank, **runtime, c.timeout);
+        }
+        opt.step();
         loss_sum += l;
         ++steps;
         progress.Update(step + 1, l);
@@ -339,6 +415,18 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
       if (rank == 0) {
         printf("%s\n", FormatEpochLine(m, c.num_epochs).c_str());
         fflush(stdout);
+      }
+      // No checkpoint of non-finite weights or optimizer moments.
+      {
+        const SavedTensors saved = TensorsToSave(*model, ple_fp32, trainable, trainable_names, opt);
+        const double bad = static_cast<double>(FirstNonFinite(saved.tensors) + 1);  // 0: none
+        absl::StatusOr<at::Tensor> agreed = AllReduceSum(*mesh, PackSlots({bad}, flat_rank, world));
+        if (!agreed.ok()) return Annotate(agreed.status(), rank, "non-finite check");
+        if (NonFiniteVerdict v = CheckSavedTensors(*agreed, world, {epoch + 1, c.num_epochs, 0, num_batches},
+                                                   saved.names);
+            !v.ok()) {
+          return StopForNonFinite(v, rank, **runtime, c.timeout);
+        }
       }
       TrainerState st = expect;
       st.epoch = epoch;

@@ -14,6 +14,13 @@
 //            reduce) -> AdamW(lr, weight_decay) over the trainable shards
 //   epoch    steps; loss = all_reduce AVG of the ranks' epoch-mean losses;
 //            rank 0 prints FormatEpochLine, a progress bar on a TTY
+//   numerics each step, before the optimizer step, every rank learns every
+//            rank's loss and gradient norm (one all-reduce,
+//            nonfinite_check.h); a non-finite one stops every rank with a
+//            FailedPrecondition naming epoch, step, rank and quantity (the
+//            rank it names is the job error's root cause). Before each
+//            checkpoint the saved tensors (weights, PLE, AdamW moments) are
+//            checked the same way: no checkpoint holds a NaN or inf
 //   ckpt     each epoch end (finetune_checkpoint.h): sharded model +
 //            optimizer + trainer state, and the full model in HF form, into
 //            one atomic checkpoint; keep-best(num_to_keep, loss, min); then

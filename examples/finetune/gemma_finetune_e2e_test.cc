@@ -9,7 +9,11 @@
 //     --max-restarts 1) finishes with the same losses as the clean run;
 //   - --tp 2 (a 2 x 2 dp x tp mesh, killed and resumed) trains to the
 //     losses of --tp 1 on the same dp world;
-//   - bad lines, missing fields and empty splits fail with clear errors.
+//   - bad lines, missing fields and empty splits fail with clear errors;
+//   - numerics (issue 39): a NaN weight or --lr 1e6 stops every rank with
+//     exit 1 naming the step, the rank and the quantity, and no checkpoint
+//     holds a NaN or inf; a softcap of 1e-300 is refused at load naming the
+//     field; a 50 MB row is refused naming its line and size.
 // Every child runs under `timeout`, so a hang fails the test.
 #include <cstdlib>
 #include <filesystem>
@@ -21,11 +25,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "examples/finetune/checkpoint_manager.h"
 #include "examples/finetune/internal/finetune_process_for_test.h"
 #include "examples/finetune/internal/test_temp_dir.h"
 #include "examples/finetune/metrics_log.h"
 #include "gmock/gmock.h"
+#include "nlohmann/json.hpp"
 #include "gtest/gtest.h"
 #include "models/gemma/hf_checkpoint.h"
 #include "io/safetensors.h"
@@ -231,6 +237,130 @@ TEST_F(GemmaFinetuneE2eTest, BadDataFailsClearly) {
   RunOutput no_storage = RunFinetune(1, "", "--num-epochs 1", 120);
   EXPECT_NE(no_storage.exit_code, 0);
   EXPECT_THAT(no_storage.output, HasSubstr("--storage-path"));
+}
+
+// A copy of the bundled model in `dir`.
+void CopyModel(const std::string& dir) {
+  fs::copy(SourceDir() + "/data/tiny_gemma", dir, fs::copy_options::recursive);
+}
+
+// Sets element 0 of `tensor` (F32) in `dir`/model.safetensors to NaN.
+void PoisonWeight(const std::string& dir, const std::string& tensor) {
+  std::fstream f(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(n));
+  const nlohmann::json h = nlohmann::json::parse(header);
+  ASSERT_EQ(h.at(tensor).at("dtype"), "F32");
+  const float nan = std::nanf("");
+  f.seekp(static_cast<std::streamoff>(8 + n + h.at(tensor).at("data_offsets")[0].get<uint64_t>()));
+  f.write(reinterpret_cast<const char*>(&nan), sizeof(nan));
+}
+
+std::vector<std::string> CheckpointDirs(const std::string& run_dir) {
+  std::vector<std::string> out;
+  if (!fs::exists(run_dir)) return out;
+  for (const auto& e : fs::directory_iterator(run_dir)) {
+    if (e.path().filename().string().rfind("checkpoint_", 0) == 0) out.push_back(e.path().string());
+  }
+  return out;
+}
+
+// Every floating tensor of every safetensors file under `dir` is finite.
+void ExpectAllFinite(const std::string& dir) {
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().extension() != ".safetensors") continue;
+    auto f = io::ReadSafetensors(e.path().string());
+    ASSERT_TRUE(f.ok()) << f.status();
+    for (const auto& [name, t] : f->tensors) {
+      if (at::isFloatingType(t.scalar_type())) {
+        EXPECT_TRUE(at::isfinite(t).all().item<bool>()) << e.path() << ": " << name;
+      }
+    }
+  }
+}
+
+std::string NumericsArgs(const std::string& storage, const std::string& run) {
+  return absl::StrCat("--storage-path ", storage, " --run-name ", run,
+                      " --dataset-split train[:16] --num-epochs 2 --batch-size-per-device 2 --max-seq-len 32",
+                      " --num-to-keep 0 --seed 5");
+}
+
+// A NaN in a weight: the first step's loss is NaN on every rank; every rank
+// stops before the optimizer step, rank 0 is named (the lowest), the job
+// exits 1 and no checkpoint is written.
+TEST(GemmaFinetuneNumericsE2eTest, NanWeightStopsEveryRankNamingStepRankAndLoss) {
+  const internal::TestTempDir tmp;
+  const std::string model = tmp.path() + "/nan_model";
+  CopyModel(model);
+  PoisonWeight(model, "model.language_model.layers.0.mlp.down_proj.weight");
+  RunOutput r = RunFinetune(2, "", NumericsArgs(tmp.path(), "nan") + " --model-dir " + model, 120);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("non-finite loss at epoch 1/2, step 1/4 on rank 0: loss=nan (also on rank 1)"));
+  EXPECT_THAT(r.output, HasSubstr("stopped before the optimizer step"));
+  EXPECT_THAT(r.output, HasSubstr("tpurun: rank 0 (host 0, local 0) failed: exit status 1"));
+  EXPECT_THAT(r.output, HasSubstr("stopping, another rank failed"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("Epoch 1/2 |")));
+  EXPECT_TRUE(CheckpointDirs(tmp.path() + "/nan").empty());
+}
+
+// --lr 1e6 diverges: training stops at the first non-finite loss or
+// gradient norm (or before saving non-finite weights), exit 1, and every
+// checkpoint written before it is finite.
+TEST(GemmaFinetuneNumericsE2eTest, HugeLrStopsBeforeAnyNonFiniteCheckpoint) {
+  const internal::TestTempDir tmp;
+  RunOutput r = RunFinetune(2, "", NumericsArgs(tmp.path(), "lr") + " --lr 1e6", 120);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex("non-finite (loss|gradient norm|weights) at (epoch [12]/2, step [1-4]/4|the end of "
+                           "epoch [12]/2) on rank [01]")))
+      << r.output;
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("Training completed")));
+  for (const std::string& dir : CheckpointDirs(tmp.path() + "/lr")) ExpectAllFinite(dir);
+}
+
+// final_logit_softcapping 1e-300 passes "> 0" but is 0 in fp32: refused at
+// load, naming the file and the field.
+TEST(GemmaFinetuneNumericsE2eTest, SoftcapZeroInFloat32IsRefusedAtLoad) {
+  const internal::TestTempDir tmp;
+  const std::string model = tmp.path() + "/softcap_model";
+  CopyModel(model);
+  {
+    std::ifstream in(model + "/config.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    j["text_config"]["final_logit_softcapping"] = 1e-300;
+    std::ofstream(model + "/config.json", std::ios::trunc) << j.dump();
+  }
+  RunOutput r = RunFinetune(1, "", NumericsArgs(tmp.path(), "softcap") + " --model-dir " + model, 120);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(model + "/config.json: text_config: field 'final_logit_softcapping': 1e-300 is "
+                                          "0 or subnormal in float32"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("Epoch 1/2 |")));
+}
+
+// A 50 MB row is refused naming its line and size, before it is parsed or
+// tokenized (it took 20 s and 741 MB before).
+TEST(GemmaFinetuneNumericsE2eTest, HugeRowIsRefusedNamingLineAndSize) {
+  const internal::TestTempDir tmp;
+  const std::string data = tmp.path() + "/big.jsonl";
+  const std::string row = R"({"instruction":"a","context":"","response":"r","category":"x"})";
+  const std::string head = R"({"instruction":")", tail = R"(","context":"","response":"r","category":"x"})";
+  const int64_t text = int64_t{50} << 20;
+  {
+    std::ofstream out(data, std::ios::binary);
+    out << row << "\n" << head;
+    const std::string chunk(1 << 20, 'a');
+    for (int64_t i = 0; i < text / static_cast<int64_t>(chunk.size()); ++i) out << chunk;
+    out << tail << "\n" << row << "\n";
+  }
+  const absl::Time t0 = absl::Now();
+  RunOutput r = RunFinetune(1, "", NumericsArgs(tmp.path(), "big") + " --dataset " + data, 120);
+  std::cout << "[huge row e2e] gemma_finetune exited " << r.exit_code << " after "
+            << absl::FormatDuration(absl::Now() - t0) << "\n";
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(absl::StrCat(data, ":2: row is ", head.size() + tail.size() + text,
+                                               " bytes, over the limit of 1048576 bytes per row")));
 }
 
 }  // namespace
