@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tpu_runtime/duration_check.h"
 #include "tpu_runtime/env_parse.h"
 #include "tpu_runtime/job_secret.h"
 
@@ -99,6 +100,13 @@ absl::StatusOr<GroupConfig> ResolveGroupConfig(const tr::RankInfo* info, const t
     return absl::InvalidArgumentError("GroupInitOptions.group_name is empty");
   }
   c.group_name = options.group_name;
+  // inf became INT64_MAX ms here and every deadline overflowed: each
+  // collective "timed out" at once.
+  if (absl::Status s = tr::CheckUserDuration("init_process_group timeout", options.timeout,
+                                             tr::DurationRule::kPositive);
+      !s.ok()) {
+    return s;
+  }
   c.timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout));
   c.gloo_threads = options.gloo_threads;
 

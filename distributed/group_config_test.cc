@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "torch/csrc/distributed/c10d/HashStore.hpp"
@@ -40,6 +42,20 @@ std::string ErrorOf(const tr::RankInfo* info, const tr::EnvMap& env,
   EXPECT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
   return std::string(c.status().message());
+}
+
+// inf became INT64_MAX ms and every collective "timed out" at once; 0 and
+// negative timeouts expire at once. All refused, naming what is allowed.
+TEST(GroupConfigTest, TimeoutMustBeFiniteAndPositive) {
+  const tr::RankInfo info = Info();
+  for (absl::Duration bad : {absl::InfiniteDuration(), absl::ZeroDuration(), absl::Seconds(-5),
+                             absl::Hours(24 * 366)}) {
+    GroupInitOptions o;
+    o.timeout = bad;
+    EXPECT_THAT(ErrorOf(&info, {}, o),
+                HasSubstr(absl::StrCat("init_process_group timeout=", absl::FormatDuration(bad),
+                                       ": expected a finite duration > 0")));
+  }
 }
 
 TEST(GroupConfigTest, DefaultsWithoutEnvironment) {

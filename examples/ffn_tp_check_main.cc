@@ -46,6 +46,7 @@
 #include "nn/layers.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
 #include "tpu_runtime/coordination/failure_report.h"
+#include "tpu_runtime/duration_check.h"
 #include "tpu_runtime/env_discovery.h"
 #include "tpu_runtime/exit_codes.h"
 #include "tpu_runtime/launcher/flag_names.h"
@@ -251,6 +252,12 @@ int main(int argc, char** argv) {
   tpudist::tpu_runtime::launcher::NormalizedArgv args(argc, argv);  // --hidden-dim etc.
   absl::ParseCommandLine(args.argc(), args.argv());
   namespace tr = ::tpudist::tpu_runtime;
+  if (absl::Status s = tr::CheckUserDuration("--timeout", absl::GetFlag(FLAGS_timeout),
+                                             tr::DurationRule::kPositive);
+      !s.ok()) {
+    fprintf(stderr, "ffn_tp_check: usage error: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   absl::StatusOr<tr::RankInfo> info = tr::DiscoverRankInfo(tr::EnvMapFromProcess());
   if (!info.ok()) {
     fprintf(stderr, "ffn_tp_check: discovery failed: %s\n", info.status().ToString().c_str());

@@ -33,6 +33,7 @@
 #include "examples/finetune/metrics_log.h"
 #include "examples/finetune/training_flags.h"
 #include "nn/malloc_tuning.h"
+#include "tpu_runtime/duration_check.h"
 #include "tpu_runtime/env_discovery.h"
 #include "tpu_runtime/exit_codes.h"
 #include "tpu_runtime/launcher/flag_names.h"
@@ -107,6 +108,12 @@ int main(int argc, char** argv) {
                                                   absl::GetFlag(FLAGS_batch_size_per_device),
                                                   absl::GetFlag(FLAGS_max_seq_len), absl::GetFlag(FLAGS_lr),
                                                   absl::GetFlag(FLAGS_weight_decay), absl::GetFlag(FLAGS_tp)});
+      !s.ok()) {
+    fprintf(stderr, "gemma_finetune: usage error: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = tr::CheckUserDuration("--timeout", absl::GetFlag(FLAGS_timeout),
+                                             tr::DurationRule::kPositive);
       !s.ok()) {
     fprintf(stderr, "gemma_finetune: usage error: %s\n", std::string(s.message()).c_str());
     return 2;

@@ -35,6 +35,7 @@
 #include "distributed/init_process_group.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
 #include "tpu_runtime/coordination/failure_report.h"
+#include "tpu_runtime/duration_check.h"
 #include "tpu_runtime/env_discovery.h"
 #include "tpu_runtime/exit_codes.h"
 #include "tpu_runtime/launcher/flag_names.h"
@@ -140,6 +141,15 @@ int main(int argc, char** argv) {
   tpudist::tpu_runtime::launcher::NormalizedArgv args(argc, argv);  // --die-rank
   absl::ParseCommandLine(args.argc(), args.argv());
   namespace tr = ::tpudist::tpu_runtime;
+  for (absl::Status s :
+       {tr::CheckUserDuration("--timeout", absl::GetFlag(FLAGS_timeout), tr::DurationRule::kPositive),
+        tr::CheckUserDuration("--heartbeat-timeout", absl::GetFlag(FLAGS_heartbeat_timeout),
+                              tr::DurationRule::kPositive)}) {
+    if (!s.ok()) {
+      fprintf(stderr, "slice_check: usage error: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
   absl::StatusOr<tr::RankInfo> info = tr::DiscoverRankInfo(tr::EnvMapFromProcess());
   if (!info.ok()) {
     fprintf(stderr, "slice_check: discovery failed: %s\n", info.status().ToString().c_str());
