@@ -13,6 +13,7 @@
 #include "collectives/exception_message.h"
 #include "examples/finetune/checkpoint_file_reader.h"
 #include "examples/finetune/checkpoint_metadata.h"
+#include "fsdp/fully_shard/dcp_checkpoint.h"
 #include "fsdp/fully_shard/mesh_agreement.h"
 #include "fsdp/fully_shard/optimizer_checkpoint.h"
 #include "fsdp/fully_shard/sharded_checkpoint.h"
@@ -23,6 +24,7 @@ namespace tpudist::finetune {
 namespace {
 
 constexpr char kShardsDir[] = "shards";
+constexpr char kDcpDir[] = "dcp";
 constexpr char kTrainerState[] = "trainer_state.json";
 constexpr char kPleName[] = "model.embed_tokens_per_layer.weight";
 
@@ -140,6 +142,7 @@ absl::StatusOr<std::string> SaveFineTuneCheckpoint(const CheckpointTarget& t, Ch
     pending = *p;
     std::error_code ec;
     std::filesystem::create_directories(pending->path + "/" + kShardsDir, ec);
+    if (!ec && t.dcp_export) std::filesystem::create_directories(pending->path + "/" + kDcpDir, ec);
     if (ec) return absl::InternalError(absl::StrCat("mkdir ", pending->path, ": ", ec.message()));
     t.store->set(key, std::vector<uint8_t>(pending->path.begin(), pending->path.end()));
   }
@@ -155,6 +158,10 @@ absl::StatusOr<std::string> SaveFineTuneCheckpoint(const CheckpointTarget& t, Ch
                                                    static_cast<int>(t.mesh->size()), shards);
       !s.ok()) {
     return s;
+  }
+  if (t.dcp_export) {
+    absl::Status s = fsdp::SaveDcpCheckpoint(t.model.ptr(), *t.mesh, dir + "/" + kDcpDir, t.optimizer, sd);
+    if (!s.ok()) return s;
   }
   absl::StatusOr<fsdp::StateDict> full = fsdp::GetModelStateDict(t.model.ptr(), *t.mesh, sd);
   if (!full.ok()) return full.status();

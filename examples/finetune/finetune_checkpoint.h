@@ -7,6 +7,10 @@
 //     shards/shard-<r>-of-<W>.safetensors model shards (each rank) +
 //     shards/metadata.json                fsdp/fully_shard sharded_checkpoint.h
 //     shards/optim-<r>-of-<W>.safetensors AdamW state shards (each rank)
+//     dcp/shard-<r+1>-model-00001-of-00001.safetensors
+//                                         with dcp_export only: weights +
+//                                         AdamW state in torch DCP's HF
+//                                         layout (fsdp/fully_shard/dcp_checkpoint.h)
 //     trainer_state.json                  {"epoch","step","seed","world_size",
 //                                          "dataset_size","loss"} (rank 0)
 //     checkpoint.json                     CheckpointManager's marker, last
@@ -65,6 +69,7 @@ struct CheckpointTarget {
   c10::intrusive_ptr<c10d::Store> store;  // for sharing the temp path
   at::Tensor ple_fp32;                    // [Vp, L * P] frozen table, rank 0
   std::string model_dir;                  // tokenizer files are copied from it
+  bool dcp_export = false;                // also write dcp/ (torch.distributed.checkpoint)
   JobFingerprint job;                     // rank 0: recorded in checkpoint.json
   absl::Duration timeout = absl::Minutes(5);
 };

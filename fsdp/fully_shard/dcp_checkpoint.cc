@@ -239,4 +239,11 @@ absl::Status LoadDcpCheckpoint(const std::shared_ptr<torch::nn::Module>& model, 
   return AgreeOnStatus(mesh, ReadDcp(model, dir, optimizer), "LoadDcpCheckpoint");
 }
 
+absl::StatusOr<bool> DcpCheckpointHasOptimizerState(const std::string& dir) {
+  absl::StatusOr<DcpCheckpoint> ckpt = OpenDcpCheckpoint(dir);
+  if (!ckpt.ok()) return ckpt.status();
+  auto it = ckpt->index.lower_bound(kDcpOptimizerStatePrefix);
+  return it != ckpt->index.end() && absl::StartsWith(it->first, kDcpOptimizerStatePrefix);
+}
+
 }  // namespace tpudist::fsdp

@@ -79,6 +79,11 @@ absl::Status SaveDcpCheckpoint(const std::shared_ptr<torch::nn::Module>& model, 
 absl::Status LoadDcpCheckpoint(const std::shared_ptr<torch::nn::Module>& model, const DeviceMesh& mesh,
                                const std::string& dir, torch::optim::AdamW* optimizer = nullptr);
 
+// Whether `dir` (as LoadDcpCheckpoint reads it) holds any
+// "optim.state." key. Reads the headers only; every rank gets the same
+// answer from the same files. Errors as LoadDcpCheckpoint's for the files.
+absl::StatusOr<bool> DcpCheckpointHasOptimizerState(const std::string& dir);
+
 }  // namespace tpudist::fsdp
 
 #endif  // TPU_DIST_FSDP_FULLY_SHARD_DCP_CHECKPOINT_H_

@@ -192,7 +192,7 @@ TEST(DcpCheckpointTest, RefusesADirectoryHoldingSafetensors) {
   });
 }
 
-TEST(DcpCheckpointTest, MissingStateOrWrongShapeIsRefusedEverywhere) {
+TEST(DcpCheckpointTest, MissingStateAndKeysAreNamedOnEveryRank) {
   ::tpudist::testing::ScopedTempDir weights_only, empty;
   torch::manual_seed(5);
   MlpStack init;
@@ -216,15 +216,33 @@ TEST(DcpCheckpointTest, MissingStateOrWrongShapeIsRefusedEverywhere) {
     s = LoadDcpCheckpoint(model.ptr(), mesh, empty.path());
     EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   });
-  // A checkpoint of another model: b1 has 9 hidden rows, this one 8.
+  // Another model's checkpoint: its keys are named.
   RunRanks(2, [&](const Rank& r) {
     DeviceMesh mesh = testing::MakeMesh(r);
     testing::Mlp model(5, 8, 6);
     ASSERT_TRUE(FullyShard(model.ptr(), mesh).ok());
-    // Keys differ (no "b1." prefix): name the missing one.
     absl::Status s = LoadDcpCheckpoint(model.ptr(), mesh, weights_only.path());
     EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
     EXPECT_THAT(s.message(), ::testing::HasSubstr("has no fc1.weight")) << s;
+  });
+}
+
+TEST(DcpCheckpointTest, AnotherShapeIsRefusedNamingBoth) {
+  ::tpudist::testing::ScopedTempDir tmp;
+  RunRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = testing::MakeMesh(r);
+    testing::Mlp nine(5, 9, 6);
+    ASSERT_TRUE(FullyShard(nine.ptr(), mesh).ok());
+    ASSERT_TRUE(SaveDcpCheckpoint(nine.ptr(), mesh, tmp.path()).ok());
+  });
+  RunRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = testing::MakeMesh(r);
+    testing::Mlp eight(5, 8, 6);
+    ASSERT_TRUE(FullyShard(eight.ptr(), mesh).ok());
+    absl::Status s = LoadDcpCheckpoint(eight.ptr(), mesh, tmp.path());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), ::testing::HasSubstr("fc1.weight has shape [9, 5]")) << s;
+    EXPECT_THAT(s.message(), ::testing::HasSubstr("the model has [8, 5]")) << s;
   });
 }
 
