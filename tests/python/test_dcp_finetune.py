@@ -88,7 +88,8 @@ def _torch_side(rank: int, world: int, src: str, out: str, dst: str) -> None:
     sd, osd = state()
     dcp.load(sd, storage_reader=HuggingFaceStorageReader(src))
     optim = sd.pop("optim")
-    set_model_state_dict(model, sd, options=frozen)
+    # strict=False: the frozen PLE and the tied lm_head.weight are not in the dict.
+    set_model_state_dict(model, sd, options=StateDictOptions(ignore_frozen_params=True, strict=False))
     set_optimizer_state_dict(model, opt, {"state": optim["state"], "param_groups": osd["param_groups"]})
     loaded = full()
     if rank == 0:
