@@ -227,20 +227,27 @@ def _entry_points(rank: int, world: int) -> dict[str, Any]:
     dist.all_reduce(ref, group=gloo)
     ok["new_group local sync"] = torch.equal(t, ref) and dist.get_backend(local) == "tpu_dist"
 
-    # -- flight recorder: torch attaches its recording hook to every group;
-    # the dump names this group's ops (Gloo's group records the same way).
-    dist.all_reduce(torch.ones(3))
-    dist.all_reduce(torch.ones(3), group=gloo)
+    # -- flight recorder: torch attaches its recording hook to every group that
+    # does not record itself (Gloo does); a backend's entries are dumped under
+    # its name. The same all_reduce is recorded for both groups alike.
     from torch._C._distributed_c10d import _dump_fr_trace_json
     import json
 
-    dump = json.loads(_dump_fr_trace_json())
-    entries = dump.get("entries", [])
-    groups_seen = {(e.get("process_group") or ["", ""])[0] for e in entries}
-    names = {e.get("profiling_name", "") for e in entries}
-    ok["flight recorder"] = (tpu.group_name in groups_seen and gloo.group_name in groups_seen
-                             and any("all_reduce" in n or "allreduce" in n for n in names))
-    ok["flight recorder groups"] = sorted(groups_seen)
+    dist.all_reduce(torch.ones(3))
+    dist.all_reduce(torch.ones(3), group=gloo)
+
+    def last_all_reduce(backend: str, group: Any) -> dict[str, Any]:
+        entries = json.loads(_dump_fr_trace_json(backend=backend)).get("entries", [])
+        mine = [e for e in entries if (e.get("process_group") or [""])[0] == group.group_name
+                and e.get("profiling_name", "").endswith("all_reduce")]
+        if not mine:
+            return {"missing": sorted({e.get("profiling_name", "") for e in entries})}
+        e = mine[-1]
+        return {k: e.get(k) for k in ("input_sizes", "output_sizes", "input_dtypes", "state",
+                                      "is_p2p")} | {"op": e["profiling_name"].split(":")[-1]}
+
+    ok["flight recorder entries"] = (last_all_reduce("tpu_dist", tpu), last_all_reduce("gloo", gloo))
+    ok["flight recorder"] = ok["flight recorder entries"][0] == ok["flight recorder entries"][1]
 
     dist.barrier()
     dist.destroy_process_group()
@@ -327,9 +334,9 @@ def test_subgroups_by_enumeration_and_local_sync_groups(results) -> None:
     _assert(results, "new_group local sync")
 
 
-def test_flight_recorder_records_tpu_dist_ops(results) -> None:
+def test_flight_recorder_records_tpu_dist_ops_as_gloos(results) -> None:
     for r in results:
-        assert r["flight recorder"] is True, r["flight recorder groups"]
+        assert r["flight recorder"] is True, r["flight recorder entries"]
 
 
 def test_detail_debug_wrapper_as_over_gloo() -> None:
