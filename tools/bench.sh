@@ -236,7 +236,7 @@ jq -r '
      ""),
   (.results[] | select(.benchmarks != null)
    | "| gemma_bench case | wall ms | CPU ms | counters |", "|---|---|---|---|",
-     (.benchmarks[] | "| \(.name) | \(f(.real_time)) | \(f(.cpu_time)) | \([to_entries[] | select(.key | test("^(name|run_name|run_type|family_index|per_family_instance_index|repetitions|repetition_index|threads|iterations|real_time|cpu_time|time_unit)$") | not) | "\(.key) \(f(.value))"] | join(", ")) |"),
+     (.benchmarks[] | "| \(.name) | \(f(.real_time)) | \(f(.cpu_time)) | \([to_entries[] | select((.value | type) == "number" and (.key | test("^(family_index|per_family_instance_index|repetitions|repetition_index|threads|iterations|real_time|cpu_time)$") | not)) | "\(.key) \(f(.value))"] | join(", ")) |"),
      "")
 ' "$out" > "${out%.json}.md" && echo "markdown: ${out%.json}.md"
 # The plot: standard-library Python only (tools/plot_bench); skipped, not
