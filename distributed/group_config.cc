@@ -40,28 +40,30 @@ absl::StatusOr<std::string> ResolveJobId(const tr::RankInfo* info, const tr::Env
   return info->job_id;
 }
 
-// This host's entry of the slice's host list, "" when unknown.
+// This host's entry of the slice's host list, "" when unknown. A RankInfo
+// already holds it (discovery read TPU_WORKER_HOSTNAMES and checked
+// TPU_WORKER_ID against host_index): the environment is read only without one.
 absl::StatusOr<std::string> ResolveWorkerHostname(const tr::RankInfo* info,
                                                   const tr::EnvMap& env) {
+  if (info != nullptr) {
+    if (info->host_index >= 0 && info->host_index < static_cast<int>(info->hostnames.size())) {
+      return info->hostnames[info->host_index];
+    }
+    return std::string();
+  }
   std::optional<std::string> hosts = tr::GetEnv(env, "TPU_WORKER_HOSTNAMES");
   std::optional<std::string> id = tr::GetEnv(env, "TPU_WORKER_ID");
-  if (hosts && id) {
-    absl::StatusOr<std::vector<std::string>> list = tr::ParseCommaList("TPU_WORKER_HOSTNAMES", *hosts);
-    if (!list.ok()) return list.status();
-    absl::StatusOr<int> index =
-        tr::ParseInt("TPU_WORKER_ID", *id, 0, static_cast<int>(list->size()) - 1);
-    if (!index.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          index.status().message(), " (an index into the ", list->size(),
-          " entries of TPU_WORKER_HOSTNAMES)"));
-    }
-    return (*list)[*index];
+  if (!hosts || !id) return std::string();
+  absl::StatusOr<std::vector<std::string>> list = tr::ParseCommaList("TPU_WORKER_HOSTNAMES", *hosts);
+  if (!list.ok()) return list.status();
+  absl::StatusOr<int> index =
+      tr::ParseInt("TPU_WORKER_ID", *id, 0, static_cast<int>(list->size()) - 1);
+  if (!index.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        index.status().message(), " (an index into the ", list->size(),
+        " entries of TPU_WORKER_HOSTNAMES)"));
   }
-  if (info != nullptr && info->host_index >= 0 &&
-      info->host_index < static_cast<int>(info->hostnames.size())) {
-    return info->hostnames[info->host_index];
-  }
-  return std::string();
+  return (*list)[*index];
 }
 
 absl::StatusOr<TcpStoreSpec> ResolveTcpStore(const tr::RankInfo* info, const tr::EnvMap& env) {

@@ -12,8 +12,8 @@
 //                 "_a<k>" appended on restart k > 0 > ""
 //   bind address  options.bind_address > TPU_DIST_BIND_ADDRESS > "" (derived
 //                 by collectives' ResolveBindAddress from worker_hostname)
-//   worker host   TPU_WORKER_HOSTNAMES[TPU_WORKER_ID] (both set) > RankInfo's
-//                 hostnames[host_index] > ""
+//   worker host   RankInfo's hostnames[host_index]; without a RankInfo:
+//                 TPU_WORKER_HOSTNAMES[TPU_WORKER_ID] (both set) > ""
 //   job secret    TPU_DIST_JOB_SECRET / TPU_DIST_JOB_SECRET_FILE > none
 //   store         options.store (given) > TCPStore at MASTER_ADDR:MASTER_PORT
 //                 > RankInfo's master_addr:master_port

@@ -145,8 +145,17 @@ TEST(GroupConfigTest, ShmTuningFromTheEnvironment) {
 TEST(GroupConfigTest, BindAddressAndWorkerHostname) {
   const tr::RankInfo info = Info();
   const tr::EnvMap workers = {{"TPU_WORKER_HOSTNAMES", "h0, h1 ,h2"}, {"TPU_WORKER_ID", "1"}};
+  // A RankInfo is the one source once it exists (discovery read the
+  // variables already): TPU_WORKER_* are not read again.
   GroupConfig c = Resolve(&info, workers);
-  EXPECT_EQ(c.tpu_dist.worker_hostname, "h1");  // the environment beats RankInfo
+  EXPECT_EQ(c.tpu_dist.worker_hostname, "10.1.0.3");  // hostnames[host_index]
+  EXPECT_EQ(c.gloo_hostname, "10.1.0.3");
+  EXPECT_EQ(Resolve(&info, {{"TPU_WORKER_HOSTNAMES", "a,,b"}, {"TPU_WORKER_ID", "9"}})
+                .tpu_dist.worker_hostname,
+            "10.1.0.3");  // malformed, and not read
+  // Without one (Python, test harnesses) the environment names this host.
+  c = Resolve(nullptr, workers);
+  EXPECT_EQ(c.tpu_dist.worker_hostname, "h1");
   EXPECT_EQ(c.tpu_dist.bind_address, "");
   EXPECT_EQ(c.gloo_hostname, "h1");
   tr::EnvMap env = workers;
@@ -160,7 +169,7 @@ TEST(GroupConfigTest, BindAddressAndWorkerHostname) {
   env["TPU_DIST_BIND_ADDRESS"] = "0.0.0.0";  // a wildcard: Gloo still binds this host's entry
   c = Resolve(&info, env);
   EXPECT_EQ(c.tpu_dist.bind_address, "0.0.0.0");
-  EXPECT_EQ(c.gloo_hostname, "h1");
+  EXPECT_EQ(c.gloo_hostname, "10.1.0.3");
   EXPECT_EQ(Resolve(nullptr, {}).gloo_hostname, "127.0.0.1");
 }
 

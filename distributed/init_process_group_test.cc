@@ -3,8 +3,6 @@
 // MASTER_PORT name, with tpu_dist and with Gloo (the oracle).
 #include "distributed/init_process_group.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -16,6 +14,7 @@
 #include "collectives/process_group_factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/free_port.h"
 #include "torch/csrc/distributed/c10d/HashStore.hpp"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 
@@ -40,18 +39,6 @@ at::Tensor SumOf(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int rank) {
 // The world group's CPU backend is ProcessGroupTpuDist (else Gloo's).
 bool IsTpuDist(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   return collectives::TpuDistBackendOf(pg) != nullptr;
-}
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 TEST(MakeGroupFactoryTest, TpuDistAndGlooAgreeOnSubgroups) {
@@ -98,7 +85,7 @@ TEST(InitProcessGroupTest, WorldGroupOverTheMasterTcpStore) {
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   const int world = 2;
   for (const char* backend : {"tpu_dist", "gloo"}) {
-    const std::string port = std::to_string(FreePort());
+    const std::string port = std::to_string(::tpudist::testing::FreePort());
     setenv("MASTER_PORT", port.c_str(), 1);
     RunThreads(world, [&](int rank) {
       tr::RankInfo info;
