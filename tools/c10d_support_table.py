@@ -16,9 +16,9 @@ The checks of the source (`problems()`):
   names one;
 - Backend rows agree with the headers: "supported" is overridden by
   ProcessGroupTpuDist (collectives/process_group_tpu_dist.h) or forwarded by
-  c10d to one it overrides; "inherited" is overridden by neither tpu_dist nor
-  Gloo; the gloo column is "yes" exactly when ProcessGroupGloo overrides it (or
-  its forwarding partner);
+  c10d to one it overrides; "inherited" is not overridden by tpu_dist; the
+  gloo column is "yes" exactly when ProcessGroupGloo overrides it (or its
+  forwarding partner), else "no" ("same" for an inherited row);
 - "supported" rows name at least one test, and each test named exists and runs
   in CI: py:<file>::<name> is a module-level test function of a file under
   tests/python (ctest runs each file) without a skip/xfail mark;
@@ -188,11 +188,14 @@ def header_problems(rows: list[Row]) -> list[str]:
             problems.append(f"line {r.line}: {r.entry} is 'supported' but "
                             f"{TPU_DIST_HEADER.name} overrides neither {' nor '.join(sorted(served))}")
         if r.status == "inherited":
-            if name in ours or name in gloo:
-                who = "tpu_dist" if name in ours else "Gloo"
-                problems.append(f"line {r.line}: {r.entry} is 'inherited' but {who} overrides it")
-            if r.gloo != "same":
-                problems.append(f"line {r.line}: an 'inherited' row's gloo column is 'same'")
+            if name in ours:
+                problems.append(f"line {r.line}: {r.entry} is 'inherited' but tpu_dist overrides it")
+            want = "yes" if served & gloo else "same"
+            if r.gloo != want:
+                problems.append(f"line {r.line}: {r.entry}: an 'inherited' row's gloo column is "
+                                f"{want!r} (ProcessGroupGloo {'overrides' if want == 'yes' else 'does not override'} it)")
+            if want == "yes" and not r.notes:
+                problems.append(f"line {r.line}: {r.entry}: Gloo overrides it; the notes say how they compare")
         elif r.gloo != ("yes" if served & gloo else "no"):
             problems.append(f"line {r.line}: {r.entry}: gloo column {r.gloo!r}, but "
                             f"ProcessGroupGloo {'overrides' if served & gloo else 'does not override'} it")
