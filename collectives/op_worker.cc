@@ -10,7 +10,8 @@
 namespace tpudist::collectives {
 
 OpWorker::OpWorker(const std::string& name)
-    : state_(std::make_shared<State>()),
+    : callbacks_(name.substr(0, 12) + "-cb"),
+      state_(std::make_shared<State>()),
       thread_([s = state_, n = name.substr(0, 15)] {
         pthread_setname_np(pthread_self(), n.c_str());
         Loop(s);
@@ -59,19 +60,29 @@ void OpWorker::Enqueue(std::function<void()> op, std::function<void()> then) {
 }
 
 bool OpWorker::Stop(absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(state_->mu);
-  state_->stop = true;
-  state_->cv.notify_all();
-  // On the worker itself (an op's closure shut its group down) it cannot
-  // wait for itself: the thread leaves after the current op and the queue.
-  if (OnWorkerThread()) return false;
-  // The loop notifies cv when it leaves.
-  while (!state_->exited) {
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) return false;
-    state_->cv.wait_for(lock, absl::ToChronoNanoseconds(std::min(left, absl::Seconds(1))));
+  {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    state_->stop = true;
+    state_->cv.notify_all();
+    // On the worker itself (an op's closure shut its group down) or on a
+    // callback thread (a future callback did) it cannot wait for itself:
+    // the threads leave after the current op / callback and the queue.
+    if (OnWorkerThread()) {
+      lock.unlock();
+      callbacks_.Stop(absl::InfinitePast());  // only asks
+      return false;
+    }
+    // The loop notifies cv when it leaves.
+    while (!state_->exited) {
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) return false;
+      state_->cv.wait_for(lock, absl::ToChronoNanoseconds(std::min(left, absl::Seconds(1))));
+    }
   }
-  return true;
+  // The worker has left: no more completions come from it (ops enqueued
+  // from now on run on their callers, and so do their completions once the
+  // callback threads have left too).
+  return callbacks_.Stop(deadline);
 }
 
 int64_t OpWorker::ops_done() const {

@@ -29,7 +29,12 @@
 // woken caller raced the worker's own bookkeeping, usually lost, queued its
 // op, and every later waited-on op followed it onto the worker thread.
 //
-// Thread-safety: Enqueue() and RunInlineIfIdle() are thread-safe.
+// Each worker owns callback threads (callback_threads.h) on which its ops'
+// Work futures complete when someone holds them: a future callback that
+// issues an op and waits for it must not run on the thread that runs ops.
+// Stop() and the destructor stop them too, after the worker thread.
+//
+// Thread-safety: Enqueue(), RunInlineIfIdle() and Post() are thread-safe.
 #ifndef TPU_DIST_COLLECTIVES_OP_WORKER_H_
 #define TPU_DIST_COLLECTIVES_OP_WORKER_H_
 
@@ -44,6 +49,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
+#include "collectives/callback_threads.h"
 
 namespace tpudist::collectives {
 
@@ -67,15 +73,25 @@ class OpWorker {
   bool RunInlineIfIdle(const std::function<void()>& op,
                        const std::function<void()>& then = nullptr);
 
+  // Runs `task` on one of the callback threads (completing a Work's future
+  // and running its callbacks): never on the worker thread, never behind a
+  // callback that blocks. After Stop(), on the caller.
+  void Post(std::function<void()> task) { callbacks_.Post(std::move(task)); }
+  CallbackThreads* callbacks() { return &callbacks_; }
+
   // Asks the thread to run the ops queued so far and leave, then waits until
-  // it has (every queued op run and its closures released) or `deadline`
-  // passes; returns whether it has. Ops enqueued meanwhile still run on the
-  // thread; once it has left, Enqueue() runs them on the calling thread, in
-  // call order. Idempotent. Thread-safe; on the worker thread itself it only
-  // asks, and returns false.
+  // it has (every queued op run and its closures released), and then the
+  // callback threads likewise, or until `deadline` passes; returns whether
+  // all have. Ops enqueued meanwhile still run on the thread; once it has
+  // left, Enqueue() runs them on the calling thread, in call order.
+  // Idempotent. Thread-safe; on the worker thread or a callback thread it
+  // only asks, and returns false.
   bool Stop(absl::Time deadline);
-  // Whether the caller is the worker thread.
-  bool OnWorkerThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // Whether the caller is the worker thread or one of its callback threads
+  // (neither can wait for them).
+  bool OnWorkerThread() const {
+    return std::this_thread::get_id() == thread_.get_id() || callbacks_.OnCallbackThread();
+  }
   // Ops (queued or inline) finished so far: a caller of Stop() that wants to
   // tell a slow queue from a stuck op compares two readings.
   int64_t ops_done() const;
@@ -96,6 +112,9 @@ class OpWorker {
   // Runs on the worker thread; `state` is kept alive by the thread.
   static void Loop(const std::shared_ptr<State>& state);
 
+  // Declared first: destroyed after the worker thread has been joined, so
+  // the completions of the ops it drained still find it.
+  CallbackThreads callbacks_;
   std::shared_ptr<State> state_;
   std::thread thread_;
 };

@@ -1,20 +1,26 @@
 // OpWorker: FIFO execution and destruction from its own thread (the last
 // reference to a group dropped by an op's closure, e.g. a future callback
-// holding the group through an autograd graph).
+// holding the group through an autograd graph). CallbackThreads, and Work
+// futures completing on them: a callback may issue an op and wait for it.
 #include "collectives/op_worker.h"
 
 #include <ATen/ATen.h>
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "collectives/callback_threads.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "collectives/test_util.h"
 #include "gtest/gtest.h"
@@ -190,6 +196,147 @@ TEST(OpWorkerTest, GroupStopThreadsEndsWithItsOpInFlight) {
     EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
     EXPECT_TRUE(work->isCompleted());
     EXPECT_FALSE(work->isSuccess());
+  });
+}
+
+TEST(CallbackThreadsTest, ABlockedTaskDoesNotHoldUpLaterOnes) {
+  CallbackThreads cb("tpud-test-cb");
+  std::atomic<bool> second_ran{false}, first_done{false};
+  // The first task waits for the second (a callback waiting on a nested
+  // op's future, whose completion is posted after it).
+  cb.Post([&] {
+    WaitFor([&] { return second_ran.load(); });
+    first_done = second_ran.load();
+  });
+  cb.Post([&] { second_ran = true; });
+  EXPECT_TRUE(WaitFor([&] { return first_done.load(); }, std::chrono::seconds(5)));
+  EXPECT_EQ(cb.threads(), 2);
+  // Idle threads are reused: no third thread for one more task.
+  std::atomic<bool> third{false};
+  cb.Post([&] { third = true; });
+  EXPECT_TRUE(WaitFor([&] { return third.load(); }, std::chrono::seconds(5)));
+  EXPECT_EQ(cb.threads(), 2);
+}
+
+TEST(CallbackThreadsTest, TasksStartInOrderSurviveExceptionsAndRunInlineAfterStop) {
+  CallbackThreads cb("tpud-test-callbacks");
+  std::mutex mu;
+  std::vector<int> started;
+  std::string name;
+  EXPECT_FALSE(cb.OnCallbackThread());
+  for (int i = 0; i < 20; ++i) {
+    cb.Post([&, i] {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        started.push_back(i);
+      }
+      if (i == 3) throw std::runtime_error("callback boom");
+      if (i == 4) throw 42;  // not a std::exception either
+    });
+  }
+  std::atomic<bool> on_cb{false};
+  cb.Post([&] {
+    char buf[32] = {};
+    pthread_getname_np(pthread_self(), buf, sizeof(buf));
+    std::lock_guard<std::mutex> lock(mu);
+    name = buf;
+    on_cb = cb.OnCallbackThread();
+  });
+  ASSERT_TRUE(cb.Stop(absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(cb.threads(), 0);
+  std::vector<int> want(20);
+  for (int i = 0; i < 20; ++i) want[i] = i;
+  // Several threads may run them, but each starts after the one before.
+  std::vector<int> sorted = started;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, want);
+  EXPECT_EQ(name, "tpud-test-callb");
+  EXPECT_TRUE(on_cb.load());
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id ran_on;
+  cb.Post([&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(ran_on, caller);
+}
+
+TEST(CallbackThreadsTest, StopFromACallbackOnlyAsksAndDestructionWaits) {
+  auto cb = std::make_unique<CallbackThreads>("tpud-test-cb");
+  std::atomic<int> stop_result{-1};
+  std::atomic<bool> later{false};
+  cb->Post([&] { stop_result = cb->Stop(absl::InfiniteFuture()) ? 1 : 0; });
+  ASSERT_TRUE(WaitFor([&] { return stop_result.load() >= 0; }));
+  EXPECT_EQ(stop_result.load(), 0);  // returned at once, did not wait for itself
+  cb->Post([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    later = true;
+  });
+  cb.reset();  // runs what was posted, then joins
+  EXPECT_TRUE(later.load());
+}
+
+// A rank's c10d options for an async op.
+c10d::AllreduceOptions Async() {
+  c10d::AllreduceOptions o;
+  o.asyncOp = true;
+  return o;
+}
+
+TEST(OpWorkerTest, CollectiveIssuedAndWaitedForInAFutureCallbackCompletes) {
+  // Issue 38: DDP's PowerSGD hook. The callback used to run on the op
+  // thread, where the nested op queued behind the op completing it: a
+  // deadlock that no deadline ended. Both sizes: inline-eligible and not.
+  for (const int64_t n : {int64_t{4}, int64_t{1} << 18}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    const std::string job = testing::UniqueJob("nested");
+    testing::RunThreads(2, [&](int rank) {
+      auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2,
+                                                         testing::SmallOptions(job));
+      std::vector<at::Tensor> outer = {at::full({n}, float(rank + 1))};
+      std::atomic<bool> nested_done{false};
+      auto child = pg->allreduce(outer, Async())->getFuture()->then(
+          [pg, n, &nested_done](c10::ivalue::Future&) -> c10::IValue {
+            std::vector<at::Tensor> inner = {at::ones({n}, at::kFloat)};
+            auto fut = pg->allreduce(inner, Async())->getFuture();
+            nested_done = WaitFor([&] { return fut->completed(); });  // bounded
+            return c10::IValue(inner[0]);
+          },
+          c10::TensorType::get());
+      ASSERT_TRUE(WaitFor([&] { return child->completed(); }, std::chrono::seconds(30)));
+      EXPECT_TRUE(nested_done.load());
+      ASSERT_FALSE(child->hasError()) << child->tryRetrieveErrorMessage();
+      EXPECT_TRUE(at::equal(child->value().toTensor(), at::full({n}, 2.0f)));
+      EXPECT_TRUE(at::equal(outer[0], at::full({n}, 3.0f)));
+    });
+  }
+}
+
+TEST(OpWorkerTest, ACallbackThatThrowsFailsTheWorkAndTheGroupGoesOn) {
+  // Before: the exception escaped markCompleted on the op thread ->
+  // std::terminate. Now it fails the Work (as Gloo does), and only that.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = testing::UniqueJob("throwing");
+  std::atomic<bool> added{false};
+  testing::RunThreads(2, [&](int rank) {
+    auto opts = testing::SmallOptions(job);
+    opts.inline_max_bytes = -1;  // on the op thread
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, opts);
+    std::vector<at::Tensor> t = {at::ones({8}, at::kFloat)};
+    if (rank == 0) {
+      auto work = pg->allreduce(t, Async());
+      work->getFuture()->addCallback(
+          [](c10::ivalue::Future&) { throw std::runtime_error("callback boom"); });
+      added = true;
+      EXPECT_NE(testing::ErrorOf(work).find("callback boom"),
+                std::string::npos);
+      EXPECT_TRUE(work->getFuture()->completed());
+      EXPECT_FALSE(work->getFuture()->hasError());  // the op itself succeeded
+    } else {
+      ASSERT_TRUE(WaitFor([&] { return added.load(); }));
+      pg->allreduce(t, Async())->wait();
+    }
+    EXPECT_TRUE(at::equal(t[0], at::full({8}, 2.0f)));
+    std::vector<at::Tensor> u = {at::full({8}, float(rank))};
+    pg->allreduce(u, Async())->wait();  // the op thread lives on
+    EXPECT_TRUE(at::equal(u[0], at::full({8}, 1.0f)));
   });
 }
 

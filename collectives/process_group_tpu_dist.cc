@@ -198,7 +198,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
   // counts as idle again (OpWorker's `then`), so a caller woken by it can run
   // its next waited-on op inline.
   auto result = std::make_shared<absl::Status>();
-  std::function<void()> finish = [work, result] { work->Finish(*result); };
+  // A held future completes on the worker's callback threads (work.h).
+  CallbackThreads* callbacks =
+      (type == c10d::OpType::RECV ? p2p_worker_ : worker_)->callbacks();
+  std::function<void()> finish = [work, result, callbacks] { work->Finish(*result, callbacks); };
   std::function<void()> run = [this, result, name, timeout, bytes, body = std::move(body)] {
     OpContext ctx;
     ctx.name = name;

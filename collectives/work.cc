@@ -14,18 +14,44 @@ TpuDistWork::TpuDistWork(int rank, c10d::OpType type,
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get()))) {}
 
-void TpuDistWork::Finish(const absl::Status& status) {
+void TpuDistWork::Finish(const absl::Status& status, CallbackThreads* callbacks) {
+  std::exception_ptr error;
+  if (!status.ok()) {
+    error = std::make_exception_ptr(
+        std::runtime_error(std::string("tpu_dist: ") + status.ToString()));
+  }
+  {
+    std::unique_lock<std::mutex> lock(future_mu_);
+    if (future_handed_out_ && callbacks != nullptr) {
+      lock.unlock();
+      callbacks->Post([self = c10::intrusive_ptr<TpuDistWork>::unsafe_reclaim_from_nonowning(this),
+                       error] { self->Complete(error); });
+      return;
+    }
+    if (!future_handed_out_) {
+      // No holder, so no callbacks: complete it before getFuture() can hand
+      // it out pending (callbacks added later run on their adder's thread).
+      Complete(error);
+      return;
+    }
+  }
+  Complete(error);  // handed out, no callback threads: here
+}
+
+void TpuDistWork::Complete(std::exception_ptr error) {
   // The future completes first so that anyone released by wait() sees a
   // completed future.
-  if (status.ok()) {
-    future_->markCompleted(c10::IValue(outputs_));
-    finish();
-  } else {
-    auto error = std::make_exception_ptr(
-        std::runtime_error(std::string("tpu_dist: ") + status.ToString()));
-    future_->setError(error);
-    finish(error);
+  std::exception_ptr callback_error;
+  try {
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+  } catch (...) {  // a callback threw (c10 skips the callbacks after it)
+    callback_error = std::current_exception();
   }
+  finish(error ? error : callback_error);
 }
 
 bool TpuDistWork::wait(std::chrono::milliseconds timeout) {
@@ -44,6 +70,8 @@ bool TpuDistWork::wait(std::chrono::milliseconds timeout) {
 std::vector<at::Tensor> TpuDistWork::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> TpuDistWork::getFuture() {
+  std::lock_guard<std::mutex> lock(future_mu_);
+  future_handed_out_ = true;
   return future_;
 }
 

@@ -7,6 +7,14 @@
 // rethrows the op's error. getFuture() returns a future that completes with
 // the op's output tensors as List[Tensor] (what DDP comm hooks expect), or
 // with the op's error.
+// The future completes, and its callbacks run, on a callback thread
+// (OpWorker::Post), never on the worker thread: a callback may issue ops and
+// wait for them (PowerSGD). Without a holder of the future (getFuture() not
+// called before the op ended) nobody can have added a callback, and it
+// completes on the finishing thread, saving the hop. As with Gloo, the Work
+// itself completes after the future and its callbacks: a callback that
+// throws fails the Work (wait() rethrows it) and harms no thread. A callback
+// chained with then() fails its own future instead (c10 semantics).
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef TPU_DIST_COLLECTIVES_WORK_H_
@@ -16,9 +24,12 @@
 #include <ATen/core/ivalue.h>
 
 #include <chrono>
+#include <exception>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "collectives/callback_threads.h"
 #include "torch/csrc/distributed/c10d/Work.hpp"
 
 namespace tpudist::collectives {
@@ -30,16 +41,24 @@ class TpuDistWork : public c10d::Work {
               std::chrono::milliseconds op_timeout);
 
   // Completes the work; `status` non-OK makes it fail with that message.
-  void Finish(const absl::Status& status);
+  // The future completes on `callbacks` if it has been handed out (null:
+  // here, callbacks included).
+  void Finish(const absl::Status& status, CallbackThreads* callbacks = nullptr);
 
   bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
  private:
+  // Completes future_ with `error` or outputs_ (running its callbacks),
+  // then the Work, with `error` or the exception a callback threw.
+  void Complete(std::exception_ptr error);
+
   std::vector<at::Tensor> outputs_;  // op-specific shapes
   std::chrono::milliseconds op_timeout_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::mutex future_mu_;
+  bool future_handed_out_ = false;  // getFuture() was called; GUARDED_BY(future_mu_)
 };
 
 }  // namespace tpudist::collectives
