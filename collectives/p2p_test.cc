@@ -209,7 +209,7 @@ TEST_P(P2pTest, StrangerOnThePortIsDroppedAndRealPeerServed) {
     o.shm_p2p = false;
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
     if (rank == 0) {
-      const std::vector<uint8_t> v = store->get("tpu_dist/default/p2p/addr/1");
+      const std::vector<uint8_t> v = store->get("tpu_dist/default/g1/p2p/addr/1");
       auto hp = tcp::SplitHostPort(std::string(v.begin(), v.end()));
       ASSERT_TRUE(hp.ok()) << hp.status();
       auto fd = tcp::ConnectUntil(hp->first, hp->second, absl::Now() + absl::Seconds(5));

@@ -32,6 +32,18 @@ T ValueOrThrow(absl::StatusOr<T> v) {
   return *std::move(v);
 }
 
+// This construction's namespace in `store`: "tpu_dist/<group>/g<k>/", k = the
+// number of times `rank` has made a group named `group` over this store,
+// counted in the store itself ("tpu_dist/<group>/generation/<rank>"), so a
+// group re-made over a store that outlived its predecessor (env://'s
+// multi-tenant TCPStore after destroy_process_group) never reads its keys.
+c10::intrusive_ptr<c10d::Store> GenerationStore(const c10::intrusive_ptr<c10d::Store>& store,
+                                                const std::string& group, int rank) {
+  auto named = c10::make_intrusive<c10d::PrefixStore>("tpu_dist/" + group, store);
+  const int64_t generation = named->add(absl::StrCat("generation/", rank), 1);
+  return c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("g", generation), named);
+}
+
 }  // namespace
 
 ProcessGroupTpuDist::ProcessGroupTpuDist(
@@ -39,10 +51,10 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
     Options options)
     : c10d::Backend(rank, size),
       options_(std::move(options)),
-      store_(c10::make_intrusive<c10d::PrefixStore>(
-          "tpu_dist/" + options_.group_name, store)) {
+      timeout_ms_(options_.timeout.count()) {
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "tpu_dist: bad rank ",
               rank, " for world size ", size);
+  store_ = GenerationStore(store, options_.group_name, rank);
   // Host identity: every rank publishes its id; the layout decides the path.
   const std::string host_id = DefaultHostId(options_.host_id);
   store_->set(absl::StrCat("host/", rank), ToBytes(host_id));
@@ -109,7 +121,7 @@ bool ProcessGroupTpuDist::StopThreads() {
   // waited for however long it takes, an op stuck past the group timeout
   // (plus this grace) is aborted.
   constexpr absl::Duration kGrace = absl::Seconds(5);
-  const absl::Duration patience = absl::FromChrono(options_.timeout) + kGrace;
+  const absl::Duration patience = absl::FromChrono(timeout()) + kGrace;
   if (worker_->OnWorkerThread() || p2p_worker_->OnWorkerThread()) {
     // From an op's closure (a future callback): a thread cannot wait for
     // itself; both leave once their queues are done.
@@ -187,7 +199,7 @@ void ProcessGroupTpuDist::abort() {
 
 std::chrono::milliseconds ProcessGroupTpuDist::OpTimeout(
     std::chrono::milliseconds requested) const {
-  return requested == c10d::kUnsetTimeout ? options_.timeout : requested;
+  return requested == c10d::kUnsetTimeout ? timeout() : requested;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
@@ -336,14 +348,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
   at::Tensor t = tensors[0];
   ValueOrThrow(ToDataType(t.scalar_type(), "send"));
   if (p2p_ || shm_p2p_) {
+    const std::chrono::milliseconds op_timeout = timeout();
     auto work = c10::make_intrusive<TpuDistWork>(rank_, c10d::OpType::SEND, tensors,
-                                                 options_.timeout);
+                                                 op_timeout);
     absl::Status s;
     try {
       at::Tensor buf = ContiguousBuffer(t);  // [t.sizes()]
       const auto bytes =
           absl::MakeConstSpan(static_cast<const uint8_t*>(buf.data_ptr()), buf.nbytes());
-      const absl::Time deadline = absl::Now() + absl::FromChrono(options_.timeout);
+      const absl::Time deadline = absl::Now() + absl::FromChrono(op_timeout);
       s = OnMyHost(dst_rank)
               ? shm_p2p_->Send(layout_.local_index[dst_rank], tag, bytes, deadline)
               : p2p_->Send(*store_, dst_rank, tag, bytes, deadline);
@@ -362,7 +375,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
   }
   // Buffered, on the calling thread: the Work is complete on return.
   auto work = c10::make_intrusive<TpuDistWork>(rank_, c10d::OpType::SEND, tensors,
-                                               options_.timeout);
+                                               timeout());
   absl::Status s;
   try {
     at::Tensor buf = ContiguousBuffer(t);
@@ -388,7 +401,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
     tcp::TcpP2p* p2p = p2p_.get();
     shm::ShmP2p* local = OnMyHost(src_rank) ? shm_p2p_.get() : nullptr;
     const int local_src = layout_.local_index[src_rank];
-    return Enqueue("recv", c10d::OpType::RECV, options_.timeout, t.nbytes(),
+    return Enqueue("recv", c10d::OpType::RECV, timeout(), t.nbytes(),
                    /*caller_waits=*/false, tensors,
                    [t, src_rank, local_src, tag, p2p, local](CollectiveBackend&,
                                                              const OpContext& ctx) mutable {
@@ -419,7 +432,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
   }
   c10::intrusive_ptr<c10d::Store> p2p = p2p_store_;
   return Enqueue(
-      "recv", c10d::OpType::RECV, options_.timeout, t.nbytes(), /*caller_waits=*/false, tensors,
+      "recv", c10d::OpType::RECV, timeout(), t.nbytes(), /*caller_waits=*/false, tensors,
       [t, key, src_rank, me, p2p](CollectiveBackend&, const OpContext& ctx) mutable {
         try {
           p2p->wait({key}, absl::ToChronoMilliseconds(ctx.timeout));

@@ -63,6 +63,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -142,8 +143,27 @@ class ProcessGroupTpuDist : public c10d::Backend {
     bool shm_p2p = true;
   };
 
+  // c10d's view of the options (process_group_options.cc): what
+  // getBackendOptions() returns (torch's `Backend.options`) and what split()
+  // and torch's pg_options take. The base fields `timeout` and `group_name`
+  // are the group's (its current timeout, after any setTimeout); `tpu_dist`
+  // holds every other knob (its own timeout and group_name are ignored).
+  struct BackendOptions : c10d::Backend::Options {
+    BackendOptions() : c10d::Backend::Options("tpu_dist") {}
+    c10::intrusive_ptr<c10d::Backend::Options> clone() const override {
+      return c10::make_intrusive<BackendOptions>(*this);
+    }
+    ProcessGroupTpuDist::Options tpu_dist;
+  };
+
   // Collective over `store`; see the file comment. Throws c10::Error when the
-  // store rendezvous or shm setup fails.
+  // store rendezvous or shm setup fails. Every construction is a new
+  // generation of its group name: keys live under
+  // "tpu_dist/<group_name>/g<k>/" of `store`, where k counts (in the store)
+  // this rank's constructions of that name, and shm names carry a nonce made
+  // for this generation -- so a group re-made over the same store after
+  // destroy_process_group (env:// reuses rank 0's TCPStore) reads none of its
+  // predecessor's keys. Ranks make a name's generations in the same order.
   ProcessGroupTpuDist(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                       int size, Options options);
   ~ProcessGroupTpuDist() override;
@@ -159,6 +179,27 @@ class ProcessGroupTpuDist : public c10d::Backend {
       const std::vector<int>& global_ranks, Options options);
 
   const std::string getBackendName() const override { return "tpu_dist"; }
+
+  // torch's split_group / ProcessGroup::splitGroup (process_group_options.cc):
+  // a new group of the parent-group ranks `ranks` (in that order) over
+  // `store` (torch's prefix store for the child), or null if this rank is not
+  // in `ranks`. Collective over the members. `opts`: a BackendOptions (its
+  // knobs), or c10d's base Options (this group's knobs); either way its
+  // timeout and group_name (non-empty) are the child's.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  // A new BackendOptions holding the options this group was made with, its
+  // current timeout and its group name.
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
+  // torch.distributed.set_timeout: the default timeout of ops issued from
+  // now on (ops already issued keep theirs). Thread-safe. REQUIRES: > 0.
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  // The current default op timeout.
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(timeout_ms_.load(std::memory_order_relaxed));
+  }
   const HostLayout& host_layout() const { return layout_; }
   // OK, or the error that poisoned the group.
   absl::Status status() const;
@@ -306,8 +347,9 @@ class ProcessGroupTpuDist : public c10d::Backend {
     return shm_p2p_ != nullptr && layout_.host_of_rank[peer] == layout_.host_of_rank[rank_];
   }
 
-  Options options_;
-  c10::intrusive_ptr<c10d::Store> store_;  // namespaced by group name
+  Options options_;  // as constructed; the timeout in force is timeout_ms_
+  std::atomic<int64_t> timeout_ms_;  // setTimeout
+  c10::intrusive_ptr<c10d::Store> store_;  // namespaced by group name and generation
   // store_->clone(), made at the first recv: recvs wait on it, so that a
   // waiting recv never holds the connection sends use. GUARDED_BY(issue_mu_).
   c10::intrusive_ptr<c10d::Store> p2p_store_;

@@ -13,6 +13,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/utils/pybind.h>
 
@@ -99,6 +100,80 @@ py::dict RankInfoDict(const tr::RankInfo& info) {
   return d;
 }
 
+using BackendOptions = ProcessGroupTpuDist::BackendOptions;
+
+// The options a group made now would get from this process's environment
+// (distributed/group_config.h); ValueError naming a malformed variable.
+ProcessGroupTpuDist::Options ResolvedOptions(const std::string& host_id, const std::string& job_id,
+                                             const std::string& bind_address) {
+  dist::GroupInitOptions o;
+  o.host_id = host_id;
+  o.job_id = job_id;
+  o.bind_address = bind_address;
+  o.store = c10::make_intrusive<c10d::HashStore>();  // never used: no TCPStore of our own
+  absl::StatusOr<dist::GroupConfig> config = dist::ResolveGroupConfigFromProcess(nullptr, o);
+  if (!config.ok()) throw py::value_error(std::string(config.status().message()));
+  return config->tpu_dist;
+}
+
+// A read-write property of BackendOptions::tpu_dist.
+template <typename T, typename Class>
+void TpuDistKnob(Class& c, const char* name, T ProcessGroupTpuDist::Options::*field,
+                 const char* doc) {
+  c.def_property(
+      name, [field](const BackendOptions& o) { return o.tpu_dist.*field; },
+      [field](BackendOptions& o, T v) { o.tpu_dist.*field = std::move(v); }, doc);
+}
+
+// ProcessGroupTpuDist.Options: what `Backend.options` returns (getBackendOptions)
+// and what new_group / split_group take as pg_options. A subclass of torch's
+// Backend.Options: `_timeout` and `group_name` are the base's.
+void BindBackendOptions(py::handle scope) {
+  py::class_<BackendOptions, c10d::Backend::Options, c10::intrusive_ptr<BackendOptions>> c(
+      scope, "Options",
+      R"(The tpu_dist group's options (docs/collectives.md, Options). Options() starts
+from what a group made now would get from the environment (host id, job id, bind
+address, job secret, TPU_DIST_* knobs); `Backend.options` returns those a group was
+made with, with its current timeout and its group name.)");
+  c.def(py::init([] {
+     auto o = c10::make_intrusive<BackendOptions>();
+     o->tpu_dist = ResolvedOptions("", "", "");
+     o->timeout = o->tpu_dist.timeout;
+     return o;
+   }));
+  TpuDistKnob(c, "host_id", &ProcessGroupTpuDist::Options::host_id,
+              "ranks with equal host ids share memory; \"\" = this machine");
+  TpuDistKnob(c, "job_id", &ProcessGroupTpuDist::Options::job_id, "part of shm segment names");
+  TpuDistKnob(c, "bind_address", &ProcessGroupTpuDist::Options::bind_address,
+              "address the inter-host TCP listeners bind");
+  TpuDistKnob(c, "worker_hostname", &ProcessGroupTpuDist::Options::worker_hostname,
+              "this host's entry of the slice's host list");
+  TpuDistKnob(c, "shm_slot_bytes", &ProcessGroupTpuDist::Options::shm_slot_bytes,
+              "bytes per shm slot (0: chosen per host)");
+  TpuDistKnob(c, "shm_num_slots", &ProcessGroupTpuDist::Options::shm_num_slots,
+              "shm slots per rank (0: chosen per host)");
+  TpuDistKnob(c, "shm_assume_foreign_load", &ProcessGroupTpuDist::Options::shm_assume_foreign_load,
+              "take the shm paths meant for busy cores on idle cores too");
+  TpuDistKnob(c, "small_allreduce_bytes", &ProcessGroupTpuDist::Options::small_allreduce_bytes,
+              "one-shot allreduce limit");
+  TpuDistKnob(c, "multi_rail_min_bytes", &ProcessGroupTpuDist::Options::multi_rail_min_bytes,
+              "across hosts: payloads from this size use every local rank's TCP rail");
+  TpuDistKnob(c, "rail_chunk_bytes", &ProcessGroupTpuDist::Options::rail_chunk_bytes,
+              "across hosts: chunk size of the multi-rail path");
+  TpuDistKnob(c, "inline_max_bytes", &ProcessGroupTpuDist::Options::inline_max_bytes,
+              "waited-on collectives up to this size run on the caller when idle (-1: never)");
+  TpuDistKnob(c, "p2p_over_store", &ProcessGroupTpuDist::Options::p2p_over_store,
+              "send/recv through the store");
+  TpuDistKnob(c, "shm_p2p", &ProcessGroupTpuDist::Options::shm_p2p,
+              "send/recv inside a host through shared memory (False: TCP)");
+  c.def_property_readonly(
+      "has_job_secret", [](const BackendOptions& o) { return !o.tpu_dist.job_secret.empty(); },
+      "whether inter-host connections are authenticated (the secret itself is not exposed)");
+  c.def_property_readonly(
+      "wait_policy_is_set", [](const BackendOptions& o) { return o.tpu_dist.wait.has_value(); },
+      "whether the shm wait back-off was chosen explicitly (else per host)");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -106,8 +181,8 @@ PYBIND11_MODULE(_C, m) {
   // The base class must be registered before ours refers to it.
   py::module_::import("torch.distributed");
 
-  py::class_<ProcessGroupTpuDist, c10d::Backend, GilFreeDestructorHolder<ProcessGroupTpuDist>>(
-      m, "ProcessGroupTpuDist",
+  py::class_<ProcessGroupTpuDist, c10d::Backend, GilFreeDestructorHolder<ProcessGroupTpuDist>>
+      pg_class(m, "ProcessGroupTpuDist",
       R"(The tpu_dist backend. Construction is collective over `store`.
 
 Args:
@@ -122,27 +197,32 @@ Args:
     else derived (this host's TPU_WORKER_HOSTNAMES entry, ...).
 The environment is read by the C++ rule every C++ binary uses
 (distributed/group_config.h); the job secret comes from TPU_DIST_JOB_SECRET[_FILE].
-A malformed variable raises ValueError naming it.)")
+A malformed variable raises ValueError naming it.
+
+options: a ProcessGroupTpuDist.Options (torch's pg_options) whose knobs the group takes
+  instead of the environment's; timeout and group_name are still the arguments'.)");
+  BindBackendOptions(pg_class);
+  pg_class
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, const std::string& group_name,
                        const std::string& host_id, const std::string& job_id,
-                       const std::string& bind_address) {
-             dist::GroupInitOptions o;
-             o.timeout = absl::FromChrono(timeout);
-             o.group_name = group_name;
-             o.host_id = host_id;
-             o.job_id = job_id;
-             o.bind_address = bind_address;
-             o.store = store;  // given by torch: no TCPStore of our own
-             absl::StatusOr<dist::GroupConfig> config =
-                 dist::ResolveGroupConfigFromProcess(/*info=*/nullptr, o);
-             if (!config.ok()) throw py::value_error(std::string(config.status().message()));
+                       const std::string& bind_address,
+                       const std::optional<c10::intrusive_ptr<BackendOptions>>& options) {
+             ProcessGroupTpuDist::Options resolved;
+             if (options.has_value() && *options) {
+               resolved = (*options)->tpu_dist;  // the caller's knobs (pg_options)
+             } else {
+               resolved = ResolvedOptions(host_id, job_id, bind_address);
+             }
+             resolved.timeout = timeout;
+             resolved.group_name = group_name;
              return GilFreeDestructorHolder<ProcessGroupTpuDist>(
-                 c10::make_intrusive<ProcessGroupTpuDist>(store, rank, size, config->tpu_dist));
+                 c10::make_intrusive<ProcessGroupTpuDist>(store, rank, size, resolved));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("group_name") = "default", py::arg("host_id") = "",
            py::arg("job_id") = "", py::arg("bind_address") = "",
+           py::arg("options") = py::none(),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("num_hosts",
                              [](const ProcessGroupTpuDist& pg) {

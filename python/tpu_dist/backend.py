@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
@@ -21,15 +22,20 @@ def _group_timeout(timeout: datetime.timedelta) -> datetime.timedelta:
     """The timeout a new group gets: init_process_group's for the default group
     (remembered), and for a later group created without one (new_group,
     new_subgroups, DeviceMesh's dimensions: torch hands those its 30-minute
-    default_pg_timeout) the default group's, so that the timeout the user set
-    bounds every tpu_dist wait. A later group's own timeout is kept."""
+    default_pg_timeout) the default group's -- the one in force, after any
+    dist.set_timeout -- so that the timeout the user set bounds every tpu_dist
+    wait. A later group's own timeout is kept."""
     global _world_timeout
     if not dist.is_initialized():  # init_process_group is creating the default group
         _world_timeout = timeout
         return timeout
     unset = timeout == default_pg_timeout
     if unset and _world_timeout is not None and BACKEND_NAME in str(dist.get_backend()):
-        return _world_timeout
+        try:
+            world = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+            return world.options._timeout
+        except (RuntimeError, AttributeError):  # not ours after all
+            return _world_timeout
     return timeout
 
 
@@ -38,11 +44,18 @@ def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGr
 
     dist_backend_opts carries the group's (prefixed) store, this rank in the
     group, the group size, the timeout and the group id; backend_options is
-    whatever the caller passed as pg_options (unused). A group created without
-    a timeout of its own gets the default group's (see _group_timeout). Host id, job id, bind
-    address and job secret come from the environment by the C++ rule
+    whatever the caller passed as pg_options: a `ProcessGroupTpuDist.Options`
+    gives the group its knobs (the timeout and group name are still
+    dist_backend_opts'), anything else but None is a TypeError. A group
+    created without a timeout of its own gets the default group's (see
+    _group_timeout). Without pg_options, host id, job id, bind address and job
+    secret come from the environment by the C++ rule
     (distributed/group_config.h), as for every C++ binary.
     """
+    if backend_options is not None and not isinstance(backend_options,
+                                                      _C.ProcessGroupTpuDist.Options):
+        raise TypeError("tpu_dist: pg_options must be a tpu_dist.ProcessGroupTpuDist.Options, "
+                        f"got {type(backend_options).__name__}")
     timeout = dist_backend_opts.timeout
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=float(timeout))
@@ -54,4 +67,5 @@ def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGr
         dist_backend_opts.group_size,
         timeout,
         group_name=f"py_{group_id}",
+        options=backend_options,
     )
