@@ -15,6 +15,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def test_plot_bench_draws_one_panel_per_op_and_world(tmp_path: Path) -> None:
     src = tmp_path / "latest.json"
     src.write_text(json.dumps(doc))
     png = tmp_path / "latest.png"
-    res = _run(["python3", str(PLOT), str(src), "-o", str(png), "--print-series"])
+    res = _run([sys.executable, str(PLOT), str(src), "-o", str(png), "--print-series"])
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     # 2 ops x 2 columns x 3 libraries, ops down, columns in file order.
@@ -74,7 +75,7 @@ def test_plot_bench_draws_one_panel_per_op_and_world(tmp_path: Path) -> None:
 def test_plot_bench_refuses_a_file_without_collectives(tmp_path: Path) -> None:
     src = tmp_path / "x.json"
     src.write_text(json.dumps({"results": [{"bench": "train", "rows": []}]}))
-    res = _run(["python3", str(PLOT), str(src), "-o", str(tmp_path / "x.png")])
+    res = _run([sys.executable, str(PLOT), str(src), "-o", str(tmp_path / "x.png")])
     assert res.returncode != 0
     assert "no collectives rows" in res.stderr
     assert not (tmp_path / "x.png").exists()
