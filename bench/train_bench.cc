@@ -65,8 +65,9 @@
 #include "bench/forked_ranks.h"
 #include "bench/proc_stats.h"
 #include "bench/train_bench_flags.h"
-#include "distributed/init_process_group.h"
+#include "distributed/job.h"
 #include "fsdp/device_mesh.h"
+#include "fsdp/job_mesh.h"
 #include "fsdp/fully_shard/fully_shard.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/gemma_decoder_layer.h"
@@ -89,28 +90,11 @@ using Clock = std::chrono::steady_clock;
 
 using Flags = tb::TrainBenchFlags;
 
-// Groups by the one rule of distributed/group_config.h (forked ranks of one
-// host: no RankInfo; the job id names this run's shm segments).
-tpudist::fsdp::GroupFactory MakeFactory(const std::string& backend, const std::string& job) {
-  tpudist::distributed::GroupInitOptions o;
-  o.backend = backend;
-  o.group_name = "train_bench";
-  o.timeout = absl::Seconds(120);
-  o.job_id = job;
-  o.gloo_threads = 1;
-  absl::StatusOr<tpudist::distributed::GroupConfig> config =
-      tpudist::distributed::ResolveGroupConfigFromProcess(nullptr, o);
-  if (!config.ok()) {
-    std::fprintf(stderr, "train_bench: %s\n", config.status().ToString().c_str());
-    _exit(2);
-  }
-  return tpudist::distributed::MakeGroupFactory(*config);
-}
-
 // Everything one rank needs; owned by main, captured by the benchmarks.
 struct Env {
   Flags flags;
   int rank = 0;
+  std::unique_ptr<tpudist::distributed::Job> job;  // owns the mesh's groups
   std::unique_ptr<tpudist::fsdp::DeviceMesh> mesh;
   at::Tensor ids;  // [batch, seq] int64, this rank's data
   double step_flops = 0;    // per rank, fwd+bwd
@@ -334,14 +318,29 @@ int main(int argc, char** argv) {
   const tb::ForkedRanks ranks = tb::ForkRanks(env.flags.world);  // before any at:: op
   env.rank = ranks.rank;
   at::set_num_threads(1);
-  tpudist::fsdp::DeviceMeshEnv menv;
-  menv.rank = env.rank;
-  menv.world_size = env.flags.world;
-  menv.store = c10::make_intrusive<c10d::FileStore>(dir + "/store", env.flags.world);
-  menv.group_factory = MakeFactory(env.flags.backend, job);
-  menv.collective_timeout = absl::Seconds(120);
+  // A job over the ranks' FileStore, without coordination (forked ranks of
+  // one host; the job id names this run's shm segments); groups by the one
+  // rule of distributed/group_config.h.
+  tpudist::tpu_runtime::RankInfo info;
+  info.rank = env.rank;
+  info.world_size = env.flags.world;
+  info.host_index = -1;  // one host: the process group finds it
+  tpudist::distributed::JobOptions jo;
+  jo.group.backend = env.flags.backend;
+  jo.group.group_name = "train_bench";
+  jo.group.timeout = absl::Seconds(120);
+  jo.group.job_id = job;
+  jo.group.gloo_threads = 1;
+  jo.group.store = c10::make_intrusive<c10d::FileStore>(dir + "/store", env.flags.world);
+  absl::StatusOr<std::unique_ptr<tpudist::distributed::Job>> started =
+      tpudist::distributed::Job::Start(info, jo);
+  if (!started.ok()) {
+    std::fprintf(stderr, "train_bench: %s\n", started.status().ToString().c_str());
+    _exit(2);
+  }
+  env.job = *std::move(started);
   absl::StatusOr<tpudist::fsdp::DeviceMesh> mesh =
-      tpudist::fsdp::InitDeviceMesh("cpu", {env.flags.world}, {"dp"}, menv);
+      tpudist::fsdp::InitJobDeviceMesh(*env.job, {"cpu", {env.flags.world}, {"dp"}, "device_mesh"});
   if (!mesh.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", env.rank, mesh.status().ToString().c_str());
     _exit(1);
@@ -373,6 +372,7 @@ int main(int argc, char** argv) {
   Barrier(env);
   if (env.rank != 0) {
     env.mesh.reset();
+    env.job.reset();  // the groups go with it
     _exit(0);
   }
   const double load_after = LoadAverage();
@@ -445,7 +445,8 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(60));
   if (!waited.ok()) std::fprintf(stderr, "%s\n", waited.ToString().c_str());
-  env.mesh.reset();  // run_dir (the FileStore's directory) goes when main returns
+  env.mesh.reset();
+  env.job.reset();  // the groups go with it; run_dir (the FileStore's directory) goes when main returns
   ok = ok && waited.ok();
   return ok ? 0 : 1;
 }

@@ -47,8 +47,9 @@
 
 #include "bench/forked_ranks.h"
 #include "bench/train_vs_torch_flags.h"
-#include "distributed/init_process_group.h"
+#include "distributed/job.h"
 #include "fsdp/device_mesh.h"
+#include "fsdp/job_mesh.h"
 #include "fsdp/fully_shard/fully_shard.h"
 #include "models/gemma/gemma_model.h"
 #include "models/gemma/hf_checkpoint.h"
@@ -84,18 +85,26 @@ std::string LoadAvg() {
   return a + " " + b + " " + c;
 }
 
-tpudist::fsdp::GroupFactory MakeFactory(const tb::TrainVsTorchFlags& f, const std::string& job,
-                                        int rank) {
-  tpudist::distributed::GroupInitOptions o;
-  o.backend = f.backend;
-  o.group_name = "train_vs_torch";
-  o.timeout = absl::Seconds(f.timeout_s);
-  o.job_id = job;
-  o.gloo_threads = 1;
-  absl::StatusOr<tpudist::distributed::GroupConfig> config =
-      tpudist::distributed::ResolveGroupConfigFromProcess(nullptr, o);
-  if (!config.ok()) Die(rank, config.status().ToString());
-  return tpudist::distributed::MakeGroupFactory(*config);
+// A job over the forked ranks' FileStore at `store_path`, without
+// coordination (one host; `job` names this run's shm segments); groups by the
+// one rule of distributed/group_config.h.
+std::unique_ptr<tpudist::distributed::Job> StartJob(const tb::TrainVsTorchFlags& f, const std::string& job,
+                                                    const std::string& store_path, int rank) {
+  tpudist::tpu_runtime::RankInfo info;
+  info.rank = rank;
+  info.world_size = f.world;
+  info.host_index = -1;  // one host: the process group finds it
+  tpudist::distributed::JobOptions o;
+  o.group.backend = f.backend;
+  o.group.group_name = "train_vs_torch";
+  o.group.timeout = absl::Seconds(f.timeout_s);
+  o.group.job_id = job;
+  o.group.gloo_threads = 1;
+  o.group.store = c10::make_intrusive<c10d::FileStore>(store_path, f.world);
+  absl::StatusOr<std::unique_ptr<tpudist::distributed::Job>> started =
+      tpudist::distributed::Job::Start(info, o);
+  if (!started.ok()) Die(rank, started.status().ToString());
+  return *std::move(started);
 }
 
 // FullyShard per the plan (see the top of the file), fp32 throughout.
@@ -147,14 +156,9 @@ int main(int argc, char** argv) {
   const int rank = ranks.rank;
   at::set_num_threads(1);
 
-  tpudist::fsdp::DeviceMeshEnv menv;
-  menv.rank = rank;
-  menv.world_size = f.world;
-  menv.store = c10::make_intrusive<c10d::FileStore>(dir + "/store", f.world);
-  menv.group_factory = MakeFactory(f, job, rank);
-  menv.collective_timeout = absl::Seconds(f.timeout_s);
+  const std::unique_ptr<tpudist::distributed::Job> dist_job = StartJob(f, job, dir + "/store", rank);
   absl::StatusOr<tpudist::fsdp::DeviceMesh> made =
-      tpudist::fsdp::InitDeviceMesh("cpu", {f.world}, {"dp"}, menv);
+      tpudist::fsdp::InitJobDeviceMesh(*dist_job, {"cpu", {f.world}, {"dp"}, "device_mesh"});
   if (!made.ok()) Die(rank, made.status().ToString());
   auto mesh = std::make_unique<tpudist::fsdp::DeviceMesh>(*std::move(made));
   c10d::ProcessGroup* group = mesh->Group(0).get();  // owned by mesh
@@ -220,15 +224,16 @@ int main(int argc, char** argv) {
   // bench/README.md, Goal 6.)
   const auto store_timeout = std::chrono::milliseconds(1000LL * f.timeout_s);
   if (rank != 0) {
-    menv.store->set("tvt_done/" + std::to_string(rank), std::string("1"));
-    menv.store->wait({"tvt_release"}, store_timeout);
+    dist_job->store()->set("tvt_done/" + std::to_string(rank), std::string("1"));
+    dist_job->store()->wait({"tvt_release"}, store_timeout);
     mesh.reset();
+    dist_job->Shutdown();  // the groups go with it
     _exit(0);
   }
   std::vector<std::string> done;
   for (int r = 1; r < f.world; ++r) done.push_back("tvt_done/" + std::to_string(r));
-  if (!done.empty()) menv.store->wait(done, store_timeout);
-  menv.store->set("tvt_release", std::string("1"));
+  if (!done.empty()) dist_job->store()->wait(done, store_timeout);
+  dist_job->store()->set("tvt_release", std::string("1"));
   const double mean_ms = total_ms / f.steps;
   const double min_ms = *std::min_element(ms.begin(), ms.end());
   const double tokens = static_cast<double>(f.global_batch * f.seq);
@@ -254,6 +259,7 @@ int main(int argc, char** argv) {
   const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(f.timeout_s));
   if (!waited.ok()) std::fprintf(stderr, "train_vs_torch: %s\n", waited.ToString().c_str());
   mesh.reset();
+  dist_job->Shutdown();
   const bool ok = waited.ok() && std::isfinite(l0) && std::isfinite(ln);
   std::fflush(stdout);
   return ok ? 0 : 1;

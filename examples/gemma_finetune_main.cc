@@ -17,177 +17,39 @@
 // job's checkpoints are an error (or --resume-mismatched); a finished run
 // prints "Training already completed" and exits 0. Only one job may use a
 // run directory at a time. --die-rank/--die-epoch/--die-step (tests) kill
-// one rank in attempt 0. See docs/finetune.md, Guarantees.
-#include <c10/util/Exception.h>
+// one rank in attempt 0. See docs/finetune.md, Guarantees. The flags are in
+// gemma_finetune_cli.cc; the rank's skeleton (discovery, the job, error
+// line, exit 1 or 75) is distributed/rank_main.h's and job.h's.
 #include <stdio.h>
-#include <stdlib.h>
 
 #include <string>
 
-#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
+#include "distributed/rank_main.h"
 #include "examples/finetune/finetune_trainer.h"
-#include "examples/finetune/metrics_log.h"
-#include "examples/finetune/training_flags.h"
+#include "examples/gemma_finetune_cli.h"
 #include "nn/malloc_tuning.h"
-#include "tpu_runtime/duration_check.h"
-#include "tpu_runtime/env_discovery.h"
-#include "tpu_runtime/exit_codes.h"
 #include "tpu_runtime/launcher/flag_names.h"
 #include "tpu_runtime/rank_info.h"
-#include "tpu_runtime/slice_env.h"
-
-ABSL_FLAG(std::string, model_dir, TPU_DIST_SOURCE_DIR "/data/tiny_gemma", "HF-format model directory");
-ABSL_FLAG(std::string, topology, "", "expected slice topology (e.g. 4x4); empty: as discovered");
-ABSL_FLAG(std::string, accelerator_type, "", "expected accelerator type (e.g. TPU-V6E); empty: as discovered");
-ABSL_FLAG(int, num_workers, 0, "expected number of ranks; 0: as discovered");
-ABSL_FLAG(std::string, dataset, TPU_DIST_SOURCE_DIR "/data/instructions/train.jsonl", "Dolly-format JSONL");
-ABSL_FLAG(std::string, dataset_split, "train[:1024]", "HF split syntax, e.g. train[:1024], train[:10%]");
-ABSL_FLAG(int64_t, num_epochs, 3, "epochs");
-ABSL_FLAG(int64_t, batch_size_per_device, 4, "rows per rank per step");
-ABSL_FLAG(int64_t, max_seq_len, 512, "tokens per row (truncation + padding)");
-ABSL_FLAG(bool, include_context, false,
-          "add a \"Context: ...\" line to the prompt for examples with a context (the seed's prompt has none)");
-ABSL_FLAG(double, lr, 2e-5, "AdamW learning rate");
-ABSL_FLAG(double, weight_decay, 0.01, "AdamW weight decay");
-ABSL_FLAG(int64_t, tp, 1,
-          "tensor-parallel ranks per data-parallel replica; must divide the world size (mesh world/tp x tp)");
-ABSL_FLAG(std::string, storage_path, "", "run storage (required; default $STORAGE_PATH)");
-ABSL_FLAG(std::string, run_name, "", "run directory name (default gemma_finetune_<job id>)");
-ABSL_FLAG(int, num_to_keep, 1, "checkpoints kept (best by loss, plus the latest); <= 0 keeps all");
-ABSL_FLAG(int, max_failures, -1, "restarts allowed (-1: $TORCHELASTIC_MAX_RESTARTS, else 0)");
-ABSL_FLAG(uint64_t, seed, 0, "sampler shuffle seed");
-ABSL_FLAG(bool, bf16, true, "bf16 compute (fp32 master weights and gradient reduction)");
-ABSL_FLAG(bool, resume_mismatched, false,
-          "resume from the run directory's checkpoint even if another job (other flags, model or data) wrote it");
-ABSL_FLAG(absl::Duration, timeout, absl::Minutes(5), "store and collective timeout");
-ABSL_FLAG(int, die_rank, -1, "test: this rank raises SIGKILL in attempt 0 ...");
-ABSL_FLAG(int64_t, die_epoch, 0, "test: ... at this 0-based epoch ...");
-ABSL_FLAG(int64_t, die_step, 0, "test: ... before this 0-based step");
-
-namespace {
-
-namespace tr = ::tpudist::tpu_runtime;
-namespace ft = ::tpudist::finetune;
-
-absl::Status CheckShape(const tr::RankInfo& info) {
-  const std::string topo = absl::GetFlag(FLAGS_topology), acc = absl::GetFlag(FLAGS_accelerator_type);
-  if (!topo.empty() || !acc.empty()) {
-    absl::StatusOr<tr::SliceSpec> want =
-        tr::SliceSpecFromFlags(acc.empty() ? info.slice.accelerator_type : acc, topo);
-    if (!want.ok()) return want.status();
-    if (want->num_devices() != info.world_size) {
-      return absl::FailedPreconditionError(absl::StrCat("--topology/--accelerator-type give ", want->num_devices(),
-                                                        " devices but the job has ", info.world_size, " ranks"));
-    }
-  }
-  const int n = absl::GetFlag(FLAGS_num_workers);
-  if (n > 0 && n != info.world_size) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--num-workers ", n, " but the job has ", info.world_size, " ranks"));
-  }
-  return absl::OkStatus();
-}
-
-int MaxFailures() {
-  int n = absl::GetFlag(FLAGS_max_failures);
-  if (n >= 0) return n;
-  const char* env = getenv("TORCHELASTIC_MAX_RESTARTS");
-  return env != nullptr && absl::SimpleAtoi(env, &n) ? n : 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
-  tr::launcher::NormalizedArgv args(argc, argv);
+  namespace dist = ::tpudist::distributed;
+  namespace ex = ::tpudist::examples;
+  tpudist::tpu_runtime::launcher::NormalizedArgv args(argc, argv);
   absl::ParseCommandLine(args.argc(), args.argv());
-  if (absl::Status s = ft::ValidateTrainingFlags({absl::GetFlag(FLAGS_num_epochs),
-                                                  absl::GetFlag(FLAGS_batch_size_per_device),
-                                                  absl::GetFlag(FLAGS_max_seq_len), absl::GetFlag(FLAGS_lr),
-                                                  absl::GetFlag(FLAGS_weight_decay), absl::GetFlag(FLAGS_tp)});
-      !s.ok()) {
-    fprintf(stderr, "gemma_finetune: usage error: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  if (absl::Status s = tr::CheckUserDuration("--timeout", absl::GetFlag(FLAGS_timeout),
-                                             tr::DurationRule::kPositive);
-      !s.ok()) {
-    fprintf(stderr, "gemma_finetune: usage error: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  absl::StatusOr<tr::RankInfo> info = tr::DiscoverRankInfo(tr::EnvMapFromProcess());
-  if (!info.ok()) {
-    fprintf(stderr, "gemma_finetune: discovery failed: %s\n", info.status().ToString().c_str());
-    return 1;
-  }
-  const std::string malloc_note = tpudist::nn::TuneMallocForTraining();
-  if (info->rank == 0) fprintf(stderr, "gemma_finetune: %s\n", malloc_note.c_str());
-  ft::FineTuneConfig c;
-  c.model_dir = absl::GetFlag(FLAGS_model_dir);
-  c.dataset = absl::GetFlag(FLAGS_dataset);
-  c.dataset_split = absl::GetFlag(FLAGS_dataset_split);
-  c.num_epochs = absl::GetFlag(FLAGS_num_epochs);
-  c.batch_size_per_device = absl::GetFlag(FLAGS_batch_size_per_device);
-  c.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
-  c.include_context = absl::GetFlag(FLAGS_include_context);
-  c.lr = absl::GetFlag(FLAGS_lr);
-  c.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  c.tp = absl::GetFlag(FLAGS_tp);
-  c.storage_path = absl::GetFlag(FLAGS_storage_path);
-  if (c.storage_path.empty() && getenv("STORAGE_PATH") != nullptr) c.storage_path = getenv("STORAGE_PATH");
-  c.run_name = absl::GetFlag(FLAGS_run_name);
-  c.num_to_keep = absl::GetFlag(FLAGS_num_to_keep);
-  c.max_failures = MaxFailures();
-  c.seed = absl::GetFlag(FLAGS_seed);
-  c.bf16 = absl::GetFlag(FLAGS_bf16);
-  c.resume_mismatched = absl::GetFlag(FLAGS_resume_mismatched);
-  c.timeout = absl::GetFlag(FLAGS_timeout);
-  c.die_rank = absl::GetFlag(FLAGS_die_rank);
-  c.die_epoch = absl::GetFlag(FLAGS_die_epoch);
-  c.die_step = absl::GetFlag(FLAGS_die_step);
-
-  absl::Status status = CheckShape(*info);
-  absl::StatusOr<ft::FineTuneResult> result = absl::UnknownError("not run");
-  int exit_code = 1;
-  if (status.ok()) {
-    try {
-      result = ft::RunFineTune(*info, c, &exit_code);
-    } catch (const c10::Error& e) {  // torch's checks: the message, not the C++ backtrace
-      result = absl::InternalError(absl::StrCat("rank ", info->rank, ": ", e.what_without_backtrace()));
-    } catch (const std::exception& e) {  // c10d and module forward report failures as exceptions
-      result = absl::InternalError(absl::StrCat("rank ", info->rank, ": ", e.what()));
-    }
-    status = result.status();
-  }
-  if (!status.ok()) {
-    fprintf(stderr, "gemma_finetune: %s: %s\n",
-            exit_code == tr::kPeerFailureExitCode ? "stopping, another rank failed" : "error",
-            status.ToString().c_str());
-    return exit_code;
-  }
-  if (info->rank == 0 && result->already_finished) {
-    std::string line = ft::EpochMetricsToJsonLine(result->final_metrics);
-    if (!line.empty() && line.back() == '\n') line.pop_back();
-    printf("Training already completed: all %lld epochs are in the run directory, nothing to train "
-           "(use a new --run-name to train again).\n",
-           static_cast<long long>(result->final_metrics.epoch));
-    if (result->final_metrics_logged) {
-      printf("Final metrics (logged): %s\n", line.c_str());
-    } else {
-      printf("Final loss: %.4f (epoch %lld; its metrics.jsonl line is missing)\n", result->final_metrics.loss,
-             static_cast<long long>(result->final_metrics.epoch));
-    }
-    printf("Checkpoint: %s\n", result->latest_checkpoint.c_str());
-    fflush(stdout);
-  } else if (info->rank == 0) {
-    std::string line = ft::EpochMetricsToJsonLine(result->final_metrics);
-    if (!line.empty() && line.back() == '\n') line.pop_back();
-    printf("Training completed! Final metrics: %s\n", line.c_str());
-    printf("Saved checkpoint: %s\n", result->latest_checkpoint.c_str());
-    fflush(stdout);
-  }
-  return 0;
+  const absl::StatusOr<tpudist::finetune::FineTuneConfig> config = ex::FineTuneConfigFromFlags();
+  if (int code = dist::UsageExitCode("gemma_finetune", {config.status()})) return code;
+  return dist::RunRankMain(
+      "gemma_finetune",
+      [&](const tpudist::tpu_runtime::RankInfo& info) -> absl::Status {
+        const std::string malloc_note = tpudist::nn::TuneMallocForTraining();
+        if (info.rank == 0) fprintf(stderr, "gemma_finetune: %s\n", malloc_note.c_str());
+        if (absl::Status s = ex::CheckJobShape(info); !s.ok()) return s;
+        absl::StatusOr<tpudist::finetune::FineTuneResult> result = tpudist::finetune::RunFineTune(info, *config);
+        if (!result.ok()) return result.status();
+        if (info.rank == 0) ex::PrintFineTuneResult(*result);
+        return absl::OkStatus();
+      },
+      // "gemma_finetune: error: ..." (the status names the rank), as before.
+      {.failure_line = dist::FailureLine::kError});
 }

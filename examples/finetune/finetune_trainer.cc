@@ -11,13 +11,11 @@
 #include <utility>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/optim/adamw.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "collectives/group_registry.h"
-#include "distributed/init_process_group.h"
+#include "distributed/job.h"
 #include "examples/finetune/checkpoint_manager.h"
 #include "examples/finetune/distributed_sampler.h"
 #include "examples/finetune/dolly_dataset.h"
@@ -33,6 +31,8 @@
 #include "examples/finetune/tokenized_dataset.h"
 #include "examples/finetune/training_flags.h"
 #include "fsdp/device_mesh.h"
+#include "fsdp/job_mesh.h"
+#include "fsdp/fully_shard/dcp_checkpoint.h"
 #include "fsdp/fully_shard/mesh_agreement.h"
 #include "fsdp/mesh_collectives.h"
 #include "fsdp/parallelize_module.h"
@@ -43,7 +43,6 @@
 #include "nn/fused_adamw.h"
 #include "tpu_runtime/coordination/coordination_client.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
-#include "tpu_runtime/coordination/failure_report.h"
 
 namespace tpudist::finetune {
 namespace {
@@ -51,40 +50,21 @@ namespace {
 namespace gemma = ::tpudist::models::gemma;
 namespace coord = ::tpudist::tpu_runtime::coordination;
 
-std::chrono::milliseconds Ms(absl::Duration d) {
-  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
-}
-
+// The error with "rank R: <stage>: " in front; its payloads (the exit code
+// distributed::Job attached) kept.
 absl::Status Annotate(const absl::Status& s, int rank, absl::string_view stage) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat("rank ", rank, ": ", stage, ": ", s.message()));
+  return distributed::WithContext(s, absl::StrCat("rank ", rank, ": ", stage));
 }
 
 // tp == 1: the 1-D mesh {world} ("dp"); tp > 1: {world / tp, tp} ("dp", "tp"),
 // tp inner (the tp ranks of one replica are consecutive, on one host when tp
-// divides the devices per host). REQUIRES: tp divides world.
-absl::StatusOr<fsdp::DeviceMesh> MakeMesh(const tpu_runtime::RankInfo& info,
-                                          const c10::intrusive_ptr<c10d::Store>& store,
-                                          absl::Duration timeout, int64_t tp) {
-  fsdp::DeviceMeshEnv env;
-  env.rank = info.rank;
-  env.world_size = info.world_size;
-  env.store = store;
-  env.mesh_name = "finetune_dp";
-  env.collective_timeout = timeout;
-  // Group options (host id, job id per attempt, bind address, secret,
-  // names) by the one rule of distributed/group_config.h.
-  distributed::GroupInitOptions group_options;
-  group_options.group_name = "finetune_dp";
-  group_options.timeout = timeout;
-  absl::StatusOr<distributed::GroupConfig> group_config =
-      distributed::ResolveGroupConfigFromProcess(&info, group_options);
-  if (!group_config.ok()) return group_config.status();
-  env.group_factory = distributed::MakeGroupFactory(*group_config);
-  // Group names carry their ranks (GroupNameFor), so the dp and tp groups of
-  // a 2-D mesh never share a name.
-  if (tp == 1) return fsdp::InitDeviceMesh("tpu", {info.world_size}, {"dp"}, env);
-  return fsdp::InitDeviceMesh("tpu", {info.world_size / tp, tp}, {"dp", "tp"}, env);
+// divides the devices per host), on the job's groups. Group names carry their
+// ranks (GroupNameFor), so the dp and tp groups never share a name.
+// REQUIRES: tp divides world.
+absl::StatusOr<fsdp::DeviceMesh> MakeMesh(const distributed::Job& job, int64_t tp) {
+  const int world = job.info().world_size;
+  if (tp == 1) return fsdp::InitJobDeviceMesh(job, {"tpu", {world}, {"dp"}, "finetune_dp"});
+  return fsdp::InitJobDeviceMesh(job, {"tpu", {world / tp, tp}, {"dp", "tp"}, "finetune_dp"});
 }
 
 absl::StatusOr<TokenizedDataset> LoadData(const FineTuneConfig& c, const gemma::Tokenizer& tok) {
@@ -202,9 +182,7 @@ std::string DefaultRunName(const std::string& job_id) {
   return job_id.empty() ? "gemma_finetune" : absl::StrCat("gemma_finetune_", job_id);
 }
 
-absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, const FineTuneConfig& c,
-                                           int* failure_exit_code) {
-  if (failure_exit_code != nullptr) *failure_exit_code = 1;
+absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, const FineTuneConfig& c) {
   const int rank = info.rank, world = info.world_size;
   if (c.storage_path.empty()) return absl::InvalidArgumentError("--storage-path (or STORAGE_PATH) is required");
   if (absl::Status s = ValidateTrainingFlags(
@@ -230,19 +208,18 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
   if (!sampler.ok()) return Annotate(sampler.status(), rank, "sampler");
   const int64_t num_batches = sampler->NumBatches(c.batch_size_per_device);
 
-  coord::RuntimeOptions ro;
-  // A job error (a peer failed or hung) aborts this rank's collectives at once.
-  ro.client.error_callback = collectives::AbortAllGroupsCallback();
-  ro.store_timeout = Ms(c.timeout);
-  ro.startup_barrier_timeout = c.timeout;
-  absl::StatusOr<std::unique_ptr<coord::CoordinationRuntime>> runtime = coord::StartOrConnect(info, ro);
-  if (!runtime.ok()) {
-    // Another rank's failure (e.g. one that never registered) is not ours: 75.
-    if (failure_exit_code != nullptr) *failure_exit_code = coord::StartupFailureExitCode(runtime.status());
-    return Annotate(runtime.status(), rank, "coordination");
-  }
-  // Everything after the rendezvous runs under RunReportingFailure: an error here
-  // (or an exception) reaches every rank at once, and the exit code says
+  // The job (distributed/job.h): coordination, the store and the groups
+  // (options by distributed/group_config.h's one rule). A startup failure
+  // caused by another rank (one never registered) carries exit code 75.
+  distributed::JobOptions jo;
+  jo.name = "gemma_finetune";
+  jo.group.group_name = "finetune_dp";
+  jo.group.timeout = c.timeout;
+  absl::StatusOr<std::unique_ptr<distributed::Job>> job = distributed::Job::Start(info, jo);
+  if (!job.ok()) return Annotate(job.status(), rank, "coordination");
+  coord::CoordinationRuntime& runtime = *(*job)->runtime();
+  // Everything after the rendezvous runs under Job::Run: an error here (or an
+  // exception) reaches every rank at once, and the exit code it carries says
   // whether it was this rank's own failure or a peer's.
   absl::StatusOr<FineTuneResult> out = absl::UnknownError("not run");
   auto train = [&]() -> absl::StatusOr<FineTuneResult> {
@@ -259,7 +236,7 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
       if (!l.ok()) return Annotate(l.status(), rank, "lock");
       lock.emplace(*std::move(l));
     }
-    auto store = c10::make_intrusive<c10d::PrefixStore>("gemma_finetune", (*runtime)->store());
+    const c10::intrusive_ptr<c10d::Store>& store = (*job)->store();  // under "gemma_finetune"
     // Every rank must train the same job: same model files, data and flags.
     absl::StatusOr<JobFingerprint> fingerprint = ComputeJobFingerprint(SpecOf(c, world, data->size()));
     if (!fingerprint.ok()) return Annotate(fingerprint.status(), rank, "job fingerprint");
@@ -286,7 +263,7 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
     }
     // Rank 0's failure to start is the job's root cause: report it before
     // the others read it from the store and fail too.
-    if (rank == 0 && !plan.ok()) (*runtime)->ReportFailure(plan.status());
+    if (rank == 0 && !plan.ok()) runtime.ReportFailure(plan.status());
     absl::StatusOr<RunStart> start = ShareStart(rank, plan, *store, c.timeout);
     if (!start.ok()) return Annotate(start.status(), rank, "start");
     FineTuneResult result;
@@ -301,11 +278,11 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
         result.final_metrics.epoch = done;
         if (!logged) result.final_metrics.loss = plan->checkpoint->metadata.loss;
       }
-      (*runtime)->Shutdown();
+      (*job)->Shutdown();
       return result;
     }
 
-    absl::StatusOr<fsdp::DeviceMesh> mesh = MakeMesh(info, store, c.timeout, c.tp);
+    absl::StatusOr<fsdp::DeviceMesh> mesh = MakeMesh(**job, c.tp);
     if (!mesh.ok()) return Annotate(mesh.status(), rank, "device mesh");
 
     const int64_t flat_rank = fsdp::MeshFlatRank(*mesh);  // == rank: the mesh is row-major over the world
@@ -335,6 +312,7 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
     target.store = store;
     target.ple_fp32 = ple_fp32;
     target.model_dir = c.model_dir;
+    target.dcp_export = c.dcp_export;
     if (rank == 0) target.job = plan->job;
     target.timeout = c.timeout;
     TrainerState expect;
@@ -356,6 +334,14 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
       result.final_metrics.epoch = st->epoch + 1;
       if (rank == 0) printf("Resuming from %s (epoch %lld, step %lld)\n", from.c_str(),
                             static_cast<long long>(start_epoch + 1), static_cast<long long>(start_step));
+    } else if (!c.init_from_dcp.empty()) {
+      absl::StatusOr<bool> with_optim = fsdp::DcpCheckpointHasOptimizerState(c.init_from_dcp);
+      absl::Status s = with_optim.ok() ? fsdp::LoadDcpCheckpoint(model->ptr(), *mesh, c.init_from_dcp,
+                                                                 *with_optim ? &opt : nullptr)
+                                       : with_optim.status();
+      if (!s.ok()) return Annotate(s, rank, "init from DCP checkpoint");
+      if (rank == 0) printf("Starting from DCP checkpoint %s (%s)\n", c.init_from_dcp.c_str(),
+                            *with_optim ? "weights and AdamW state" : "weights");
     }
 
     ProgressOptions po;
@@ -395,7 +381,7 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
         if (NonFiniteVerdict v = CheckStepNumerics(*numerics, world, {epoch + 1, c.num_epochs, step + 1, num_batches},
                                                    trainable_names);
             !v.ok()) {
-          return StopForNonFinite(v, rank, **runtime, c.timeout);
+          return StopForNonFinite(v, rank, runtime, c.timeout);
         }
         opt.step();
         loss_sum += l;
@@ -425,7 +411,7 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
         if (NonFiniteVerdict v = CheckSavedTensors(*agreed, world, {epoch + 1, c.num_epochs, 0, num_batches},
                                                    saved.names);
             !v.ok()) {
-          return StopForNonFinite(v, rank, **runtime, c.timeout);
+          return StopForNonFinite(v, rank, runtime, c.timeout);
         }
       }
       TrainerState st = expect;
@@ -446,16 +432,10 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
     }
     return result;
   };
-  int exit_code = 0;
-  absl::Status status = coord::RunReportingFailure(
-      **runtime,
-      [&] {
-        out = train();
-        return out.status();
-      },
-      &exit_code);
-  if (failure_exit_code != nullptr) *failure_exit_code = exit_code;
-  (*runtime)->Shutdown();
+  absl::Status status = (*job)->Run([&] {
+    out = train();
+    return out.status();
+  });
   if (!status.ok()) return status;  // also an exception, which left `out` unset
   return out;
 }

@@ -81,6 +81,13 @@ struct FineTuneConfig {
   // a job with another fingerprint (e.g. more epochs, another lr). The world
   // size must still match (optimizer state is not resharded).
   bool resume_mismatched = false;
+  // Each checkpoint also gets dcp/: weights + AdamW state that torch's
+  // dcp.load reads into FSDP2 at any world size (fsdp/fully_shard/dcp_checkpoint.h).
+  bool dcp_export = false;
+  // A fresh run (no checkpoint of this job) starts from this torch DCP
+  // checkpoint (HuggingFaceStorageWriter layout, any world size): trainable
+  // weights, and the AdamW state when it holds one. "" = from model_dir.
+  std::string init_from_dcp;
   absl::Duration timeout = absl::Minutes(5);
   // Test-only failure injection: rank die_rank SIGKILLs itself before step
   // die_step (0-based) of epoch die_epoch (0-based), in attempt 0 only.
@@ -103,15 +110,15 @@ struct FineTuneResult {
 // The run name used when config.run_name is empty. Pure.
 std::string DefaultRunName(const std::string& job_id);
 
-// Runs (or resumes) the whole fine-tune on this rank. Errors name the rank
-// and the stage; data errors (bad JSONL, missing field, empty split) come
-// back as InvalidArgument/NotFound from the loaders. An error after the
-// rendezvous is reported to the whole job (coordination/failure_report.h):
-// *failure_exit_code (if given) gets the exit code for it, 1 for this rank's
-// own failure, kPeerFailureExitCode (75) when another rank failed first.
+// Runs (or resumes) the whole fine-tune on this rank, inside a
+// distributed::Job (coordination, store, groups). Errors name the rank and
+// the stage; data errors (bad JSONL, missing field, empty split) come back as
+// InvalidArgument/NotFound from the loaders, before any rendezvous. An error
+// after the rendezvous is reported to the whole job; every error carries its
+// exit code (distributed::ExitCodeOf): 1 for this rank's own failure,
+// kPeerFailureExitCode (75) when another rank failed first.
 absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info,
-                                           const FineTuneConfig& config,
-                                           int* failure_exit_code = nullptr);
+                                           const FineTuneConfig& config);
 
 }  // namespace tpudist::finetune
 

@@ -11,7 +11,7 @@
 // by throwing) the error is handed to CoordinationRuntime::ReportFailure
 // while the runtime is still up: if the job had no error yet it becomes the
 // job error (the other ranks' coordination clients get it within
-// milliseconds and, with collectives::AbortAllGroupsCallback, abort their
+// milliseconds and, with distributed::Job's error callback, abort their
 // collectives) and *exit_code is 1; if another task failed first, *exit_code
 // is kPeerFailureExitCode (tpu_runtime/exit_codes.h).
 //
