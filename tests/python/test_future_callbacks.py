@@ -72,6 +72,9 @@ def _nested(group: dist.ProcessGroup, n: int, variant: str) -> list[torch.Tensor
         def cb(fut):
             x = fut.value()[0] * 2
             return dist.all_reduce(x, group=group, async_op=True).get_future().wait()[0]
+    # A 64 MiB op ahead keeps the outer one pending until then() is attached,
+    # so the callback runs where completions run, not here at once.
+    dist.all_reduce(torch.ones(16 << 20), group=group, async_op=True)
     fut = dist.all_reduce(outer, group=group, async_op=True).get_future().then(cb)
     if variant == "chain":
         fut = fut.then(lambda f: dist.all_reduce(
@@ -89,7 +92,10 @@ def _nested_rank(rank: int, world: int, n: int, variant: str) -> bool:
     dist.all_reduce(after)
     same = all(torch.equal(a, b) for a, b in zip(got, want))
     dist.destroy_process_group()
-    return same and torch.equal(after, torch.full((3,), float(sum(range(world)))))
+    # destroy_process_group stops the callback threads with the op thread.
+    left = [t for t in _op_threads() if t.startswith("tpud-")]
+    return (same and torch.equal(after, torch.full((3,), float(sum(range(world)))))
+            and not left)
 
 
 @pytest.mark.parametrize("variant", ["async", "blocking", "chain"])
@@ -105,6 +111,9 @@ def _waits_for_a_later_op(rank: int, world: int) -> bool:
     results = []
     for group in (gloo, dist.group.WORLD):
         box: dict[str, torch.futures.Future] = {}
+        # A 64 MiB op ahead keeps A pending until then() is attached below
+        # (on a completed future then() would run the callback here, at once).
+        dist.all_reduce(torch.ones(16 << 20), group=group, async_op=True)
         a = dist.all_reduce(torch.ones(4), group=group, async_op=True)
         fut = a.get_future().then(lambda f: box["b"].wait()[0] + f.value()[0])
         box["b"] = dist.all_reduce(torch.full((4,), 2.0), group=group,
