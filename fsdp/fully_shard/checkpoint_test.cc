@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "fsdp/fully_shard/dcp_checkpoint.h"
+#include "fsdp/fully_shard/dcp_layout.h"
 #include "fsdp/fully_shard/flat_param_math.h"
 #include "fsdp/fully_shard/fully_shard.h"
 #include "fsdp/fully_shard/optimizer_checkpoint.h"
@@ -315,6 +317,51 @@ TEST(ShardedCheckpointTest, TpFsdpTwoDimReloadsOnOneDimFsdp) {
     ExpectSameDict(*got, *exp);
   });
   if (export_dir == nullptr) std::filesystem::remove_all(dir);
+}
+
+// The same TP(2) x FSDP(2) save in torch DCP's layout (dcp_checkpoint.h):
+// TP pieces placed by their records, the tp-replicated bias written once per
+// dp piece, and it loads on 1-D FullyShard at
+// other world sizes.
+TEST(ShardedCheckpointTest, DcpTpFsdpTwoDimReloadsOnOneDimFsdp) {
+  torch::manual_seed(22);
+  MlpStack init;
+  const StateDict want = PlainDict(*init);
+  const std::string dir = TempDir() + "/dcp_tp";
+  std::filesystem::create_directories(dir);
+  RunRanks(4, [&](const Rank& r) {
+    absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {2, 2}, {"dp", "tp"}, r.env);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    MlpStack model;
+    testing::CopyParams(*init, *model);
+    ApplyTpThenFsdp(model, mesh->LocalRank(1), *mesh->Slice("dp"));
+    absl::Status s = SaveDcpCheckpoint(model.ptr(), *mesh, dir);
+    ASSERT_TRUE(s.ok()) << s;
+  });
+  int bias_copies = 0, fc1_pieces = 0;  // b1.fc2.bias is replicated over tp: dp 2 pieces, once each
+  for (int r = 0; r < 4; ++r) {
+    auto f = io::SafetensorsFile::Open(dir + "/" + DcpShardFileName(r));
+    ASSERT_TRUE(f.ok()) << f.status();
+    bias_copies += (*f)->Contains("b1.fc2.bias");
+    fc1_pieces += (*f)->Contains("b1.fc1.weight");
+  }
+  EXPECT_EQ(bias_copies, 2);
+  EXPECT_EQ(fc1_pieces, 4);
+  for (int world : {1, 2, 3}) {
+    torch::manual_seed(200 + world);
+    MlpStack other;
+    RunRanks(world, [&](const Rank& r) {
+      DeviceMesh mesh = testing::MakeMesh(r);
+      MlpStack model;
+      testing::CopyParams(*other, *model);
+      Shard(model, mesh);
+      absl::Status s = LoadDcpCheckpoint(model.ptr(), mesh, dir);
+      ASSERT_TRUE(s.ok()) << s;
+      absl::StatusOr<StateDict> sd = GetModelStateDict(model.ptr(), mesh);
+      ASSERT_TRUE(sd.ok());
+      if (r.rank == 0) ExpectSameDict(*sd, want);
+    });
+  }
 }
 
 // A checkpoint in format 1 (no "format", "sharded": true = torch.chunk rows
