@@ -22,7 +22,8 @@ the files' "gloo" groups into tpu_dist groups in the tpu_dist run
 torch's MultiProcessTestCase from a forkserver instead of spawning them. Every
 test that passes on Gloo must pass on tpu_dist unless
 upstream_expected_failures.txt lists it (`<file>::<Class>::<test>  # reason`);
-a listed test that passes is reported as stale. Exit status: 0 no regression,
+a listed test that passes is reported as stale; a run that leaves tpu_dist or
+torch segments in /dev/shm fails. Exit status: 0 no regression,
 1 regressions, 2 nothing could be run (a file missing or with other bytes, a
 malformed list). A file absent from the cache is skipped with a message when
 --allow-missing is given (what CI does on a machine without the cache).
@@ -134,6 +135,14 @@ def _junit_outcomes(xml_path: Path, file_name: str) -> dict[str, dict[str, str]]
     return out
 
 
+def _shm_entries() -> set[str]:
+    """The shared-memory segments tpu_dist and torch name (as run_suite.py)."""
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith(("torch_", "tpud_"))}
+    except OSError:
+        return set()
+
+
 def run_file(f: UpstreamFile, backend: str, cache: Path, out_dir: Path,
              timeout_s: float, verbose: bool, only: list[str] | None = None,
              tag: str = "") -> dict[str, Any]:
@@ -165,6 +174,7 @@ def run_file(f: UpstreamFile, backend: str, cache: Path, out_dir: Path,
         cmd.append(str(cache / f.path))
         if f.select != "all":
             cmd += ["-k", f.select]
+    shm_before = _shm_entries()
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tpu_dist_upstream_") as work, \
             open(log_path, "w") as log:
@@ -185,7 +195,8 @@ def run_file(f: UpstreamFile, backend: str, cache: Path, out_dir: Path,
               f"{len(groups)} group creations made tpu_dist (pytest exit {rc}; log {log_path})")
     return {"file": f.path, "backend": backend, "rc": rc, "wall_s": round(wall, 1),
             "counts": counts, "tests": tests, "log": str(log_path),
-            "groups_created": len(groups), "groups_tpu_dist": redirected}
+            "groups_created": len(groups), "groups_tpu_dist": redirected,
+            "shm_leftovers": sorted(_shm_entries() - shm_before)}
 
 
 def compare(gloo: dict[str, Any], ours: dict[str, Any],
@@ -264,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
                 totals[b][k] += v
             if not r["tests"]:
                 print(f"{f.path} on {b}: no test ran (pytest exit {r['rc']}); log {r['log']}")
+                status = 1
+            if r["shm_leftovers"]:
+                print(f"{f.path} on {b}: left in /dev/shm: {r['shm_leftovers']}")
                 status = 1
             if b == "tpu_dist" and r["counts"]["passed"] and not r["groups_tpu_dist"]:
                 print(f"{f.path}: no group of the tpu_dist run was made tpu_dist: "
