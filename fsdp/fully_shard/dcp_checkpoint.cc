@@ -110,7 +110,14 @@ absl::StatusOr<DcpCheckpoint> OpenDcpCheckpoint(const std::string& dir) {
   absl::StatusOr<std::vector<std::string>> paths = SafetensorsFilesIn(dir, "LoadDcpCheckpoint");
   if (!paths.ok()) return paths.status();
   if (paths->empty()) {
-    return absl::NotFoundError(absl::StrCat("LoadDcpCheckpoint: no *.safetensors file in ", dir));
+    std::error_code ec;
+    const bool default_layout = std::filesystem::exists(dir + "/.metadata", ec);
+    return absl::NotFoundError(absl::StrCat(
+        "LoadDcpCheckpoint: no *.safetensors file in ", dir,
+        default_layout ? " (it holds DCP's default FileSystemWriter layout, .metadata + .distcp, which is not "
+                         "read: save with torch.distributed.checkpoint.HuggingFaceStorageWriter(path, "
+                         "save_distributed=True))"
+                       : ""));
   }
   DcpCheckpoint ckpt;
   std::vector<DcpFileView> views;

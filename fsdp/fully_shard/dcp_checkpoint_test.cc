@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
@@ -215,6 +216,17 @@ TEST(DcpCheckpointTest, MissingStateAndKeysAreNamedOnEveryRank) {
     EXPECT_TRUE(LoadDcpCheckpoint(model.ptr(), mesh, weights_only.path()).ok());  // weights alone load
     s = LoadDcpCheckpoint(model.ptr(), mesh, empty.path());
     EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+    EXPECT_THAT(s.message(), ::testing::HasSubstr("no *.safetensors file in")) << s;
+  });
+  // DCP's default layout (torch's FileSystemWriter) is named as such.
+  { std::ofstream(empty / ".metadata") << "pickle"; }
+  RunRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = testing::MakeMesh(r);
+    MlpStack model;
+    Shard(model, mesh);
+    absl::Status s = LoadDcpCheckpoint(model.ptr(), mesh, empty.path());
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+    EXPECT_THAT(s.message(), ::testing::HasSubstr("HuggingFaceStorageWriter(path, save_distributed=True)")) << s;
   });
   // Another model's checkpoint: its keys are named.
   RunRanks(2, [&](const Rank& r) {
