@@ -10,7 +10,7 @@
    ranks at lr 0 starts from it: its checkpoint's weights equal torch's, bit for bit, and its AdamW
    step count continues torch's.
 
-Needs the build (``build/examples/gemma_finetune``, ``build/tpu_runtime/launcher/tpurun``, or
+Needs the build ($TPU_DIST_BUILD_DIR, else build/: ``examples/gemma_finetune``, ``tpu_runtime/launcher/tpurun``; or
 $TPU_DIST_GEMMA_FINETUNE / $TPU_DIST_TPURUN); skipped without it.
 """
 
@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "oracles"))
-BUILD = REPO / "build"
+BUILD = Path(os.environ.get("TPU_DIST_BUILD_DIR", REPO / "build"))
 FINETUNE = Path(os.environ.get("TPU_DIST_GEMMA_FINETUNE", BUILD / "examples" / "gemma_finetune"))
 TPURUN = Path(os.environ.get("TPU_DIST_TPURUN", BUILD / "tpu_runtime" / "launcher" / "tpurun"))
 PLE = "model.embed_tokens_per_layer.weight"
