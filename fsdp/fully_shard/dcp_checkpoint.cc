@@ -29,7 +29,8 @@ absl::StatusOr<std::vector<std::string>> SafetensorsFilesIn(const std::string& d
   std::vector<std::string> out;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (absl::EndsWith(name, ".safetensors") && it->is_regular_file()) out.push_back(it->path().string());
+    std::error_code type_ec;  // the throwing overload would escape as an exception
+    if (absl::EndsWith(name, ".safetensors") && it->is_regular_file(type_ec)) out.push_back(it->path().string());
   }
   if (ec) return absl::NotFoundError(absl::StrCat(what, ": cannot list ", dir, ": ", ec.message()));
   std::sort(out.begin(), out.end());
