@@ -33,6 +33,7 @@
 namespace tpudist::distributed {
 namespace {
 
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 namespace tr = ::tpudist::tpu_runtime;
@@ -231,7 +232,13 @@ TEST(RunRankMainTest, PeerFailureIsExit75AndAbortsTheWaitingCollective) {
               HasSubstr("job_test: rank 1 failed: FAILED_PRECONDITION: rank 1: a failure of its own"));
   EXPECT_EQ(tt::ExitStatusCode(r[0]), tr::kPeerFailureExitCode) << r[0].report;
   EXPECT_THAT(r[0].report, HasSubstr("job_test: rank 0 stopping, another rank failed: "));
-  EXPECT_THAT(r[0].report, HasSubstr("job failed: "));
+  // What ends rank 0's all_reduce is a race: the job error (the coordination
+  // callback aborts the group: "job failed: ...") or rank 1's closed TCP
+  // connection, whichever arrives first (the connection won 3 of 3 runs on an
+  // idle box, the job error on a loaded one). Either way it ends early, and
+  // the exit code comes from the service's verdict, not from that race.
+  EXPECT_THAT(r[0].report, AnyOf(HasSubstr("job failed: "),
+                                 HasSubstr("peer rank 1 closed the connection")));
   EXPECT_THAT(r[0].report, HasSubstr("aborted early"));
 }
 
