@@ -127,6 +127,40 @@ def test_callback_waiting_on_an_op_issued_after_its_own() -> None:
     assert all(run_ranks(_waits_for_a_later_op, 2, timeout_s=60))
 
 
+def _nested_times_out(rank: int, world: int) -> tuple[str, float]:
+    """Rank 1 never joins the nested op: rank 0's fails at the group's 2 s
+    deadline (it used to queue behind its parent forever, and no deadline
+    fired)."""
+    import time
+
+    import tpu_dist  # noqa: F401
+
+    dist.init_process_group("tpu_dist", timeout=TIMEOUT)
+    short = dist.new_group(backend="tpu_dist", timeout=datetime.timedelta(seconds=2))
+    dist.all_reduce(torch.ones(16 << 20), group=short, async_op=True)
+    fut = dist.all_reduce(torch.ones(4), group=short, async_op=True).get_future()
+    if rank == 0:
+        fut = fut.then(lambda f: dist.all_reduce(torch.ones(4), group=short,
+                                                 async_op=True).get_future().wait())
+    t0 = time.monotonic()
+    try:
+        fut.wait()
+        error = "no error"
+    except Exception as e:  # noqa: BLE001 - checked by the caller
+        error = str(e).splitlines()[0]
+    took = time.monotonic() - t0
+    dist.barrier()  # the world group is unaffected
+    dist.destroy_process_group()
+    return error, took
+
+
+def test_an_op_nested_in_a_callback_keeps_its_deadline() -> None:
+    (error, took), (error1, _) = run_ranks(_nested_times_out, 2, timeout_s=60)
+    assert "DEADLINE_EXCEEDED" in error and "allreduce" in error, error
+    assert 1.5 < took < 10, took
+    assert error1 == "no error", error1
+
+
 def _raising(rank: int, world: int) -> dict[str, object]:
     gloo = _init()
     out: dict[str, object] = {}
