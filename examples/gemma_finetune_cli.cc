@@ -29,7 +29,11 @@ ABSL_FLAG(double, lr, 2e-5, "AdamW learning rate");
 ABSL_FLAG(double, weight_decay, 0.01, "AdamW weight decay");
 ABSL_FLAG(int64_t, tp, 1,
           "tensor-parallel ranks per data-parallel replica; must divide the world size (mesh world/tp x tp)");
-ABSL_FLAG(std::string, storage_path, "", "run storage (required; default $STORAGE_PATH)");
+ABSL_FLAG(std::string, storage_path, "",
+          "run storage (required; default $STORAGE_PATH): a directory, file:///dir or s3://bucket[/prefix]");
+ABSL_FLAG(std::string, staging_path, "",
+          "with a URI --storage-path: local directory checkpoints are committed in before upload "
+          "(default /tmp/gemma_finetune_staging)");
 ABSL_FLAG(std::string, run_name, "", "run directory name (default gemma_finetune_<job id>)");
 ABSL_FLAG(int, num_to_keep, 1, "checkpoints kept (best by loss, plus the latest); <= 0 keeps all");
 ABSL_FLAG(int, max_failures, -1, "restarts allowed (-1: $TORCHELASTIC_MAX_RESTARTS, else 0)");
@@ -86,6 +90,7 @@ absl::StatusOr<ft::FineTuneConfig> FineTuneConfigFromFlags() {
   c.tp = absl::GetFlag(FLAGS_tp);
   c.storage_path = absl::GetFlag(FLAGS_storage_path);
   if (c.storage_path.empty() && getenv("STORAGE_PATH") != nullptr) c.storage_path = getenv("STORAGE_PATH");
+  c.staging_path = absl::GetFlag(FLAGS_staging_path);
   c.run_name = absl::GetFlag(FLAGS_run_name);
   c.num_to_keep = absl::GetFlag(FLAGS_num_to_keep);
   c.max_failures = MaxFailures();

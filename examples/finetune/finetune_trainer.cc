@@ -17,6 +17,7 @@
 #include "absl/types/span.h"
 #include "distributed/job.h"
 #include "examples/finetune/checkpoint_manager.h"
+#include "examples/finetune/checkpoint_storage.h"
 #include "examples/finetune/distributed_sampler.h"
 #include "examples/finetune/dolly_dataset.h"
 #include "examples/finetune/finetune_checkpoint.h"
@@ -185,6 +186,15 @@ std::string DefaultRunName(const std::string& job_id) {
 absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, const FineTuneConfig& c) {
   const int rank = info.rank, world = info.world_size;
   if (c.storage_path.empty()) return absl::InvalidArgumentError("--storage-path (or STORAGE_PATH) is required");
+  // A URI storage path: checkpoints are committed under the local staging
+  // path, then copied to the URI; resume fetches from it (checkpoint_storage.h).
+  const bool remote_storage = IsStorageUri(c.storage_path);
+  const std::string local_root = !remote_storage      ? c.storage_path
+                                 : c.staging_path.empty() ? std::string(kDefaultStagingPath)
+                                                          : c.staging_path;
+  if (remote_storage && !StorageUrisSupported()) {
+    return CheckpointStorage::Open({c.storage_path, "run", {}}).status();  // says why
+  }
   if (absl::Status s = ValidateTrainingFlags(
           {c.num_epochs, c.batch_size_per_device, c.max_seq_len, c.lr, c.weight_decay, c.tp});
       !s.ok()) {
@@ -227,7 +237,7 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
     // a second job on it fails here, before it reads or writes anything. A
     // restarted attempt waits a little for the previous rank 0 to be gone.
     const std::string run_name = c.run_name.empty() ? DefaultRunName(info.job_id) : c.run_name;
-    absl::StatusOr<std::string> run_dir = RunDirPath(c.storage_path, run_name);
+    absl::StatusOr<std::string> run_dir = RunDirPath(local_root, run_name);
     if (!run_dir.ok()) return Annotate(run_dir.status(), rank, "--run-name");
     std::optional<RunDirLock> lock;
     if (rank == 0) {
@@ -244,14 +254,26 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
 
     // Where this attempt starts: rank 0 decides (resume_plan.h), all follow.
     std::unique_ptr<CheckpointManager> mgr;
+    std::unique_ptr<CheckpointStorage> storage;  // rank 0, URI storage paths only
     std::optional<MetricsLog> metrics;
     absl::StatusOr<ResumePlan> plan = ResumePlan{};
     if (rank == 0) {
       CheckpointManagerOptions mo;
-      mo.storage_path = c.storage_path;
+      mo.storage_path = local_root;
       mo.run_name = run_name;
       mo.num_to_keep = c.num_to_keep;
       absl::StatusOr<std::unique_ptr<CheckpointManager>> m = CheckpointManager::Open(mo);
+      if (m.ok() && remote_storage) {  // the newest verified remote checkpoint, made local
+        absl::StatusOr<std::unique_ptr<CheckpointStorage>> s = CheckpointStorage::Open({c.storage_path, run_name, {}});
+        absl::StatusOr<std::optional<std::string>> got = s.ok() ? (*s)->FetchNewestVerified((*m)->run_dir())
+                                                                : absl::StatusOr<std::optional<std::string>>(s.status());
+        if (got.ok()) {
+          storage = *std::move(s);
+        } else {
+          m = absl::Status(got.status().code(), absl::StrCat("storage '", RedactedUri(c.storage_path), "': ",
+                                                             got.status().message()));
+        }
+      }
       absl::StatusOr<MetricsLog> log = m.ok() ? MetricsLog::Open((*m)->run_dir()) : m.status();
       if (log.ok()) {
         mgr = std::move(*m);
@@ -422,6 +444,9 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
       if (!saved.ok()) return Annotate(saved.status(), rank, "checkpoint");
       if (rank == 0) {
         result.latest_checkpoint = *saved;
+        if (storage) {
+          if (absl::Status s = storage->Upload(*saved); !s.ok()) return Annotate(s, rank, "checkpoint upload");
+        }
         if (absl::Status s = metrics->Append(m); !s.ok()) return Annotate(s, rank, "metrics");
       }
       result.epochs.push_back(m);

@@ -58,6 +58,8 @@
 
 namespace tpudist::finetune {
 
+inline constexpr char kDefaultStagingPath[] = "/tmp/gemma_finetune_staging";
+
 struct FineTuneConfig {
   std::string model_dir;      // HF-format directory (config.json, model.safetensors, tokenizer)
   std::string dataset;        // Dolly-format JSONL
@@ -71,7 +73,10 @@ struct FineTuneConfig {
   // Tensor-parallel ranks per data-parallel replica: the mesh is (world/tp,
   // tp) with dims ("dp", "tp"); the sampler splits the data over dp only.
   int64_t tp = 1;
-  std::string storage_path;   // required
+  std::string storage_path;   // required: a directory, or a URI (file://, s3://: checkpoint_storage.h)
+  // With a URI storage_path, the local directory checkpoints are committed
+  // in and then uploaded from ("" -> kDefaultStagingPath).
+  std::string staging_path;
   std::string run_name;       // "" -> "gemma_finetune_<job id>"
   int num_to_keep = 1;
   int max_failures = 0;       // restarts allowed (the launcher's --max-restarts)
