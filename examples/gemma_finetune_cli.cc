@@ -46,6 +46,9 @@ ABSL_FLAG(bool, dcp_export, false,
 ABSL_FLAG(std::string, init_from_dcp, "",
           "a fresh run starts from this torch DCP checkpoint (HuggingFaceStorageWriter layout, any world size)");
 ABSL_FLAG(absl::Duration, timeout, absl::Minutes(5), "store and collective timeout");
+ABSL_FLAG(bool, async_checkpoint, false,
+          "epoch-end checkpoints block only for a host copy of the shards; a background thread writes and "
+          "commits them (the next save and the end of training wait for it)");
 ABSL_FLAG(int, die_rank, -1, "test: this rank raises SIGKILL in attempt 0 ...");
 ABSL_FLAG(int64_t, die_epoch, 0, "test: ... at this 0-based epoch ...");
 ABSL_FLAG(int64_t, die_step, 0, "test: ... before this 0-based step");
@@ -100,6 +103,7 @@ absl::StatusOr<ft::FineTuneConfig> FineTuneConfigFromFlags() {
   c.dcp_export = absl::GetFlag(FLAGS_dcp_export);
   c.init_from_dcp = absl::GetFlag(FLAGS_init_from_dcp);
   c.timeout = absl::GetFlag(FLAGS_timeout);
+  c.async_checkpoint = absl::GetFlag(FLAGS_async_checkpoint);
   c.die_rank = absl::GetFlag(FLAGS_die_rank);
   c.die_epoch = absl::GetFlag(FLAGS_die_epoch);
   c.die_step = absl::GetFlag(FLAGS_die_step);

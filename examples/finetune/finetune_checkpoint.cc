@@ -1,6 +1,11 @@
 #include "examples/finetune/finetune_checkpoint.h"
 
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -106,7 +111,105 @@ std::vector<std::string> FilesRankReads(const CheckpointMetadata& meta, int rank
   return out;
 }
 
+// Copies `src` into `buf`, reusing buf's tensors when names, shapes and
+// dtypes match (the steady state: same tensors every save).
+void StageInto(const std::vector<std::pair<std::string, at::Tensor>>& src,
+               std::vector<std::pair<std::string, at::Tensor>>* buf) {
+  bool reuse = buf->size() == src.size();
+  for (size_t i = 0; reuse && i < src.size(); ++i) {
+    const at::Tensor& a = (*buf)[i].second;
+    const at::Tensor& b = src[i].second;
+    reuse = (*buf)[i].first == src[i].first && a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type();
+  }
+  at::NoGradGuard no_grad;
+  if (reuse) {
+    for (size_t i = 0; i < src.size(); ++i) (*buf)[i].second.copy_(src[i].second);
+    return;
+  }
+  buf->clear();
+  for (const auto& [name, t] : src) buf->emplace_back(name, t.detach().clone(at::MemoryFormat::Contiguous));
+}
+
+// The temp dir of save `sequence`: rank 0 begins it and publishes its path.
+absl::StatusOr<std::string> ShareTempDir(const CheckpointTarget& t, CheckpointManager* manager, int64_t sequence,
+                                         std::optional<PendingCheckpoint>* pending) {
+  const std::string key = absl::StrCat("finetune/ckpt_path/", sequence);
+  if (t.mesh->global_rank() == 0) {
+    absl::StatusOr<PendingCheckpoint> p = manager->BeginWrite();
+    if (!p.ok()) return p.status();
+    *pending = *p;
+    std::error_code ec;
+    std::filesystem::create_directories((*pending)->path + "/" + kShardsDir, ec);
+    if (!ec && t.dcp_export) std::filesystem::create_directories((*pending)->path + "/" + kDcpDir, ec);
+    if (ec) return absl::InternalError(absl::StrCat("mkdir ", (*pending)->path, ": ", ec.message()));
+    t.store->set(key, std::vector<uint8_t>((*pending)->path.begin(), (*pending)->path.end()));
+  }
+  t.store->wait({key}, Ms(t.timeout));
+  const std::vector<uint8_t> raw = t.store->get(key);
+  return std::string(raw.begin(), raw.end());
+}
+
 }  // namespace
+
+absl::Status StartAsyncFineTuneCheckpoint(const CheckpointTarget& t, CheckpointManager* manager,
+                                          const TrainerState& state, int64_t sequence,
+                                          CheckpointStaging* staging, AsyncCheckpointWriter* writer) {
+  const int rank = t.mesh->global_rank();
+  const int world = static_cast<int>(t.mesh->size());
+  std::optional<PendingCheckpoint> pending;
+  absl::StatusOr<std::string> dir = ShareTempDir(t, manager, sequence, &pending);
+  if (!dir.ok()) return dir.status();
+  fsdp::StateDictOptions sd;
+  sd.ignore_frozen_params = true;
+  absl::StatusOr<fsdp::ShardedCheckpointParts> parts = fsdp::CollectShardedCheckpoint(t.model.ptr(), *t.mesh, sd);
+  if (!parts.ok()) return parts.status();
+  StageInto(parts->tensors, &staging->model);
+  StageInto(fsdp::CollectAdamWState(t.model.ptr(), *t.optimizer), &staging->optim);
+  staging->shards_metadata = parts->metadata_json;
+  if (t.dcp_export) {
+    absl::Status s = fsdp::SaveDcpCheckpoint(t.model.ptr(), *t.mesh, *dir + "/" + kDcpDir, t.optimizer, sd);
+    if (!s.ok()) return s;
+  }
+  // The gather is a collective: here, not in the background. Its tensors are
+  // fresh (gathered) copies, so training may go on while rank 0 writes them.
+  absl::StatusOr<fsdp::StateDict> full = fsdp::GetModelStateDict(t.model.ptr(), *t.mesh, sd);
+  if (!full.ok()) return full.status();
+  auto full_dict = std::make_shared<fsdp::StateDict>(rank == 0 ? std::move(*full) : fsdp::StateDict());
+  const int64_t flat_rank = parts->rank, flat_world = parts->world_size;
+  auto write = [t, staging, full_dict, state, rank, world, flat_rank, flat_world, d = *dir]() -> absl::Status {
+    const std::string shards = d + "/" + kShardsDir;
+    fsdp::ShardedCheckpointParts staged;
+    staged.rank = flat_rank;
+    staged.world_size = flat_world;
+    staged.tensors = staging->model;
+    staged.metadata_json = staging->shards_metadata;
+    if (absl::Status s = fsdp::WriteShardedParts(staged, shards); !s.ok()) return s;
+    if (absl::Status s = fsdp::WriteAdamWState(staging->optim, rank, world, shards); !s.ok()) return s;
+    if (const char* die = std::getenv("TPU_DIST_TEST_ASYNC_CKPT_DIE_RANK");
+        die != nullptr && std::atoi(die) == rank && state.epoch == 1) {
+      const char* rc = std::getenv("TORCHELASTIC_RESTART_COUNT");
+      if (rc == nullptr || std::atoi(rc) == 0) {
+        fprintf(stderr, "gemma_finetune: rank %d: TPU_DIST_TEST_ASYNC_CKPT_DIE_RANK: SIGKILL mid-write of epoch %lld's checkpoint\n",
+                rank, static_cast<long long>(state.epoch));
+        fflush(stderr);
+        raise(SIGKILL);
+      }
+    }
+    if (rank != 0) return absl::OkStatus();
+    if (absl::Status s = ExportHf(t, *full_dict, d); !s.ok()) return s;
+    return WriteText(d + "/" + kTrainerState, TrainerStateToJson(state));
+  };
+  std::function<absl::StatusOr<std::string>()> commit;
+  if (rank == 0) {
+    commit = [manager, p = *pending, state, job = t.job]() -> absl::StatusOr<std::string> {
+      absl::StatusOr<CheckpointInfo> info = manager->Commit(p, {state.epoch, state.step, state.loss, job});
+      if (!info.ok()) return info.status();
+      return info->path;
+    };
+  }
+  writer->Start(sequence, std::move(write), std::move(commit));
+  return absl::OkStatus();
+}
 
 std::string TrainerStateToJson(const TrainerState& s) {
   nlohmann::json j = {{"epoch", s.epoch},           {"step", s.step},

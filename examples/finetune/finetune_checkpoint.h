@@ -38,6 +38,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -45,6 +47,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "examples/finetune/async_checkpoint_writer.h"
 #include "examples/finetune/checkpoint_manager.h"
 #include "fsdp/device_mesh.h"
 #include "models/gemma/gemma_model.h"
@@ -79,6 +82,28 @@ struct CheckpointTarget {
 absl::StatusOr<std::string> SaveFineTuneCheckpoint(const CheckpointTarget& target,
                                                    CheckpointManager* manager,
                                                    const TrainerState& state, int64_t sequence);
+
+// Asynchronous saves (--async-checkpoint; async_checkpoint_writer.h). Host
+// copies of this rank's part, reused from one save to the next (tensors are
+// reallocated only when a name, shape or dtype changes).
+struct CheckpointStaging {
+  std::vector<std::pair<std::string, at::Tensor>> model;  // this rank's model blocks (master dtype)
+  std::vector<std::pair<std::string, at::Tensor>> optim;  // AdamW exp_avg/exp_avg_sq/step shards
+  std::string shards_metadata;                            // rank 0: shards/metadata.json
+};
+
+// The blocking half of an asynchronous save (collective over the mesh, on
+// the training thread): rank 0 BeginWrite()s the temp dir and publishes it;
+// every rank copies its model and optimizer shards into `staging`; the HF
+// export's gather of the full state dict (rank 0 keeps it) and, with
+// dcp_export, the dcp/ files are done here too (both are collectives). Then
+// `writer` writes the shards (and, on rank 0, the HF export and
+// trainer_state.json) in the background and rank 0 commits once every rank's
+// part is written; writer->Wait() returns the committed path on rank 0.
+// REQUIRES: !writer->in_flight(); `staging` and `manager` outlive the save.
+absl::Status StartAsyncFineTuneCheckpoint(const CheckpointTarget& target, CheckpointManager* manager,
+                                          const TrainerState& state, int64_t sequence,
+                                          CheckpointStaging* staging, AsyncCheckpointWriter* writer);
 
 // Restores model shards and optimizer state from checkpoint `dir` (every
 // rank; same world size as the writer) and returns its trainer state.

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "distributed/job.h"
+#include "examples/finetune/async_checkpoint_writer.h"
 #include "examples/finetune/checkpoint_manager.h"
 #include "examples/finetune/checkpoint_storage.h"
 #include "examples/finetune/distributed_sampler.h"
@@ -366,6 +367,30 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
                             *with_optim ? "weights and AdamW state" : "weights");
     }
 
+    // --async-checkpoint: the save in flight and the epoch it is for (rank 0
+    // appends that epoch's metrics and uploads once it has committed).
+    CheckpointStaging staging;
+    std::optional<AsyncCheckpointWriter> writer;
+    if (c.async_checkpoint) writer.emplace(AsyncCheckpointWriterOptions{store, rank, world, absl::StrCat("finetune/async_ckpt/attempt", info.restart_count), c.timeout});
+    std::optional<EpochMetrics> in_flight_metrics;
+    auto after_commit = [&](const std::string& path, const EpochMetrics& em) -> absl::Status {
+      if (rank != 0) return absl::OkStatus();
+      result.latest_checkpoint = path;
+      if (storage) {
+        if (absl::Status s = storage->Upload(path); !s.ok()) return Annotate(s, rank, "checkpoint upload");
+      }
+      if (absl::Status s = metrics->Append(em); !s.ok()) return Annotate(s, rank, "metrics");
+      return absl::OkStatus();
+    };
+    auto finish_async = [&]() -> absl::Status {
+      if (!writer || !writer->in_flight()) return absl::OkStatus();
+      absl::StatusOr<std::string> path = writer->Wait();
+      if (!path.ok()) return Annotate(path.status(), rank, "asynchronous checkpoint");
+      const EpochMetrics em = *in_flight_metrics;
+      in_flight_metrics.reset();
+      return after_commit(*path, em);
+    };
+
     ProgressOptions po;
     po.enabled = rank == 0;
     po.tty = IsTerminal(stdout);
@@ -440,18 +465,26 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
       st.epoch = epoch;
       st.step = num_batches;
       st.loss = m.loss;
-      absl::StatusOr<std::string> saved = SaveFineTuneCheckpoint(target, mgr.get(), st, epoch);
-      if (!saved.ok()) return Annotate(saved.status(), rank, "checkpoint");
+      const absl::Time save_t0 = absl::Now();
+      if (writer) {
+        if (absl::Status s = finish_async(); !s.ok()) return s;  // at most one save in flight
+        absl::Status s = StartAsyncFineTuneCheckpoint(target, mgr.get(), st, epoch, &staging, &*writer);
+        if (!s.ok()) return Annotate(s, rank, "checkpoint staging");
+        in_flight_metrics = m;
+      } else {
+        absl::StatusOr<std::string> saved = SaveFineTuneCheckpoint(target, mgr.get(), st, epoch);
+        if (!saved.ok()) return Annotate(saved.status(), rank, "checkpoint");
+        if (absl::Status s = after_commit(*saved, m); !s.ok()) return s;
+      }
       if (rank == 0) {
-        result.latest_checkpoint = *saved;
-        if (storage) {
-          if (absl::Status s = storage->Upload(*saved); !s.ok()) return Annotate(s, rank, "checkpoint upload");
-        }
-        if (absl::Status s = metrics->Append(m); !s.ok()) return Annotate(s, rank, "metrics");
+        printf("Checkpoint of epoch %lld: training blocked %.3fs (%s)\n", static_cast<long long>(epoch + 1),
+               absl::ToDoubleSeconds(absl::Now() - save_t0), writer ? "async: staging" : "sync");
+        fflush(stdout);
       }
       result.epochs.push_back(m);
       result.final_metrics = m;
     }
+    if (absl::Status s = finish_async(); !s.ok()) return s;  // the last save is committed
     if (absl::Status s = fsdp::AgreeOnStatus(*mesh, absl::OkStatus(), "end of training"); !s.ok()) {
       return Annotate(s, rank, "final barrier");
     }

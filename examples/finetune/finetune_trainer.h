@@ -94,6 +94,12 @@ struct FineTuneConfig {
   // weights, and the AdamW state when it holds one. "" = from model_dir.
   std::string init_from_dcp;
   absl::Duration timeout = absl::Minutes(5);
+  // Asynchronous checkpoints (async_checkpoint_writer.h): the epoch end
+  // blocks only to stage this rank's shards into host buffers (plus the HF
+  // export's gather and --dcp-export's files); a background thread writes
+  // and rank 0 commits once every rank's part is written. At most one save
+  // in flight: the next epoch end, and the end of training, wait for it.
+  bool async_checkpoint = false;
   // Test-only failure injection: rank die_rank SIGKILLs itself before step
   // die_step (0-based) of epoch die_epoch (0-based), in attempt 0 only.
   int die_rank = -1;

@@ -20,9 +20,8 @@ std::string OptimizerShardFileName(int rank, int world_size) {
   return absl::StrCat("optim-", rank, "-of-", world_size, ".safetensors");
 }
 
-absl::Status SaveShardedAdamWState(const std::shared_ptr<torch::nn::Module>& model,
-                                   torch::optim::AdamW& optimizer, int rank, int world_size,
-                                   const std::string& dir) {
+std::vector<std::pair<std::string, at::Tensor>> CollectAdamWState(const std::shared_ptr<torch::nn::Module>& model,
+                                                                  torch::optim::AdamW& optimizer) {
   auto& state = optimizer.state();
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& item : model->named_parameters(/*recurse=*/true)) {
@@ -34,8 +33,19 @@ absl::Status SaveShardedAdamWState(const std::shared_ptr<torch::nn::Module>& mod
     if (s.max_exp_avg_sq().defined()) tensors.emplace_back(item.key() + ".max_exp_avg_sq", s.max_exp_avg_sq());
     tensors.emplace_back(item.key() + ".step", at::full({1}, s.step(), at::kLong));
   }
+  return tensors;
+}
+
+absl::Status WriteAdamWState(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int rank,
+                             int world_size, const std::string& dir) {
   return io::WriteSafetensors(absl::StrCat(dir, "/", OptimizerShardFileName(rank, world_size)), tensors,
                               {{"world_size", absl::StrCat(world_size)}, {"rank", absl::StrCat(rank)}});
+}
+
+absl::Status SaveShardedAdamWState(const std::shared_ptr<torch::nn::Module>& model,
+                                   torch::optim::AdamW& optimizer, int rank, int world_size,
+                                   const std::string& dir) {
+  return WriteAdamWState(CollectAdamWState(model, optimizer), rank, world_size, dir);
 }
 
 absl::Status LoadShardedAdamWState(const std::shared_ptr<torch::nn::Module>& model,

@@ -25,6 +25,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/optim/adamw.h>
@@ -35,6 +37,15 @@ namespace tpudist::fsdp {
 
 // "optim-<rank>-of-<world>.safetensors". Pure.
 std::string OptimizerShardFileName(int rank, int world_size);
+
+// SaveShardedAdamWState in two halves, for asynchronous saves: the
+// optimizer's state as (key, tensor) views of the live state (the step
+// counts as fresh [1] int64 tensors), and the write of such a list (a copy
+// of it) as this rank's file. No communication.
+std::vector<std::pair<std::string, at::Tensor>> CollectAdamWState(const std::shared_ptr<torch::nn::Module>& model,
+                                                                  torch::optim::AdamW& optimizer);
+absl::Status WriteAdamWState(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int rank,
+                             int world_size, const std::string& dir);
 
 absl::Status SaveShardedAdamWState(const std::shared_ptr<torch::nn::Module>& model,
                                    torch::optim::AdamW& optimizer, int rank, int world_size,

@@ -26,8 +26,8 @@ std::string ShardPath(const std::string& dir, int64_t rank, int64_t world) {
 
 using internal::LocalTensor;
 
-absl::Status WriteShards(const std::shared_ptr<torch::nn::Module>& model, const DeviceMesh& mesh,
-                         const std::string& dir, const StateDictOptions& options) {
+absl::StatusOr<ShardedCheckpointParts> CollectParts(const std::shared_ptr<torch::nn::Module>& model,
+                                                    const DeviceMesh& mesh, const StateDictOptions& options) {
   const int64_t rank = MeshFlatRank(mesh), world = mesh.size();
   absl::StatusOr<std::vector<LocalTensor>> local =
       internal::CollectLocalTensors(model, rank, options, "SaveShardedCheckpoint");
@@ -39,16 +39,38 @@ absl::Status WriteShards(const std::shared_ptr<torch::nn::Module>& model, const 
   absl::StatusOr<ShardedCheckpointMetadata> meta = internal::MergeBlocks(*all, rank, *local, "SaveShardedCheckpoint");
   if (!meta.ok()) return meta.status();
   meta->world_size = world;
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  ShardedCheckpointParts parts;
+  parts.rank = rank;
+  parts.world_size = world;
   for (const LocalTensor& t : *local) {
-    if (t.data.defined()) tensors.emplace_back(t.name, t.data);
+    if (t.data.defined()) parts.tensors.emplace_back(t.name, t.data);
   }
-  absl::Status s = io::WriteSafetensors(ShardPath(dir, rank, world), tensors);
-  if (!s.ok() || rank != 0) return s;
-  return io::WriteFileAtomically(dir + "/metadata.json", ShardedCheckpointMetadataToJson(*meta).dump(1));
+  if (rank == 0) parts.metadata_json = ShardedCheckpointMetadataToJson(*meta).dump(1);
+  return parts;
+}
+
+absl::Status WriteShards(const std::shared_ptr<torch::nn::Module>& model, const DeviceMesh& mesh,
+                         const std::string& dir, const StateDictOptions& options) {
+  absl::StatusOr<ShardedCheckpointParts> parts = CollectParts(model, mesh, options);
+  if (!parts.ok()) return parts.status();
+  return WriteShardedParts(*parts, dir);
 }
 
 }  // namespace
+
+absl::StatusOr<ShardedCheckpointParts> CollectShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& model,
+                                                               const DeviceMesh& mesh,
+                                                               const StateDictOptions& options) {
+  absl::StatusOr<ShardedCheckpointParts> parts = CollectParts(model, mesh, options);
+  if (absl::Status s = AgreeOnStatus(mesh, parts.status(), "CollectShardedCheckpoint"); !s.ok()) return s;
+  return parts;
+}
+
+absl::Status WriteShardedParts(const ShardedCheckpointParts& parts, const std::string& dir) {
+  absl::Status s = io::WriteSafetensors(ShardPath(dir, parts.rank, parts.world_size), parts.tensors);
+  if (!s.ok() || parts.rank != 0) return s;
+  return io::WriteFileAtomically(dir + "/metadata.json", parts.metadata_json);
+}
 
 absl::Status SaveShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& model,
                                    const DeviceMesh& mesh, const std::string& dir,

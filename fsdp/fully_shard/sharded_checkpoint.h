@@ -33,10 +33,13 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <torch/nn/module.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "fsdp/device_mesh.h"
 #include "fsdp/fully_shard/state_dict.h"
 
@@ -49,6 +52,23 @@ namespace tpudist::fsdp {
 absl::Status SaveShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& model,
                                    const DeviceMesh& mesh, const std::string& dir,
                                    const StateDictOptions& options = {});
+
+// SaveShardedCheckpoint in two halves, for asynchronous saves: Collect is
+// the collective half (gathers the block descriptions; every rank agrees on
+// its status) and returns this rank's tensors as views of the live
+// parameters plus, on rank 0, metadata.json's text; WriteShardedParts writes
+// them with no communication (so from a background thread, once the caller
+// has copied the views). Same files as SaveShardedCheckpoint.
+struct ShardedCheckpointParts {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  std::vector<std::pair<std::string, at::Tensor>> tensors;  // FQN -> this rank's block
+  std::string metadata_json;                                // rank 0 only, else ""
+};
+absl::StatusOr<ShardedCheckpointParts> CollectShardedCheckpoint(const std::shared_ptr<torch::nn::Module>& model,
+                                                               const DeviceMesh& mesh,
+                                                               const StateDictOptions& options = {});
+absl::Status WriteShardedParts(const ShardedCheckpointParts& parts, const std::string& dir);
 
 // NotFound / DataLoss name the file (DataLoss also the tensor, for a
 // corrupt or inconsistent block description); InvalidArgument names a
