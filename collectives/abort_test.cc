@@ -1,15 +1,17 @@
 // Aborting groups from outside the op (the job failed elsewhere):
-// ProcessGroupTpuDist::Abort / AbortAllGroups from another thread fail the op
-// in flight within milliseconds instead of at its timeout, on one host (shm)
-// and across two emulated hosts (shm + TCP), and poison the group.
+// ProcessGroupTpuDist::Abort from another thread (what distributed::Job's
+// error callback does for each group of the job) fails the op in flight
+// within milliseconds instead of at its timeout, on one host (shm) and across
+// two emulated hosts (shm + TCP), and poisons the group.
 #include <ATen/ATen.h>
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
-#include "collectives/group_registry.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "collectives/test_util.h"
 #include "gmock/gmock.h"
@@ -30,20 +32,28 @@ using testing::UniqueJob;
 using Clock = std::chrono::steady_clock;
 
 // Rank `hung` never joins the allreduce; after 300 ms another thread aborts
-// every group of the process, as the coordination client's error callback
-// does. The op timeout is 60 s: only the abort can end the wait.
+// every group the test made, as the coordination client's error callback
+// does for the job's groups. The op timeout is 60 s: only the abort can end
+// the wait.
 void ExpectAbortEndsTheWait(int world, const std::vector<std::string>& host_of_rank,
                             const std::string& job) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   constexpr int kHung = 1;
   std::atomic<int> constructed{0};
   std::atomic<bool> aborted{false};
+  std::mutex mu;
+  std::vector<c10::intrusive_ptr<ProcessGroupTpuDist>> groups;  // guarded by mu
   std::thread aborter([&] {
     while (constructed.load() < world) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    EXPECT_GE(AbortAllGroups(absl::UnavailableError(
-                  "job failed: task 1 missed its heartbeat deadline")),
-              world);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_EQ(static_cast<int>(groups.size()), world);
+      const absl::Status cause =
+          absl::UnavailableError("job failed: task 1 missed its heartbeat deadline");
+      for (const auto& group : groups) group->Abort(cause);
+      groups.clear();
+    }
     aborted.store(true);
   });
   RunThreads(world, [&](int rank) {
@@ -54,6 +64,10 @@ void ExpectAbortEndsTheWait(int world, const std::vector<std::string>& host_of_r
       o.bind_address = "127.0.0.1";
     }
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world, o);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      groups.push_back(pg);
+    }
     constructed.fetch_add(1);
     std::vector<at::Tensor> t = {at::ones({1 << 16}, at::kFloat)};  // [65536]
     if (rank == kHung) {
@@ -85,15 +99,15 @@ void ExpectAbortEndsTheWait(int world, const std::vector<std::string>& host_of_r
   EXPECT_THAT(ShmEntries("tpud_" + job), IsEmpty());
 }
 
-TEST(AbortTest, AbortAllGroupsEndsAnOpWaitingOnAHungRankOneHost) {
+TEST(AbortTest, AbortEndsAnOpWaitingOnAHungRankOneHost) {
   ExpectAbortEndsTheWait(3, {}, UniqueJob("ab1"));
 }
 
-TEST(AbortTest, AbortAllGroupsEndsAnOpWaitingOnAHungRankTwoHosts) {
+TEST(AbortTest, AbortEndsAnOpWaitingOnAHungRankTwoHosts) {
   ExpectAbortEndsTheWait(4, {"hA", "hA", "hB", "hB"}, UniqueJob("ab2"));
 }
 
-TEST(AbortTest, C10dAbortPoisonsTheGroupAndGroupsLeaveTheRegistry) {
+TEST(AbortTest, C10dAbortPoisonsTheGroup) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("ab3");
   RunThreads(2, [&](int rank) {
@@ -103,8 +117,6 @@ TEST(AbortTest, C10dAbortPoisonsTheGroupAndGroupsLeaveTheRegistry) {
     std::vector<at::Tensor> t = {at::ones({4}, at::kFloat)};  // [4]
     EXPECT_THAT(ErrorOf(pg->allreduce(t)), HasSubstr("abort() called"));
   });
-  // Both groups are gone: nothing left to abort.
-  EXPECT_EQ(AbortAllGroups(absl::AbortedError("late")), 0);
 }
 
 }  // namespace

@@ -12,7 +12,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collectives/exception_message.h"
-#include "collectives/group_registry.h"
 #include "collectives/hierarchical_backend.h"
 #include "collectives/shm/algorithms.h"
 #include "collectives/tensor_bridge.h"
@@ -113,7 +112,6 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
   }
   p2p_worker_ = std::make_unique<OpWorker>("tpud-p2p");
   worker_ = std::make_unique<OpWorker>("tpud-op");
-  RegisterGroup(this);
 }
 
 bool ProcessGroupTpuDist::StopThreads() {
@@ -152,7 +150,6 @@ bool ProcessGroupTpuDist::StopThreads() {
 }
 
 ProcessGroupTpuDist::~ProcessGroupTpuDist() {
-  UnregisterGroup(this);
   worker_.reset();
   // Recvs still pending fail now instead of waiting out their timeout.
   const absl::Status destroyed = absl::CancelledError(absl::StrCat(

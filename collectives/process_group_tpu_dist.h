@@ -206,8 +206,8 @@ class ProcessGroupTpuDist : public c10d::Backend {
 
   // Thread-safe, from any thread: fails the op in flight promptly (within
   // milliseconds) and every later op with `cause` (prefixed with the op and
-  // rank). REQUIRES: !cause.ok(). See group_registry.h for aborting every
-  // group of the process when the job fails elsewhere.
+  // rank). REQUIRES: !cause.ok(). distributed::Job aborts every group of
+  // the job this way when the job fails elsewhere.
   void Abort(const absl::Status& cause);
   // c10d's ProcessGroup::abort(): Abort(Aborted("abort() called")).
   void abort() override;
@@ -218,8 +218,8 @@ class ProcessGroupTpuDist : public c10d::Backend {
   // calling thread (send/recv fail: cancelled). Returns whether both threads
   // left (on one of them, e.g. in a future callback, it only asks them to
   // and returns false). Idempotent; thread-safe. Called by c10d's shutdown()
-  // (torch.distributed.destroy_process_group) and, for every live group, by
-  // ShutdownAllGroups() (python/tpu_dist's interpreter-exit hook): a thread
+  // (torch.distributed.destroy_process_group) and, for every live group the
+  // Python binding made, by its interpreter-exit hook: a thread
   // still running when the interpreter finalizes dies in pthread_exit as it
   // takes the GIL to free a tensor, and the process with SIGABRT.
   bool StopThreads();

@@ -32,11 +32,8 @@
 // (ProcessGroupTpuDist::Abort), so a collective waiting on a dead peer fails
 // at once instead of after its timeout. Shutdown() drops the job's
 // references to them, then leaves the coordination service.
-// The abort duty is the job's alone in every C++ entry point; what is left of
-// collectives/group_registry (each ProcessGroupTpuDist still registers itself
-// there, for Python's interpreter-exit hook and abort_test) goes away once
-// process_group_tpu_dist.cc stops registering and the Python binding keeps
-// its groups in a Job: the error callback below is already the only abort.
+// The abort duty is the job's alone: there is no process-global list of
+// groups (the Python binding keeps its own, for its interpreter-exit hook).
 //
 // Without coordination: options.group.store set (forked benchmark ranks, test
 // harnesses) makes the job use that store and start no coordination runtime:

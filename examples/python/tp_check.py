@@ -43,11 +43,11 @@ class FeedForward(nn.Module):
         return x + self.w2(nn.functional.silu(self.w1(x)))
 
 
-def _host_address(info: dict) -> str:
+def _host_address(info: tpu_dist.RankInfo) -> str:
     """This (possibly emulated) host's address: its TPU_WORKER_HOSTNAMES entry,
     as Ray's get_node_ip_address would give on a real slice; else the
     machine's."""
-    hosts, index = info["hostnames"], info["host_index"]
+    hosts, index = info.hostnames, info.host_index
     if 0 <= index < len(hosts):
         return hosts[index]
     return socket.gethostbyname(socket.gethostname())
@@ -77,7 +77,7 @@ def main() -> int:
 
     t = torch.full((4,), float(rank + 1), device=device)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    row = {"rank": rank, "worker_id": info["host_index"], "local_rank": info["local_rank"],
+    row = {"rank": rank, "worker_id": info.host_index, "local_rank": info.local_rank,
            "ip": _host_address(info), "sum": t.tolist(),
            "diff": max_abs_diff}
     rows: list = [None] * world

@@ -7,6 +7,9 @@
 // to Gloo. Also exposes RankInfo discovery. torch must be imported first
 // (tpu_dist/__init__.py does), which registers the base types.
 //
+// RankInfo is a type of its own (read-only properties; info["rank"] too), and
+// a group made with one takes its placement from it, not from TPU_*.
+//
 // Errors: the backend's c10::Error becomes RuntimeError (torch's translator);
 // a discovery failure is a ValueError naming the variable.
 #include <pybind11/chrono.h>
@@ -17,11 +20,13 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
-#include "collectives/group_registry.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "distributed/group_config.h"
 #include "distributed/init_process_group.h"
@@ -78,40 +83,109 @@ static_assert(sizeof(GilFreeDestructorHolder<ProcessGroupTpuDist>) ==
 namespace tr = tpudist::tpu_runtime;
 namespace dist = tpudist::distributed;
 
-py::dict RankInfoDict(const tr::RankInfo& info) {
-  py::dict d;
-  d["rank"] = info.rank;
-  d["world_size"] = info.world_size;
-  d["local_rank"] = info.local_rank;
-  d["local_world_size"] = info.local_world_size;
-  d["host_index"] = info.host_index;
-  d["num_hosts"] = info.num_hosts;
-  d["master_addr"] = info.master_addr;
-  d["master_port"] = info.master_port;
-  d["hostnames"] = info.hostnames;
-  d["slicebuilder_addresses"] = info.slicebuilder_addresses;
-  d["accelerator_type"] = info.slice.accelerator_type;
-  d["chip_topology"] = info.slice.chip_topology;
-  d["devices_per_host"] = info.slice.devices_per_host;
-  d["source"] = std::string(tr::DiscoverySourceName(info.source));
-  d["restart_count"] = info.restart_count;
-  d["job_id"] = info.job_id;
-  d["summary"] = tr::ToString(info);
-  return d;
+// The names of RankInfo's Python properties, which info[name] also reads
+// (the dict that rank_info() returned before RankInfo was a type).
+constexpr const char* kRankInfoKeys[] = {
+    "rank", "world_size", "local_rank", "local_world_size", "host_index", "num_hosts",
+    "master_addr", "master_port", "hostnames", "slicebuilder_addresses", "accelerator_type",
+    "chip_topology", "devices_per_host", "source", "restart_count", "job_id", "summary"};
+
+// tpu_dist.RankInfo: tpu_runtime::RankInfo, read-only.
+void BindRankInfo(py::module_& m) {
+  using tr::RankInfo;
+  py::class_<RankInfo>(m, "RankInfo",
+                       R"(This process's place in the job (tpu_runtime/rank_info.h), as discovery
+found it (`tpu_dist.rank_info()`). Read-only; `info["rank"]` reads `info.rank`.
+Pass it to ProcessGroupTpuDist(info=...) so that the group takes its host placement
+and job id from it instead of the environment.)")
+      .def_readonly("rank", &RankInfo::rank)
+      .def_readonly("world_size", &RankInfo::world_size)
+      .def_readonly("local_rank", &RankInfo::local_rank)
+      .def_readonly("local_world_size", &RankInfo::local_world_size)
+      .def_readonly("host_index", &RankInfo::host_index)
+      .def_readonly("num_hosts", &RankInfo::num_hosts)
+      .def_readonly("master_addr", &RankInfo::master_addr)
+      .def_readonly("master_port", &RankInfo::master_port)
+      .def_readonly("hostnames", &RankInfo::hostnames)
+      .def_readonly("slicebuilder_addresses", &RankInfo::slicebuilder_addresses)
+      .def_property_readonly("accelerator_type",
+                             [](const RankInfo& i) { return i.slice.accelerator_type; })
+      .def_property_readonly("chip_topology",
+                             [](const RankInfo& i) { return i.slice.chip_topology; })
+      .def_property_readonly("devices_per_host",
+                             [](const RankInfo& i) { return i.slice.devices_per_host; })
+      .def_property_readonly(
+          "source", [](const RankInfo& i) { return std::string(tr::DiscoverySourceName(i.source)); })
+      .def_readonly("restart_count", &RankInfo::restart_count)
+      .def_readonly("job_id", &RankInfo::job_id)
+      .def_property_readonly("summary", [](const RankInfo& i) { return tr::ToString(i); })
+      .def_static("keys", [] {
+        std::vector<std::string> keys(std::begin(kRankInfoKeys), std::end(kRankInfoKeys));
+        return keys;
+      }, "The property names, in the order of the file comment of tpu_runtime/rank_info.h.")
+      .def("__getitem__",
+           [](const py::object& self, const std::string& key) -> py::object {
+             for (const char* k : kRankInfoKeys) {
+               if (key == k) return self.attr(k);
+             }
+             throw py::key_error(key);
+           })
+      .def("__eq__", [](const RankInfo& a, const RankInfo& b) { return a == b; })
+      .def("__repr__", [](const RankInfo& i) { return "RankInfo(" + tr::ToString(i) + ")"; });
 }
 
 using BackendOptions = ProcessGroupTpuDist::BackendOptions;
 
+// The groups this module made (ProcessGroupTpuDist(...) from Python), by weak
+// reference, for the interpreter-exit hook. Groups C++ made from them
+// (split_group) reach the hook through torch's group map instead
+// (tpu_dist/__init__.py). The module lives as long as the interpreter; the
+// list is never destroyed (used at exit).
+class GroupsMadeHere {
+ public:
+  void Add(const c10::intrusive_ptr<ProcessGroupTpuDist>& group) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Forget the destroyed ones, so that a loop of groups does not grow it.
+    groups_.erase(std::remove_if(groups_.begin(), groups_.end(),
+                                 [](const c10::weak_intrusive_ptr<ProcessGroupTpuDist>& g) {
+                                   return g.expired();
+                                 }),
+                  groups_.end());
+    groups_.emplace_back(group);
+  }
+  // The live ones (a reference each: none is destroyed while the caller
+  // stops it).
+  std::vector<c10::intrusive_ptr<ProcessGroupTpuDist>> Live() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<c10::intrusive_ptr<ProcessGroupTpuDist>> live;
+    for (const c10::weak_intrusive_ptr<ProcessGroupTpuDist>& g : groups_) {
+      if (c10::intrusive_ptr<ProcessGroupTpuDist> p = g.lock()) live.push_back(std::move(p));
+    }
+    return live;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<c10::weak_intrusive_ptr<ProcessGroupTpuDist>> groups_;  // guarded by mu_
+};
+
+GroupsMadeHere& MadeHere() {
+  static GroupsMadeHere* groups = new GroupsMadeHere();  // never destroyed: used at exit
+  return *groups;
+}
+
 // The options a group made now would get from this process's environment
 // (distributed/group_config.h); ValueError naming a malformed variable.
+// With `info`, host placement and the job id come from it (not TPU_*).
 ProcessGroupTpuDist::Options ResolvedOptions(const std::string& host_id, const std::string& job_id,
-                                             const std::string& bind_address) {
+                                             const std::string& bind_address,
+                                             const tr::RankInfo* info) {
   dist::GroupInitOptions o;
   o.host_id = host_id;
   o.job_id = job_id;
   o.bind_address = bind_address;
   o.store = c10::make_intrusive<c10d::HashStore>();  // never used: no TCPStore of our own
-  absl::StatusOr<dist::GroupConfig> config = dist::ResolveGroupConfigFromProcess(nullptr, o);
+  absl::StatusOr<dist::GroupConfig> config = dist::ResolveGroupConfigFromProcess(info, o);
   if (!config.ok()) throw py::value_error(std::string(config.status().message()));
   return config->tpu_dist;
 }
@@ -137,7 +211,7 @@ address, job secret, TPU_DIST_* knobs); `Backend.options` returns those a group 
 made with, with its current timeout and its group name.)");
   c.def(py::init([] {
      auto o = c10::make_intrusive<BackendOptions>();
-     o->tpu_dist = ResolvedOptions("", "", "");
+     o->tpu_dist = ResolvedOptions("", "", "", nullptr);
      o->timeout = o->tpu_dist.timeout;
      return o;
    }));
@@ -180,6 +254,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "tpu_dist c10d backend (shared memory inside a host, TCP between hosts)";
   // The base class must be registered before ours refers to it.
   py::module_::import("torch.distributed");
+  BindRankInfo(m);
 
   py::class_<ProcessGroupTpuDist, c10d::Backend, GilFreeDestructorHolder<ProcessGroupTpuDist>>
       pg_class(m, "ProcessGroupTpuDist",
@@ -200,29 +275,34 @@ The environment is read by the C++ rule every C++ binary uses
 A malformed variable raises ValueError naming it.
 
 options: a ProcessGroupTpuDist.Options (torch's pg_options) whose knobs the group takes
-  instead of the environment's; timeout and group_name are still the arguments'.)");
+  instead of the environment's; timeout and group_name are still the arguments'.
+info: a RankInfo (tpu_dist.rank_info()): without options, host id ("slice_host_<host_index>"),
+  job id and this host's name come from it, not from TPU_* variables (TPU_DIST_* still win).)");
   BindBackendOptions(pg_class);
   pg_class
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, const std::string& group_name,
                        const std::string& host_id, const std::string& job_id,
                        const std::string& bind_address,
-                       const std::optional<c10::intrusive_ptr<BackendOptions>>& options) {
+                       const std::optional<c10::intrusive_ptr<BackendOptions>>& options,
+                       const std::optional<tr::RankInfo>& info) {
              ProcessGroupTpuDist::Options resolved;
              if (options.has_value() && *options) {
                resolved = (*options)->tpu_dist;  // the caller's knobs (pg_options)
              } else {
-               resolved = ResolvedOptions(host_id, job_id, bind_address);
+               resolved = ResolvedOptions(host_id, job_id, bind_address,
+                                          info.has_value() ? &*info : nullptr);
              }
              resolved.timeout = timeout;
              resolved.group_name = group_name;
-             return GilFreeDestructorHolder<ProcessGroupTpuDist>(
-                 c10::make_intrusive<ProcessGroupTpuDist>(store, rank, size, resolved));
+             auto group = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, size, resolved);
+             MadeHere().Add(group);
+             return GilFreeDestructorHolder<ProcessGroupTpuDist>(std::move(group));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("group_name") = "default", py::arg("host_id") = "",
            py::arg("job_id") = "", py::arg("bind_address") = "",
-           py::arg("options") = py::none(),
+           py::arg("options") = py::none(), py::arg("info") = py::none(),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("num_hosts",
                              [](const ProcessGroupTpuDist& pg) {
@@ -232,19 +312,39 @@ options: a ProcessGroupTpuDist.Options (torch's pg_options) whose knobs the grou
            "OK, or the error that poisoned the group.");
 
   m.def(
-      "_stop_all_group_threads", [] { return tpudist::collectives::StopAllGroupThreads(); },
-      py::call_guard<py::gil_scoped_release>(),
-      "Stops the op threads of every live group (ProcessGroupTpuDist::StopThreads) and "
-      "returns how many groups' threads did not stop. tpu_dist's atexit hook: a thread "
-      "that frees a tensor takes the GIL, and one that does so while the interpreter "
-      "finalizes is ended by pthread_exit, which aborts the process (SIGABRT).");
+      "_stop_all_group_threads",
+      [](const py::list& also) {
+        // With the GIL: the groups, one reference each, without duplicates.
+        std::vector<c10::intrusive_ptr<ProcessGroupTpuDist>> groups = MadeHere().Live();
+        for (const py::handle& h : also) {
+          auto* p = py::cast<ProcessGroupTpuDist*>(h);
+          if (p == nullptr) continue;
+          if (std::none_of(groups.begin(), groups.end(),
+                           [p](const auto& g) { return g.get() == p; })) {
+            groups.push_back(c10::intrusive_ptr<ProcessGroupTpuDist>::reclaim_copy(p));
+          }
+        }
+        py::gil_scoped_release release;  // the references dropped here too
+        int not_stopped = 0;
+        for (const c10::intrusive_ptr<ProcessGroupTpuDist>& group : groups) {
+          if (!group->StopThreads()) ++not_stopped;
+        }
+        groups.clear();
+        return not_stopped;
+      },
+      py::arg("also") = py::list(),
+      "Stops the op threads of every live group this module made, and of the groups in "
+      "`also` (ProcessGroupTpuDist::StopThreads), and returns how many groups' threads "
+      "did not stop. tpu_dist's atexit hook: a thread that frees a tensor takes the GIL, "
+      "and one that does so while the interpreter finalizes is ended by pthread_exit, "
+      "which aborts the process (SIGABRT).");
 
   m.def(
       "rank_info",
       []() {
         absl::StatusOr<tr::RankInfo> info = tr::DiscoverRankInfo(tr::EnvMapFromProcess());
         if (!info.ok()) throw py::value_error(std::string(info.status().message()));
-        return RankInfoDict(*info);
+        return *std::move(info);
       },
       "This process's place in the job, discovered from the environment (KubeRay TPU "
       "webhook, TorchTPU, torchrun/Ray Train, MPI, SLURM); see docs/runtime.md.");

@@ -6,7 +6,8 @@
 
 The backend is the project's C++ ProcessGroupTpuDist (a c10d Backend): shared
 memory between the ranks of one host, TCP between hosts. Host placement comes
-from the same discovery as in C++ (`rank_info()`). On a TPU host whose
+from the same discovery as in C++ (`rank_info()`, a `RankInfo` that each group
+is given whole). On a TPU host whose
 launcher sets only the KubeRay webhook / TorchTPU variables (no RANK /
 WORLD_SIZE), importing this package fills in the torchrun variables from them
 so that env:// works unchanged (see `tpu_dist.env`).
@@ -32,9 +33,9 @@ except ImportError as e:  # pragma: no cover - exercised by hand
     ) from e
 
 from tpu_dist.backend import BACKEND_NAME, create_backend
-from tpu_dist.env import fill_torchrun_env_from_tpu, rank_info
+from tpu_dist.env import RankInfo, fill_torchrun_env_from_tpu, rank_info
 
-__all__ = ["BACKEND_NAME", "ProcessGroupTpuDist", "rank_info", "create_backend"]
+__all__ = ["BACKEND_NAME", "ProcessGroupTpuDist", "RankInfo", "rank_info", "create_backend"]
 
 ProcessGroupTpuDist = _C.ProcessGroupTpuDist
 
@@ -47,6 +48,22 @@ def _register() -> None:
     )
 
 
+def _tpu_dist_backends_of_torch_groups() -> list:
+    backends = []
+    try:
+        groups = list(dist.distributed_c10d._world.pg_map.keys())
+    except AttributeError:  # a torch without the map: _C's own list only
+        return backends
+    for pg in groups:
+        try:
+            backend = pg._get_backend(torch.device("cpu"))
+        except (RuntimeError, AttributeError):
+            continue
+        if isinstance(backend, _C.ProcessGroupTpuDist):
+            backends.append(backend)
+    return backends
+
+
 def _stop_group_threads_at_exit() -> None:
     """atexit: stops every live group's op threads while the interpreter is
     still whole. A rank that exits without destroy_process_group (say after a
@@ -55,8 +72,10 @@ def _stop_group_threads_at_exit() -> None:
     pthread_exit during finalization, and the unwinding aborts the process
     (SIGABRT, "terminate called without an active exception") instead of
     exiting with the rank's own code. Ops still queued run first (each
-    bounded by the group timeout); pending recvs are cancelled."""
-    not_stopped = _C._stop_all_group_threads()
+    bounded by the group timeout); pending recvs are cancelled. The groups:
+    those _C made, and those torch's group map holds (split_group's, made in
+    C++ from ours)."""
+    not_stopped = _C._stop_all_group_threads(_tpu_dist_backends_of_torch_groups())
     if not_stopped:
         print(f"tpu_dist: at exit, the threads of {not_stopped} process group(s) did not stop "
               "within the group timeout; the process may abort", file=sys.stderr, flush=True)

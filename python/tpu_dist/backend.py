@@ -10,6 +10,7 @@ import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
 from tpu_dist import _C
+from tpu_dist.env import rank_info_or_none
 
 BACKEND_NAME = "tpu_dist"
 
@@ -48,9 +49,11 @@ def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGr
     gives the group its knobs (the timeout and group name are still
     dist_backend_opts'), anything else but None is a TypeError. A group
     created without a timeout of its own gets the default group's (see
-    _group_timeout). Without pg_options, host id, job id, bind address and job
-    secret come from the environment by the C++ rule
-    (distributed/group_config.h), as for every C++ binary.
+    _group_timeout). Without pg_options, host id, job id and this host's name
+    come from this process's RankInfo (`tpu_dist.rank_info()`, passed whole),
+    and bind address, job secret and the TPU_DIST_* knobs from the
+    environment, by the C++ rule (distributed/group_config.h), as for every
+    C++ binary.
     """
     if backend_options is not None and not isinstance(backend_options,
                                                       _C.ProcessGroupTpuDist.Options):
@@ -61,6 +64,8 @@ def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGr
         timeout = datetime.timedelta(seconds=float(timeout))
     timeout = _group_timeout(timeout)
     group_id = str(dist_backend_opts.group_id) or "default"
+    # This process's RankInfo, discovered once here: the group takes its host
+    # placement and job id from it and reads no TPU_* variable again.
     return _C.ProcessGroupTpuDist(
         dist_backend_opts.store,
         dist_backend_opts.group_rank,
@@ -68,4 +73,5 @@ def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGr
         timeout,
         group_name=f"py_{group_id}",
         options=backend_options,
+        info=rank_info_or_none(),
     )

@@ -312,3 +312,26 @@ def test_dropping_a_group_under_the_gil_does_not_deadlock_with_its_worker() -> N
     except subprocess.TimeoutExpired:
         pytest.fail("dropping the group hung (destructor joined its worker under the GIL)")
     assert p.returncode == 0 and "destroyed" in p.stdout, p.stdout + p.stderr
+
+
+def _rank_info_reaches_the_group(rank: int, world: int) -> dict:
+    import tpu_dist
+
+    info = tpu_dist.rank_info()
+    dist.init_process_group("tpu_dist", timeout=TIMEOUT)
+    opts = dist.group.WORLD._get_backend(torch.device("cpu")).options
+    out = {"type": type(info).__name__, "is_dict": isinstance(info, dict),
+           "info": (info.rank, info.world_size, info["rank"], info.source, info.job_id),
+           "group_job_id": opts.job_id}
+    dist.destroy_process_group()
+    return out
+
+
+def test_rank_info_is_a_type_and_the_group_takes_its_job_id() -> None:
+    # torchrun's run id names the job (RankInfo.job_id); before RankInfo
+    # travelled to the group, a Python-made group left the job id empty.
+    env = {"TORCHELASTIC_RUN_ID": "run35"}
+    for rank, r in enumerate(run_ranks(_rank_info_reaches_the_group, 2, env=env)):
+        assert r["type"] == "RankInfo" and not r["is_dict"], r
+        assert r["info"] == (rank, 2, rank, "torchrun", "run35"), r
+        assert r["group_job_id"] == "run35", r
