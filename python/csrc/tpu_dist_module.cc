@@ -205,16 +205,25 @@ void TpuDistKnob(Class& c, const char* name, T ProcessGroupTpuDist::Options::*fi
 void BindBackendOptions(py::handle scope) {
   py::class_<BackendOptions, c10d::Backend::Options, c10::intrusive_ptr<BackendOptions>> c(
       scope, "Options",
-      R"(The tpu_dist group's options (docs/collectives.md, Options). Options() starts
-from what a group made now would get from the environment (host id, job id, bind
-address, job secret, TPU_DIST_* knobs); `Backend.options` returns those a group was
+      R"(The tpu_dist group's options (docs/collectives.md, Options). Options(info=None) starts
+from what a group made now would get from `info` (default: this process's RankInfo when
+discovery finds one) and the environment (host id, job id, bind address, job secret,
+TPU_DIST_* knobs); `Backend.options` returns those a group was
 made with, with its current timeout and its group name.)");
-  c.def(py::init([] {
-     auto o = c10::make_intrusive<BackendOptions>();
-     o->tpu_dist = ResolvedOptions("", "", "", nullptr);
-     o->timeout = o->tpu_dist.timeout;
-     return o;
-   }));
+  c.def(py::init([](const std::optional<tr::RankInfo>& info) {
+          auto o = c10::make_intrusive<BackendOptions>();
+          if (info.has_value()) {
+            o->tpu_dist = ResolvedOptions("", "", "", &*info);
+          } else {
+            // What create_backend does: this process's RankInfo when discovery
+            // finds one, else the environment's rule without it.
+            absl::StatusOr<tr::RankInfo> found = tr::DiscoverRankInfo(tr::EnvMapFromProcess());
+            o->tpu_dist = ResolvedOptions("", "", "", found.ok() ? &*found : nullptr);
+          }
+          o->timeout = o->tpu_dist.timeout;
+          return o;
+        }),
+        py::arg("info") = py::none());
   TpuDistKnob(c, "host_id", &ProcessGroupTpuDist::Options::host_id,
               "ranks with equal host ids share memory; \"\" = this machine");
   TpuDistKnob(c, "job_id", &ProcessGroupTpuDist::Options::job_id, "part of shm segment names");

@@ -322,7 +322,10 @@ def _rank_info_reaches_the_group(rank: int, world: int) -> dict:
     opts = dist.group.WORLD._get_backend(torch.device("cpu")).options
     out = {"type": type(info).__name__, "is_dict": isinstance(info, dict),
            "info": (info.rank, info.world_size, info["rank"], info.source, info.job_id),
-           "group_job_id": opts.job_id}
+           "group_job_id": opts.job_id,
+           # pg_options start from the same RankInfo.
+           "options_job_ids": (tpu_dist.ProcessGroupTpuDist.Options().job_id,
+                               tpu_dist.ProcessGroupTpuDist.Options(info=info).job_id)}
     dist.destroy_process_group()
     return out
 
@@ -335,3 +338,4 @@ def test_rank_info_is_a_type_and_the_group_takes_its_job_id() -> None:
         assert r["type"] == "RankInfo" and not r["is_dict"], r
         assert r["info"] == (rank, 2, rank, "torchrun", "run35"), r
         assert r["group_job_id"] == "run35", r
+        assert r["options_job_ids"] == ("run35", "run35"), r
