@@ -24,6 +24,7 @@ AsyncCheckpointWriter::AsyncCheckpointWriter(AsyncCheckpointWriterOptions option
     : options_(std::move(options)), result_(std::string()) {}
 
 AsyncCheckpointWriter::~AsyncCheckpointWriter() {
+  cancelled_ = true;
   if (thread_) thread_->join();
 }
 
@@ -55,6 +56,9 @@ absl::StatusOr<std::string> AsyncCheckpointWriter::WaitForKey(const std::string&
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat("async checkpoint: rank ", options_.rank, ": store lookup of ",
                                                  key, ": ", collectives::ExceptionMessage(e)));
+    }
+    if (cancelled_) {
+      return absl::CancelledError(absl::StrCat("async checkpoint: rank ", options_.rank, ": cancelled waiting for ", key));
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("async checkpoint: rank ", options_.rank, ": no ", key,
@@ -98,6 +102,7 @@ absl::StatusOr<std::string> AsyncCheckpointWriter::Run(
       all = absl::AbortedError(absl::StrCat("async checkpoint ", sequence, ": rank ", r, "'s part failed: ", *v));
     }
   }
+  if (all.ok() && cancelled_) all = absl::CancelledError("async checkpoint: rank 0: cancelled before the commit");
   absl::StatusOr<std::string> path = all.ok() ? commit() : absl::StatusOr<std::string>(all);
   try {
     options_.store->set(committed_key,

@@ -31,6 +31,7 @@
 #define EXAMPLES_FINETUNE_ASYNC_CHECKPOINT_WRITER_H_
 
 #include <cstdint>
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
@@ -55,7 +56,9 @@ struct AsyncCheckpointWriterOptions {
 class AsyncCheckpointWriter {
  public:
   explicit AsyncCheckpointWriter(AsyncCheckpointWriterOptions options);
-  // Joins a save still in flight (its outcome is lost: call Wait()).
+  // Cancels a save still in flight (its store waits end at once with
+  // Cancelled; a write already running finishes) and joins it; nothing is
+  // committed after that. Call Wait() for the outcome instead.
   ~AsyncCheckpointWriter();
   AsyncCheckpointWriter(const AsyncCheckpointWriter&) = delete;
   AsyncCheckpointWriter& operator=(const AsyncCheckpointWriter&) = delete;
@@ -81,6 +84,7 @@ class AsyncCheckpointWriter {
   absl::StatusOr<std::string> WaitForKey(const std::string& key, absl::Time deadline);
 
   AsyncCheckpointWriterOptions options_;
+  std::atomic<bool> cancelled_{false};
   std::optional<std::thread> thread_;
   absl::StatusOr<std::string> result_;  // written by thread_, read after join
 };
