@@ -15,11 +15,12 @@ OpWorker::OpWorker(const std::string& name)
       thread_([s = state_, n = name.substr(0, 15)] {
         pthread_setname_np(pthread_self(), n.c_str());
         Loop(s);
-      }) {}
+      }),
+      worker_id_(thread_.get_id()) {}
 
 OpWorker::~OpWorker() {
   // After Stop() the thread has left (or is leaving); join it all the same.
-  const bool on_worker = std::this_thread::get_id() == thread_.get_id();
+  const bool on_worker = std::this_thread::get_id() == worker_id_;
   std::deque<std::pair<std::function<void()>, std::function<void()>>> dropped;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
@@ -28,6 +29,8 @@ OpWorker::~OpWorker() {
   }
   state_->cv.notify_all();
   dropped.clear();  // outside the lock: closures may release more objects
+  std::lock_guard<std::mutex> join(join_mu_);
+  if (!thread_.joinable()) return;  // Stop() joined it
   if (on_worker) {
     // Joining ourselves would throw EDEADLK; the thread owns `state_` too and
     // returns once the current op unwinds.
@@ -78,6 +81,14 @@ bool OpWorker::Stop(absl::Time deadline) {
       if (left <= absl::ZeroDuration()) return false;
       state_->cv.wait_for(lock, absl::ToChronoNanoseconds(std::min(left, absl::Seconds(1))));
     }
+  }
+  {
+    // The loop has returned (it sets `exited` on its way out): joining waits
+    // only for the thread's own exit, so that a caller that checks for our
+    // threads right after (destroy_process_group, then /proc/self/task)
+    // never sees one that is still leaving.
+    std::lock_guard<std::mutex> join(join_mu_);
+    if (thread_.joinable()) thread_.join();
   }
   // The worker has left: no more completions come from it (ops enqueued
   // from now on run on their callers, and so do their completions once the

@@ -82,7 +82,8 @@ class OpWorker {
   // Asks the thread to run the ops queued so far and leave, then waits until
   // it has (every queued op run and its closures released), and then the
   // callback threads likewise, or until `deadline` passes; returns whether
-  // all have. Ops enqueued meanwhile still run on the thread; once it has
+  // all have (a true return means the worker thread has been joined: it no
+  // longer exists, e.g. in /proc/self/task). Ops enqueued meanwhile still run on the thread; once it has
   // left, Enqueue() runs them on the calling thread, in call order.
   // Idempotent. Thread-safe; on the worker thread or a callback thread it
   // only asks, and returns false.
@@ -90,7 +91,7 @@ class OpWorker {
   // Whether the caller is the worker thread or one of its callback threads
   // (neither can wait for them).
   bool OnWorkerThread() const {
-    return std::this_thread::get_id() == thread_.get_id() || callbacks_.OnCallbackThread();
+    return std::this_thread::get_id() == worker_id_ || callbacks_.OnCallbackThread();
   }
   // Ops (queued or inline) finished so far: a caller of Stop() that wants to
   // tell a slow queue from a stuck op compares two readings.
@@ -116,7 +117,11 @@ class OpWorker {
   // the completions of the ops it drained still find it.
   CallbackThreads callbacks_;
   std::shared_ptr<State> state_;
-  std::thread thread_;
+  std::thread thread_;  // joined (or detached) once, under join_mu_
+  // The worker thread's id, kept apart from `thread_` so OnWorkerThread()
+  // never reads a std::thread that Stop() or the destructor is joining.
+  const std::thread::id worker_id_;
+  std::mutex join_mu_;
 };
 
 }  // namespace tpudist::collectives

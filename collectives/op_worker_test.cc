@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -175,6 +177,37 @@ TEST(OpWorkerTest, StopWaitsNoLongerThanItsDeadline) {
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
   release = true;
   EXPECT_TRUE(w.Stop(absl::Now() + absl::Seconds(10)));
+}
+
+// The names of this process's threads (/proc/self/task/*/comm).
+std::vector<std::string> ThreadNames() {
+  std::vector<std::string> names;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name)) names.push_back(name);
+  }
+  return names;
+}
+
+// Slows the exit of the thread that made it: a thread still leaving after
+// its loop returned (thread-local destructors run last).
+struct SlowThreadExit {
+  ~SlowThreadExit() { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }
+};
+
+// Stop() returning true means the thread is gone: destroy_process_group and
+// then a look at /proc/self/task (test_future_callbacks.py,
+// test_group_lifecycle.py) saw "tpud-p2p" still leaving, 2 runs in 12.
+TEST(OpWorkerTest, StopReturnsOnlyOnceTheThreadHasExited) {
+  OpWorker w("tpud-stop-exit");
+  w.Enqueue([] {
+    static thread_local SlowThreadExit slow;
+    (void)&slow;
+  });
+  ASSERT_TRUE(w.Stop(absl::Now() + absl::Seconds(10)));
+  const std::vector<std::string> names = ThreadNames();
+  EXPECT_EQ(std::count(names.begin(), names.end(), "tpud-stop-exit"), 0);
 }
 
 TEST(OpWorkerTest, GroupStopThreadsEndsWithItsOpInFlight) {

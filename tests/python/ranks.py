@@ -23,6 +23,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+
+def thread_names(prefix: str = "") -> list[str]:
+    """Names (comm) of this process's threads that start with `prefix`."""
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass  # the thread left meanwhile
+    return [n for n in names if n.startswith(prefix)]
+
 def _entry(fn: Callable[..., Any], rank: int, world: int, port: int,
            env: dict[str, str], torchrun_env: bool, results: Any,
            args: tuple[Any, ...]) -> None:

@@ -25,13 +25,12 @@ Every run has a deadline (ranks.run_ranks kills ranks still running).
 from __future__ import annotations
 
 import datetime
-import os
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from ranks import run_ranks
+from ranks import run_ranks, thread_names
 
 TIMEOUT = datetime.timedelta(seconds=30)
 MIB_FLOATS = (1 << 20) // 4
@@ -43,17 +42,6 @@ def _init() -> dist.ProcessGroup:
 
     dist.init_process_group("tpu_dist", timeout=TIMEOUT)
     return dist.new_group(backend="gloo", timeout=TIMEOUT)
-
-
-def _op_threads() -> list[str]:
-    names = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                names.append(f.read().strip())
-        except OSError:
-            pass  # the thread left meanwhile
-    return names
 
 
 def _nested(group: dist.ProcessGroup, n: int, variant: str) -> list[torch.Tensor]:
@@ -93,7 +81,7 @@ def _nested_rank(rank: int, world: int, n: int, variant: str) -> bool:
     same = all(torch.equal(a, b) for a, b in zip(got, want))
     dist.destroy_process_group()
     # destroy_process_group stops the callback threads with the op thread.
-    left = [t for t in _op_threads() if t.startswith("tpud-")]
+    left = thread_names("tpud-")
     return (same and torch.equal(after, torch.full((3,), float(sum(range(world)))))
             and not left)
 
@@ -180,7 +168,7 @@ def _raising(rank: int, world: int) -> dict[str, object]:
         x = torch.full((4,), float(rank))
         dist.all_reduce(x, group=group)
         out[name + " next op"] = torch.equal(x, torch.full((4,), float(sum(range(world)))))
-    out["op thread alive"] = "tpud-op" in _op_threads()
+    out["op thread alive"] = "tpud-op" in thread_names()
     dist.destroy_process_group()
     return out
 
@@ -338,7 +326,7 @@ def _raising_hook_rank(rank: int, world: int) -> dict[str, object]:
         x = torch.ones(4)
         dist.all_reduce(x, group=group)
         out[name + " next op"] = torch.equal(x, torch.full((4,), float(world)))
-    out["op thread alive"] = "tpud-op" in _op_threads()
+    out["op thread alive"] = "tpud-op" in thread_names()
     dist.destroy_process_group()
     return out
 

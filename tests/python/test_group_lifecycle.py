@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as C10dBackend
 
-from ranks import run_ranks
+from ranks import run_ranks, thread_names
 
 TIMEOUT = datetime.timedelta(seconds=60)
 CYCLES = 100
@@ -273,17 +273,6 @@ def test_backend_options_are_the_groups() -> None:
         assert "pg_options must be a tpu_dist.ProcessGroupTpuDist.Options" in r["bad_pg_options"], r
 
 
-def _tpud_threads() -> list[str]:
-    names = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                names.append(f.read().strip())
-        except OSError:
-            pass  # the thread left meanwhile
-    return [n for n in names if n.startswith("tpud-")]
-
-
 def _exit_hook_stops(rank: int, world: int, only_own_list: bool) -> dict:
     import tpu_dist
     from tpu_dist import _C
@@ -294,7 +283,7 @@ def _exit_hook_stops(rank: int, world: int, only_own_list: bool) -> dict:
     for group in (None, sub, split):
         t = torch.ones(4)
         dist.all_reduce(t, group=group)
-    out = {"before": len(_tpud_threads())}
+    out = {"before": len(thread_names("tpud-"))}
     if only_own_list:
         out["not_stopped"] = _C._stop_all_group_threads()
     else:
@@ -302,9 +291,9 @@ def _exit_hook_stops(rank: int, world: int, only_own_list: bool) -> dict:
         out["not_stopped"] = _C._stop_all_group_threads(
             tpu_dist._tpu_dist_backends_of_torch_groups())
     deadline = time.monotonic() + 10
-    while _tpud_threads() and time.monotonic() < deadline:
+    while thread_names("tpud-") and time.monotonic() < deadline:
         time.sleep(0.05)
-    out["after"] = _tpud_threads()
+    out["after"] = thread_names("tpud-")
     dist.destroy_process_group()
     return out
 
