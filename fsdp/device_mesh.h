@@ -20,8 +20,8 @@
 // Thread-safety: a DeviceMesh is immutable after creation and cheap to copy
 // (groups are shared). The process groups follow c10d rules: every member
 // issues the same collectives in the same order.
-#ifndef FSDP_DEVICE_MESH_H_
-#define FSDP_DEVICE_MESH_H_
+#ifndef TPU_DIST_FSDP_DEVICE_MESH_H_
+#define TPU_DIST_FSDP_DEVICE_MESH_H_
 
 #include <chrono>
 #include <cstdint>
@@ -139,4 +139,4 @@ absl::StatusOr<DeviceMesh> InitDeviceMeshForSlice(absl::string_view device_type,
 
 }  // namespace tpudist::fsdp
 
-#endif  // FSDP_DEVICE_MESH_H_
+#endif  // TPU_DIST_FSDP_DEVICE_MESH_H_

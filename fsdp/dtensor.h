@@ -14,8 +14,8 @@
 // A DTensor is a cheap copyable value (tensor and mesh are shared). Functions
 // that communicate are collective over the mesh: every rank calls them in
 // the same order with the same placements.
-#ifndef FSDP_DTENSOR_H_
-#define FSDP_DTENSOR_H_
+#ifndef TPU_DIST_FSDP_DTENSOR_H_
+#define TPU_DIST_FSDP_DTENSOR_H_
 
 #include <cstdint>
 #include <optional>
@@ -97,4 +97,4 @@ absl::StatusOr<at::Tensor> FullTensor(const DTensor& x);
 
 }  // namespace tpudist::fsdp
 
-#endif  // FSDP_DTENSOR_H_
+#endif  // TPU_DIST_FSDP_DTENSOR_H_

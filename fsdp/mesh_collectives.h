@@ -10,8 +10,8 @@
 // fallback here.
 //
 // Thread-safety: as the process group: members call the same sequence.
-#ifndef FSDP_MESH_COLLECTIVES_H_
-#define FSDP_MESH_COLLECTIVES_H_
+#ifndef TPU_DIST_FSDP_MESH_COLLECTIVES_H_
+#define TPU_DIST_FSDP_MESH_COLLECTIVES_H_
 
 #include <cstdint>
 
@@ -54,4 +54,4 @@ absl::StatusOr<at::Tensor> BroadcastAlongDim(const DeviceMesh& mesh, int mesh_di
 
 }  // namespace tpudist::fsdp
 
-#endif  // FSDP_MESH_COLLECTIVES_H_
+#endif  // TPU_DIST_FSDP_MESH_COLLECTIVES_H_

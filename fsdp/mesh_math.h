@@ -13,8 +13,8 @@
 //   group along "dp" through rank 6 = {2, 6}
 //
 // All functions are pure and thread-safe.
-#ifndef FSDP_MESH_MATH_H_
-#define FSDP_MESH_MATH_H_
+#ifndef TPU_DIST_FSDP_MESH_MATH_H_
+#define TPU_DIST_FSDP_MESH_MATH_H_
 
 #include <cstdint>
 #include <string>
@@ -69,4 +69,4 @@ std::vector<std::vector<int>> GroupsAlongDim(absl::Span<const int64_t> shape,
 
 }  // namespace tpudist::fsdp
 
-#endif  // FSDP_MESH_MATH_H_
+#endif  // TPU_DIST_FSDP_MESH_MATH_H_

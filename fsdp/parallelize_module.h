@@ -26,8 +26,8 @@
 //
 // Thread-safety: parallelizing mutates the modules; do it before training,
 // from one thread per rank. Forward/backward are collective over the mesh.
-#ifndef FSDP_PARALLELIZE_MODULE_H_
-#define FSDP_PARALLELIZE_MODULE_H_
+#ifndef TPU_DIST_FSDP_PARALLELIZE_MODULE_H_
+#define TPU_DIST_FSDP_PARALLELIZE_MODULE_H_
 
 #include <map>
 #include <memory>
@@ -80,4 +80,4 @@ std::string TensorParallelStyleOf(const nn::HookableModule& module);
 
 }  // namespace tpudist::fsdp
 
-#endif  // FSDP_PARALLELIZE_MODULE_H_
+#endif  // TPU_DIST_FSDP_PARALLELIZE_MODULE_H_

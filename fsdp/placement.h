@@ -8,8 +8,8 @@
 //                logical value is the reduction (sum, avg, max, min) of them.
 //
 // Placement is a small value type: copyable, comparable, thread-safe.
-#ifndef FSDP_PLACEMENT_H_
-#define FSDP_PLACEMENT_H_
+#ifndef TPU_DIST_FSDP_PLACEMENT_H_
+#define TPU_DIST_FSDP_PLACEMENT_H_
 
 #include <cstdint>
 #include <string>
@@ -73,4 +73,4 @@ Placements DefaultGradPlacements(absl::Span<const Placement> placements);
 
 }  // namespace tpudist::fsdp
 
-#endif  // FSDP_PLACEMENT_H_
+#endif  // TPU_DIST_FSDP_PLACEMENT_H_

@@ -21,8 +21,8 @@
 // Thread-safety: collective; all members of the involved groups must call
 // in the same order. Backward collectives run in the backward pass, in the
 // thread that calls backward() (CPU autograd), in reverse order on all ranks.
-#ifndef FSDP_REDISTRIBUTE_H_
-#define FSDP_REDISTRIBUTE_H_
+#ifndef TPU_DIST_FSDP_REDISTRIBUTE_H_
+#define TPU_DIST_FSDP_REDISTRIBUTE_H_
 
 #include <cstdint>
 
@@ -56,4 +56,4 @@ absl::StatusOr<at::Tensor> RedistributeLocalAutograd(const at::Tensor& local,
 
 }  // namespace tpudist::fsdp
 
-#endif  // FSDP_REDISTRIBUTE_H_
+#endif  // TPU_DIST_FSDP_REDISTRIBUTE_H_

@@ -28,8 +28,8 @@
 //   2. left to right: every remaining difference, one step each.
 // After pass 1 no inner Shard can disturb an outer step, so each step sees
 // the torch.chunk layout it expects.
-#ifndef FSDP_REDISTRIBUTE_PLAN_H_
-#define FSDP_REDISTRIBUTE_PLAN_H_
+#ifndef TPU_DIST_FSDP_REDISTRIBUTE_PLAN_H_
+#define TPU_DIST_FSDP_REDISTRIBUTE_PLAN_H_
 
 #include <string>
 #include <vector>
@@ -70,4 +70,4 @@ std::string PlanToString(absl::Span<const RedistributeStep> plan);
 
 }  // namespace tpudist::fsdp
 
-#endif  // FSDP_REDISTRIBUTE_PLAN_H_
+#endif  // TPU_DIST_FSDP_REDISTRIBUTE_PLAN_H_

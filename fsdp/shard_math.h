@@ -9,8 +9,8 @@
 //
 // Several mesh dims may shard one tensor dim; they apply in mesh-dim order
 // (mesh dim 0 chunks first, the next one chunks that chunk), as in PyTorch.
-#ifndef FSDP_SHARD_MATH_H_
-#define FSDP_SHARD_MATH_H_
+#ifndef TPU_DIST_FSDP_SHARD_MATH_H_
+#define TPU_DIST_FSDP_SHARD_MATH_H_
 
 #include <cstdint>
 #include <vector>
@@ -52,4 +52,4 @@ std::vector<int64_t> LocalShape(absl::Span<const int64_t> global_shape,
 
 }  // namespace tpudist::fsdp
 
-#endif  // FSDP_SHARD_MATH_H_
+#endif  // TPU_DIST_FSDP_SHARD_MATH_H_

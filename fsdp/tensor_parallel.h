@@ -59,8 +59,8 @@
 //
 // Styles are immutable values, safe to share between layers and threads;
 // the hooks they install are collective over the mesh.
-#ifndef FSDP_TENSOR_PARALLEL_H_
-#define FSDP_TENSOR_PARALLEL_H_
+#ifndef TPU_DIST_FSDP_TENSOR_PARALLEL_H_
+#define TPU_DIST_FSDP_TENSOR_PARALLEL_H_
 
 #include <cstdint>
 #include <memory>
@@ -129,4 +129,4 @@ std::shared_ptr<const ParallelStyle> ReplicateOutputWithPartialGrad();
 
 }  // namespace tpudist::fsdp
 
-#endif  // FSDP_TENSOR_PARALLEL_H_
+#endif  // TPU_DIST_FSDP_TENSOR_PARALLEL_H_

@@ -12,8 +12,8 @@
 // Errors are InvalidArgument of the form
 //   --timeout=inf: expected a finite duration > 0 and at most 8760h (e.g. 30s, 5m, 2h)
 // naming the flag or field, the value as given and what is allowed.
-#ifndef TPU_RUNTIME_DURATION_CHECK_H_
-#define TPU_RUNTIME_DURATION_CHECK_H_
+#ifndef TPU_DIST_TPU_RUNTIME_DURATION_CHECK_H_
+#define TPU_DIST_TPU_RUNTIME_DURATION_CHECK_H_
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -37,4 +37,4 @@ absl::Status CheckUserDuration(absl::string_view name, absl::Duration value, Dur
 
 }  // namespace tpudist::tpu_runtime
 
-#endif  // TPU_RUNTIME_DURATION_CHECK_H_
+#endif  // TPU_DIST_TPU_RUNTIME_DURATION_CHECK_H_

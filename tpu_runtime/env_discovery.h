@@ -49,8 +49,8 @@
 // that names the variable, its value and what was expected, e.g.
 //   WORLD_SIZE="8": expected 16, the devices of the TPU slice (16 chips of
 //   TPU_TOPOLOGY="4x4" on v6e / 4 chips per host)
-#ifndef TPU_RUNTIME_ENV_DISCOVERY_H_
-#define TPU_RUNTIME_ENV_DISCOVERY_H_
+#ifndef TPU_DIST_TPU_RUNTIME_ENV_DISCOVERY_H_
+#define TPU_DIST_TPU_RUNTIME_ENV_DISCOVERY_H_
 
 #include "absl/status/statusor.h"
 #include "tpu_runtime/env_map.h"
@@ -67,4 +67,4 @@ EnvMap EnvMapFromProcess();
 
 }  // namespace tpudist::tpu_runtime
 
-#endif  // TPU_RUNTIME_ENV_DISCOVERY_H_
+#endif  // TPU_DIST_TPU_RUNTIME_ENV_DISCOVERY_H_

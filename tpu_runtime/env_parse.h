@@ -5,8 +5,8 @@
 //
 // A variable set to the empty string is treated as unset everywhere (shells
 // and Kubernetes manifests often export VAR="" to mean "no value").
-#ifndef TPU_RUNTIME_ENV_PARSE_H_
-#define TPU_RUNTIME_ENV_PARSE_H_
+#ifndef TPU_DIST_TPU_RUNTIME_ENV_PARSE_H_
+#define TPU_DIST_TPU_RUNTIME_ENV_PARSE_H_
 
 #include <optional>
 #include <string>
@@ -58,4 +58,4 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view name, absl::string_view
 
 }  // namespace tpudist::tpu_runtime
 
-#endif  // TPU_RUNTIME_ENV_PARSE_H_
+#endif  // TPU_DIST_TPU_RUNTIME_ENV_PARSE_H_

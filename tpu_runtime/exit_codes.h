@@ -6,8 +6,8 @@
 // tell the root cause (the first rank that failed for a reason of its own)
 // from the ranks that merely followed it. 75 is EX_TEMPFAIL in sysexits.h:
 // "try again", which is what a restart does.
-#ifndef TPU_RUNTIME_EXIT_CODES_H_
-#define TPU_RUNTIME_EXIT_CODES_H_
+#ifndef TPU_DIST_TPU_RUNTIME_EXIT_CODES_H_
+#define TPU_DIST_TPU_RUNTIME_EXIT_CODES_H_
 
 namespace tpudist::tpu_runtime {
 
@@ -15,4 +15,4 @@ inline constexpr int kPeerFailureExitCode = 75;
 
 }  // namespace tpudist::tpu_runtime
 
-#endif  // TPU_RUNTIME_EXIT_CODES_H_
+#endif  // TPU_DIST_TPU_RUNTIME_EXIT_CODES_H_

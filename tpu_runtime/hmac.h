@@ -7,8 +7,8 @@
 //   if (!MacEqual(mac, received)) ...  // constant time
 //
 // Thread-safety: all functions are thread-safe.
-#ifndef TPU_RUNTIME_HMAC_H_
-#define TPU_RUNTIME_HMAC_H_
+#ifndef TPU_DIST_TPU_RUNTIME_HMAC_H_
+#define TPU_DIST_TPU_RUNTIME_HMAC_H_
 
 #include <array>
 #include <cstddef>
@@ -45,4 +45,4 @@ std::string ToHex(absl::Span<const uint8_t> bytes);
 
 }  // namespace tpudist::tpu_runtime
 
-#endif  // TPU_RUNTIME_HMAC_H_
+#endif  // TPU_DIST_TPU_RUNTIME_HMAC_H_

@@ -24,8 +24,8 @@
 //
 // Errors name the variable (and the file), never the secret's bytes.
 // Thread-safety: all functions are thread-safe.
-#ifndef TPU_RUNTIME_JOB_SECRET_H_
-#define TPU_RUNTIME_JOB_SECRET_H_
+#ifndef TPU_DIST_TPU_RUNTIME_JOB_SECRET_H_
+#define TPU_DIST_TPU_RUNTIME_JOB_SECRET_H_
 
 #include <cstddef>
 #include <string>
@@ -71,4 +71,4 @@ std::string JobSecretHex(absl::string_view secret);
 
 }  // namespace tpudist::tpu_runtime
 
-#endif  // TPU_RUNTIME_JOB_SECRET_H_
+#endif  // TPU_DIST_TPU_RUNTIME_JOB_SECRET_H_

@@ -8,8 +8,8 @@
 //
 // The first family that has both a rank and a world size wins, in the order
 // torchrun, Open MPI, PMI, SLURM; the others are then ignored.
-#ifndef TPU_RUNTIME_LAUNCHER_ENV_H_
-#define TPU_RUNTIME_LAUNCHER_ENV_H_
+#ifndef TPU_DIST_TPU_RUNTIME_LAUNCHER_ENV_H_
+#define TPU_DIST_TPU_RUNTIME_LAUNCHER_ENV_H_
 
 #include <optional>
 #include <string>
@@ -46,4 +46,4 @@ absl::StatusOr<std::optional<LauncherRanks>> ReadLauncherRanks(const EnvMap& env
 
 }  // namespace tpudist::tpu_runtime
 
-#endif  // TPU_RUNTIME_LAUNCHER_ENV_H_
+#endif  // TPU_DIST_TPU_RUNTIME_LAUNCHER_ENV_H_

@@ -6,8 +6,8 @@
 // (tpu_runtime/env_discovery.h) and by the tpurun launcher
 // (tpu_runtime/launcher/), and consumed by the coordination service,
 // the tpu_dist process group and DeviceMesh.
-#ifndef TPU_RUNTIME_RANK_INFO_H_
-#define TPU_RUNTIME_RANK_INFO_H_
+#ifndef TPU_DIST_TPU_RUNTIME_RANK_INFO_H_
+#define TPU_DIST_TPU_RUNTIME_RANK_INFO_H_
 
 #include <cstdint>
 #include <string>
@@ -91,4 +91,4 @@ std::string ToString(const RankInfo& info);
 
 }  // namespace tpudist::tpu_runtime
 
-#endif  // TPU_RUNTIME_RANK_INFO_H_
+#endif  // TPU_DIST_TPU_RUNTIME_RANK_INFO_H_

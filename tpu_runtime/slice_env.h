@@ -5,8 +5,8 @@
 // a real host.
 //
 // Pure functions; thread-safe.
-#ifndef TPU_RUNTIME_SLICE_ENV_H_
-#define TPU_RUNTIME_SLICE_ENV_H_
+#ifndef TPU_DIST_TPU_RUNTIME_SLICE_ENV_H_
+#define TPU_DIST_TPU_RUNTIME_SLICE_ENV_H_
 
 #include <string>
 #include <vector>
@@ -51,4 +51,4 @@ absl::StatusOr<EnvMap> SliceEnvironment(const SliceSpec& spec, int rank,
 
 }  // namespace tpudist::tpu_runtime
 
-#endif  // TPU_RUNTIME_SLICE_ENV_H_
+#endif  // TPU_DIST_TPU_RUNTIME_SLICE_ENV_H_

@@ -12,8 +12,8 @@
 // A *device* is what one process drives: a chip, or on TPU7x one of its two
 // chiplets (TensorCores exposed as separate PJRT devices). TorchTPU's
 // TORCH_TPU_TOPOLOGY counts devices ("process units").
-#ifndef TPU_RUNTIME_TOPOLOGY_H_
-#define TPU_RUNTIME_TOPOLOGY_H_
+#ifndef TPU_DIST_TPU_RUNTIME_TOPOLOGY_H_
+#define TPU_DIST_TPU_RUNTIME_TOPOLOGY_H_
 
 #include <string>
 #include <vector>
@@ -109,4 +109,4 @@ std::string FormatProcessTopology(const std::vector<int>& process_dims);
 
 }  // namespace tpudist::tpu_runtime
 
-#endif  // TPU_RUNTIME_TOPOLOGY_H_
+#endif  // TPU_DIST_TPU_RUNTIME_TOPOLOGY_H_

@@ -4,8 +4,8 @@
 // TorchTPU (TORCH_TPU_TOPOLOGY, TORCH_TPU_SLICEBUILDER_ADDRESSES,
 // TPU_VISIBLE_CHIPS). Part of DiscoverRankInfo() (env_discovery.h); pure and
 // thread-safe.
-#ifndef TPU_RUNTIME_TPU_ENV_H_
-#define TPU_RUNTIME_TPU_ENV_H_
+#ifndef TPU_DIST_TPU_RUNTIME_TPU_ENV_H_
+#define TPU_DIST_TPU_RUNTIME_TPU_ENV_H_
 
 #include <optional>
 #include <string>
@@ -64,4 +64,4 @@ std::vector<std::string> DefaultSlicebuilderAddresses(const std::vector<std::str
 
 }  // namespace tpudist::tpu_runtime
 
-#endif  // TPU_RUNTIME_TPU_ENV_H_
+#endif  // TPU_DIST_TPU_RUNTIME_TPU_ENV_H_

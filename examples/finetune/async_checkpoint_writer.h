@@ -27,8 +27,8 @@
 // At most one save is in flight: Start() REQUIRES that the previous one was
 // Wait()ed for (the trainer waits before staging the next save, so a slow
 // write delays the next epoch's end, never overlaps it).
-#ifndef EXAMPLES_FINETUNE_ASYNC_CHECKPOINT_WRITER_H_
-#define EXAMPLES_FINETUNE_ASYNC_CHECKPOINT_WRITER_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_ASYNC_CHECKPOINT_WRITER_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_ASYNC_CHECKPOINT_WRITER_H_
 
 #include <cstdint>
 #include <atomic>
@@ -91,4 +91,4 @@ class AsyncCheckpointWriter {
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_ASYNC_CHECKPOINT_WRITER_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_ASYNC_CHECKPOINT_WRITER_H_

@@ -19,8 +19,8 @@
 // Fault injection: CheckpointFileOps holds the three raw filesystem calls;
 // a test replaces one (e.g. to fail the first try of one path with EIO).
 // Stateless apart from the ops; thread-safe if they are.
-#ifndef EXAMPLES_FINETUNE_CHECKPOINT_FILE_READER_H_
-#define EXAMPLES_FINETUNE_CHECKPOINT_FILE_READER_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_FILE_READER_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_FILE_READER_H_
 
 #include <cstdint>
 #include <functional>
@@ -73,4 +73,4 @@ bool IsCheckpointIoError(const absl::Status& status);
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_CHECKPOINT_FILE_READER_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_FILE_READER_H_

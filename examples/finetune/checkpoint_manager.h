@@ -50,8 +50,8 @@
 // run_dir_lock.h lock); Open() removes every .tmp_checkpoint_* it finds as
 // stale. Not thread-safe: use from one thread. All filesystem errors are
 // Statuses naming the path.
-#ifndef EXAMPLES_FINETUNE_CHECKPOINT_MANAGER_H_
-#define EXAMPLES_FINETUNE_CHECKPOINT_MANAGER_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_MANAGER_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_MANAGER_H_
 
 #include <cstdint>
 #include <functional>
@@ -198,4 +198,4 @@ class CheckpointManager {
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_CHECKPOINT_MANAGER_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_MANAGER_H_

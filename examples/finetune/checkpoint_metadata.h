@@ -26,8 +26,8 @@
 // unverifiable. A NaN loss is written as null (JSON has no NaN) and read
 // back as NaN. The CRC-32 is zlib's (file_checksum.h says why).
 // Plain values; pure functions except VerifyCheckpointFiles (reads files).
-#ifndef EXAMPLES_FINETUNE_CHECKPOINT_METADATA_H_
-#define EXAMPLES_FINETUNE_CHECKPOINT_METADATA_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_METADATA_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_METADATA_H_
 
 #include <cstdint>
 #include <string>
@@ -94,4 +94,4 @@ absl::Status VerifyCheckpointFiles(
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_CHECKPOINT_METADATA_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_METADATA_H_

@@ -13,8 +13,8 @@
 //     equal-scored ones.
 //
 // Pure function; no I/O.
-#ifndef EXAMPLES_FINETUNE_CHECKPOINT_RETENTION_H_
-#define EXAMPLES_FINETUNE_CHECKPOINT_RETENTION_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_RETENTION_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_RETENTION_H_
 
 #include <cstdint>
 #include <vector>
@@ -39,4 +39,4 @@ bool BetterCheckpoint(const RetentionCandidate& a, const RetentionCandidate& b);
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_CHECKPOINT_RETENTION_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_RETENTION_H_

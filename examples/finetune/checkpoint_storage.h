@@ -33,8 +33,8 @@
 // local); remote retention (remote checkpoints are never deleted).
 // A build without Arrow (pyarrow's headers absent at configure time) opens
 // no URI: Open() fails with Unimplemented saying so. Not thread-safe.
-#ifndef EXAMPLES_FINETUNE_CHECKPOINT_STORAGE_H_
-#define EXAMPLES_FINETUNE_CHECKPOINT_STORAGE_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_STORAGE_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_STORAGE_H_
 
 #include <functional>
 #include <memory>
@@ -115,4 +115,4 @@ class CheckpointStorage {
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_CHECKPOINT_STORAGE_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_CHECKPOINT_STORAGE_H_

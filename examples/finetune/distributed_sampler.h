@@ -26,8 +26,8 @@
 // epoch.
 //
 // Value type, no I/O; const methods are thread-safe, SetEpoch is not.
-#ifndef EXAMPLES_FINETUNE_DISTRIBUTED_SAMPLER_H_
-#define EXAMPLES_FINETUNE_DISTRIBUTED_SAMPLER_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_DISTRIBUTED_SAMPLER_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_DISTRIBUTED_SAMPLER_H_
 
 #include <cstdint>
 #include <vector>
@@ -101,4 +101,4 @@ class DistributedSampler {
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_DISTRIBUTED_SAMPLER_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_DISTRIBUTED_SAMPLER_H_

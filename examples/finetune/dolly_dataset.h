@@ -24,8 +24,8 @@
 // sequence length (MaxRowBytesForSeqLen).
 //
 // All functions are free of hidden state and safe to call from any thread.
-#ifndef EXAMPLES_FINETUNE_DOLLY_DATASET_H_
-#define EXAMPLES_FINETUNE_DOLLY_DATASET_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_DOLLY_DATASET_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_DOLLY_DATASET_H_
 
 #include <cstdint>
 #include <string>
@@ -81,4 +81,4 @@ absl::StatusOr<std::vector<DollyExample>> LoadDollySplit(
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_DOLLY_DATASET_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_DOLLY_DATASET_H_

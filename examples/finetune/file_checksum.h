@@ -19,8 +19,8 @@
 //       python3 -c 'import sys,zlib; print("%08x" % zlib.crc32(open(sys.argv[1],"rb").read()))' FILE
 //
 // Stateless; thread-safe.
-#ifndef EXAMPLES_FINETUNE_FILE_CHECKSUM_H_
-#define EXAMPLES_FINETUNE_FILE_CHECKSUM_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_FILE_CHECKSUM_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_FILE_CHECKSUM_H_
 
 #include <cstdint>
 #include <optional>
@@ -56,4 +56,4 @@ std::optional<uint32_t> Crc32FromHex(absl::string_view hex);
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_FILE_CHECKSUM_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_FILE_CHECKSUM_H_

@@ -33,8 +33,8 @@
 // checked against its manifest_crc32 on every rank. Reads that fail with an
 // I/O error are retried and then reported as one (Unavailable naming the
 // file, checkpoint_file_reader.h), never as DataLoss.
-#ifndef EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_
-#define EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_
 
 #include <cstdint>
 #include <string>
@@ -122,4 +122,4 @@ absl::StatusOr<TrainerState> TrainerStateFromJson(const std::string& text, const
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_FINETUNE_CHECKPOINT_H_

@@ -44,8 +44,8 @@
 // job id).
 // Blocking waits (store, collectives) have config.timeout as deadline.
 // Thread-safety: call once per process, from one thread.
-#ifndef EXAMPLES_FINETUNE_FINETUNE_TRAINER_H_
-#define EXAMPLES_FINETUNE_FINETUNE_TRAINER_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_FINETUNE_TRAINER_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_FINETUNE_TRAINER_H_
 
 #include <cstdint>
 #include <string>
@@ -133,4 +133,4 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info,
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_FINETUNE_TRAINER_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_FINETUNE_TRAINER_H_

@@ -18,8 +18,8 @@
 //
 // The pad id is the tokenizer's (gemma::Tokenizer::pad_id). Pure parsing
 // (ParseHfTokenizerCall) is split from the file reading.
-#ifndef EXAMPLES_FINETUNE_HF_TOKENIZER_CALL_H_
-#define EXAMPLES_FINETUNE_HF_TOKENIZER_CALL_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_HF_TOKENIZER_CALL_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_HF_TOKENIZER_CALL_H_
 
 #include <cstdint>
 #include <string>
@@ -66,4 +66,4 @@ absl::StatusOr<TokenizeOptions> SeedTokenizeOptions(const std::string& model_dir
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_HF_TOKENIZER_CALL_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_HF_TOKENIZER_CALL_H_

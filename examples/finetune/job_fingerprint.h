@@ -24,8 +24,8 @@
 //
 // ComputeJobFingerprint reads files (each once, streaming: ~3 GB/s of CRC
 // plus the read); the rest is pure. Thread-safe.
-#ifndef EXAMPLES_FINETUNE_JOB_FINGERPRINT_H_
-#define EXAMPLES_FINETUNE_JOB_FINGERPRINT_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_JOB_FINGERPRINT_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_JOB_FINGERPRINT_H_
 
 #include <cstdint>
 #include <map>
@@ -74,4 +74,4 @@ std::string CanonicalDouble(double v);
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_JOB_FINGERPRINT_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_JOB_FINGERPRINT_H_

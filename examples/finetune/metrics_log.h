@@ -6,8 +6,8 @@
 //
 // tools/plot_metrics reads this file. Pure functions are thread-safe;
 // MetricsLog is thread-compatible (one writer: rank 0).
-#ifndef EXAMPLES_FINETUNE_METRICS_LOG_H_
-#define EXAMPLES_FINETUNE_METRICS_LOG_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_METRICS_LOG_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_METRICS_LOG_H_
 
 #include <cstdint>
 #include <string>
@@ -78,4 +78,4 @@ absl::StatusOr<std::vector<EpochMetrics>> ReadMetricsLog(
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_METRICS_LOG_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_METRICS_LOG_H_

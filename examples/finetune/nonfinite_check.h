@@ -23,8 +23,8 @@
 //
 // Pure but for the tensor reductions; safe from any thread on distinct
 // tensors.
-#ifndef EXAMPLES_FINETUNE_NONFINITE_CHECK_H_
-#define EXAMPLES_FINETUNE_NONFINITE_CHECK_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_NONFINITE_CHECK_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_NONFINITE_CHECK_H_
 
 #include <ATen/ATen.h>
 
@@ -94,4 +94,4 @@ NonFiniteVerdict CheckSavedTensors(const at::Tensor& summed, int64_t world, cons
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_NONFINITE_CHECK_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_NONFINITE_CHECK_H_

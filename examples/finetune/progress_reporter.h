@@ -8,8 +8,8 @@
 //
 // The formatting functions are pure. ProgressReporter writes to a stream it
 // does not own (REQUIRES: it outlives the reporter); thread-compatible.
-#ifndef EXAMPLES_FINETUNE_PROGRESS_REPORTER_H_
-#define EXAMPLES_FINETUNE_PROGRESS_REPORTER_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_PROGRESS_REPORTER_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_PROGRESS_REPORTER_H_
 
 #include <cstdint>
 #include <cstdio>
@@ -64,4 +64,4 @@ class ProgressReporter {
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_PROGRESS_REPORTER_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_PROGRESS_REPORTER_H_

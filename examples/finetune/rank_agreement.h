@@ -14,8 +14,8 @@
 //
 // Collective over `store` (all ranks call it); blocks at most `timeout`.
 // Thread-safety: call from the rank's main thread.
-#ifndef EXAMPLES_FINETUNE_RANK_AGREEMENT_H_
-#define EXAMPLES_FINETUNE_RANK_AGREEMENT_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_RANK_AGREEMENT_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_RANK_AGREEMENT_H_
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -41,4 +41,4 @@ absl::Status CheckRanksAgree(c10d::Store& store, int rank, const JobFingerprint&
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_RANK_AGREEMENT_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_RANK_AGREEMENT_H_

@@ -24,8 +24,8 @@
 // RunConfig(name, storage_path) continues from its latest checkpoint.
 // The caller then trims metrics.jsonl to epochs_done (MetricsLog::TrimAfter)
 // so that no epoch line is ever written twice.
-#ifndef EXAMPLES_FINETUNE_RESUME_PLAN_H_
-#define EXAMPLES_FINETUNE_RESUME_PLAN_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_RESUME_PLAN_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_RESUME_PLAN_H_
 
 #include <cstdint>
 #include <optional>
@@ -66,4 +66,4 @@ int64_t EpochsDone(const CheckpointMetadata& meta, int64_t batches_per_epoch);
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_RESUME_PLAN_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_RESUME_PLAN_H_

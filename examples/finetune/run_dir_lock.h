@@ -21,8 +21,8 @@
 // fail Acquire with the errno text, rather than pretending.
 //
 // Move-only; the destructor releases. Thread-compatible.
-#ifndef EXAMPLES_FINETUNE_RUN_DIR_LOCK_H_
-#define EXAMPLES_FINETUNE_RUN_DIR_LOCK_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_RUN_DIR_LOCK_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_RUN_DIR_LOCK_H_
 
 #include <string>
 #include <utility>
@@ -61,4 +61,4 @@ class RunDirLock {
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_RUN_DIR_LOCK_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_RUN_DIR_LOCK_H_

@@ -13,8 +13,8 @@
 //     reason instead of a store timeout.
 //
 // Call once per attempt, from one thread.
-#ifndef EXAMPLES_FINETUNE_RUN_START_H_
-#define EXAMPLES_FINETUNE_RUN_START_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_RUN_START_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_RUN_START_H_
 
 #include <cstdint>
 #include <optional>
@@ -53,4 +53,4 @@ std::optional<EpochMetrics> LoggedEpoch(const std::string& path, int64_t epoch);
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_RUN_START_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_RUN_START_H_

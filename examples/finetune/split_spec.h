@@ -14,8 +14,8 @@
 //     as Python slicing does; percentages must lie in [-100, 100].
 //   - A resolved range that is empty is an error (an empty split is always a
 //     configuration mistake in a fine-tune).
-#ifndef EXAMPLES_FINETUNE_SPLIT_SPEC_H_
-#define EXAMPLES_FINETUNE_SPLIT_SPEC_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_SPLIT_SPEC_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_SPLIT_SPEC_H_
 
 #include <cstdint>
 #include <optional>
@@ -62,4 +62,4 @@ absl::StatusOr<RowRange> ResolveSplit(const SplitSpec& spec, int64_t num_rows,
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_SPLIT_SPEC_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_SPLIT_SPEC_H_

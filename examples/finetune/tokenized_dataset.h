@@ -24,8 +24,8 @@
 //
 // The tokenizer is injected as an Encoder (text -> ids without specials) so
 // this file does not depend on models/gemma.
-#ifndef EXAMPLES_FINETUNE_TOKENIZED_DATASET_H_
-#define EXAMPLES_FINETUNE_TOKENIZED_DATASET_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_TOKENIZED_DATASET_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_TOKENIZED_DATASET_H_
 
 #include <ATen/ATen.h>
 
@@ -125,4 +125,4 @@ class TokenizedDataset {
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_TOKENIZED_DATASET_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_TOKENIZED_DATASET_H_

@@ -15,8 +15,8 @@
 //   weight_decay           the same
 //
 // Pure; safe from any thread.
-#ifndef EXAMPLES_FINETUNE_TRAINING_FLAGS_H_
-#define EXAMPLES_FINETUNE_TRAINING_FLAGS_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_TRAINING_FLAGS_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_TRAINING_FLAGS_H_
 
 #include <cstdint>
 
@@ -49,4 +49,4 @@ absl::Status ValidateTensorParallel(int64_t tp, int64_t world_size);
 
 }  // namespace tpudist::finetune
 
-#endif  // EXAMPLES_FINETUNE_TRAINING_FLAGS_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_TRAINING_FLAGS_H_

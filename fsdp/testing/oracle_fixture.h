@@ -16,8 +16,8 @@
 //
 // Thread-safety: immutable after Load; Get/Pieces may run from every rank
 // thread at once.
-#ifndef FSDP_TESTING_ORACLE_FIXTURE_H_
-#define FSDP_TESTING_ORACLE_FIXTURE_H_
+#ifndef TPU_DIST_FSDP_TESTING_ORACLE_FIXTURE_H_
+#define TPU_DIST_FSDP_TESTING_ORACLE_FIXTURE_H_
 
 #include <map>
 #include <memory>
@@ -66,4 +66,4 @@ class OracleFixture {
 
 }  // namespace tpudist::fsdp::testing
 
-#endif  // FSDP_TESTING_ORACLE_FIXTURE_H_
+#endif  // TPU_DIST_FSDP_TESTING_ORACLE_FIXTURE_H_

@@ -7,8 +7,8 @@
 // with gtest macros (thread-safe). RunRanks waits at most `deadline` for all
 // ranks; a rank that is still running then is a hang: the test aborts with
 // a message instead of blocking the binary.
-#ifndef FSDP_TESTING_RANK_THREADS_H_
-#define FSDP_TESTING_RANK_THREADS_H_
+#ifndef TPU_DIST_FSDP_TESTING_RANK_THREADS_H_
+#define TPU_DIST_FSDP_TESTING_RANK_THREADS_H_
 
 #include <functional>
 #include <string>
@@ -39,4 +39,4 @@ void RunRanks(int world_size, const std::function<void(const RankContext&)>& bod
 
 }  // namespace tpudist::fsdp::testing
 
-#endif  // FSDP_TESTING_RANK_THREADS_H_
+#endif  // TPU_DIST_FSDP_TESTING_RANK_THREADS_H_

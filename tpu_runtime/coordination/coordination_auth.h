@@ -41,8 +41,8 @@
 //
 // Thread-safety: all functions and CallAuthenticator's methods are
 // thread-safe.
-#ifndef TPU_RUNTIME_COORDINATION_COORDINATION_AUTH_H_
-#define TPU_RUNTIME_COORDINATION_COORDINATION_AUTH_H_
+#ifndef TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_AUTH_H_
+#define TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_AUTH_H_
 
 #include <atomic>
 #include <cstdint>
@@ -153,4 +153,4 @@ MakeChannelCredentials(const std::string& ca_path,
 
 }  // namespace tpudist::tpu_runtime::coordination
 
-#endif  // TPU_RUNTIME_COORDINATION_COORDINATION_AUTH_H_
+#endif  // TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_AUTH_H_

@@ -34,8 +34,8 @@
 //
 // Thread-safety: all methods are thread-safe; several threads may block in
 // Get/Barrier at once.
-#ifndef TPU_RUNTIME_COORDINATION_COORDINATION_CLIENT_H_
-#define TPU_RUNTIME_COORDINATION_COORDINATION_CLIENT_H_
+#ifndef TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_CLIENT_H_
+#define TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_CLIENT_H_
 
 #include <cstdint>
 #include <functional>
@@ -199,4 +199,4 @@ class CoordinationClient {
 
 }  // namespace tpudist::tpu_runtime::coordination
 
-#endif  // TPU_RUNTIME_COORDINATION_COORDINATION_CLIENT_H_
+#endif  // TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_CLIENT_H_

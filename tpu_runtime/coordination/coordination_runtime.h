@@ -17,8 +17,8 @@
 // client (shared with the store) and the store. Destroying it shuts the
 // client down, then the service.
 // Thread-safety: the accessors are; Shutdown() must not race with itself.
-#ifndef TPU_RUNTIME_COORDINATION_COORDINATION_RUNTIME_H_
-#define TPU_RUNTIME_COORDINATION_COORDINATION_RUNTIME_H_
+#ifndef TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_RUNTIME_H_
+#define TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_RUNTIME_H_
 
 #include <chrono>
 #include <memory>
@@ -121,4 +121,4 @@ absl::StatusOr<std::unique_ptr<CoordinationRuntime>> StartOrConnect(
 
 }  // namespace tpudist::tpu_runtime::coordination
 
-#endif  // TPU_RUNTIME_COORDINATION_COORDINATION_RUNTIME_H_
+#endif  // TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_RUNTIME_H_

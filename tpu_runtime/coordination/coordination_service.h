@@ -17,8 +17,8 @@
 // Cancelled, then stops the server.
 //
 // Thread-safety: all methods are thread-safe.
-#ifndef TPU_RUNTIME_COORDINATION_COORDINATION_SERVICE_H_
-#define TPU_RUNTIME_COORDINATION_COORDINATION_SERVICE_H_
+#ifndef TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_SERVICE_H_
+#define TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_SERVICE_H_
 
 #include <memory>
 #include <string>
@@ -132,4 +132,4 @@ class CoordinationService {
 
 }  // namespace tpudist::tpu_runtime::coordination
 
-#endif  // TPU_RUNTIME_COORDINATION_COORDINATION_SERVICE_H_
+#endif  // TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_SERVICE_H_

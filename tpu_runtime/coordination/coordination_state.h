@@ -17,8 +17,8 @@
 // AwaitWithDeadline); Shutdown() wakes all of them with Cancelled.
 //
 // Thread-safety: all methods are thread-safe.
-#ifndef TPU_RUNTIME_COORDINATION_COORDINATION_STATE_H_
-#define TPU_RUNTIME_COORDINATION_COORDINATION_STATE_H_
+#ifndef TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_STATE_H_
+#define TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_STATE_H_
 
 #include <cstdint>
 #include <map>
@@ -171,4 +171,4 @@ class CoordinationState {
 
 }  // namespace tpudist::tpu_runtime::coordination
 
-#endif  // TPU_RUNTIME_COORDINATION_COORDINATION_STATE_H_
+#endif  // TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_STATE_H_

@@ -17,8 +17,8 @@
 // Thread-safety: as thread-safe as c10d::Store requires: all calls may run
 // concurrently (the client is thread-safe); setTimeout races with waits as
 // in every c10d store.
-#ifndef TPU_RUNTIME_COORDINATION_COORDINATION_STORE_H_
-#define TPU_RUNTIME_COORDINATION_COORDINATION_STORE_H_
+#ifndef TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_STORE_H_
+#define TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_STORE_H_
 
 #include <chrono>
 #include <cstdint>
@@ -71,4 +71,4 @@ class CoordinationStore : public c10d::Store {
 
 }  // namespace tpudist::tpu_runtime::coordination
 
-#endif  // TPU_RUNTIME_COORDINATION_COORDINATION_STORE_H_
+#endif  // TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_STORE_H_

@@ -1,8 +1,8 @@
 // Test helpers: child processes that re-execute this test binary in a
 // "child role" (fork + exec, so the child starts with fresh gRPC and Gloo
 // state instead of inheriting the parent's threads), and bounded waits.
-#ifndef TPU_RUNTIME_COORDINATION_COORDINATION_TEST_UTIL_H_
-#define TPU_RUNTIME_COORDINATION_COORDINATION_TEST_UTIL_H_
+#ifndef TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_TEST_UTIL_H_
+#define TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_TEST_UTIL_H_
 
 #include <signal.h>
 #include <sys/types.h>
@@ -100,4 +100,4 @@ int RunServeChild();
 
 }  // namespace tpudist::tpu_runtime::coordination::testing
 
-#endif  // TPU_RUNTIME_COORDINATION_COORDINATION_TEST_UTIL_H_
+#endif  // TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_TEST_UTIL_H_

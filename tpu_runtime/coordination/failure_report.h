@@ -17,8 +17,8 @@
 //
 // Thread-safety: as CoordinationRuntime::ReportFailure (call from the rank's
 // main thread).
-#ifndef TPU_RUNTIME_COORDINATION_FAILURE_REPORT_H_
-#define TPU_RUNTIME_COORDINATION_FAILURE_REPORT_H_
+#ifndef TPU_DIST_TPU_RUNTIME_COORDINATION_FAILURE_REPORT_H_
+#define TPU_DIST_TPU_RUNTIME_COORDINATION_FAILURE_REPORT_H_
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -35,4 +35,4 @@ absl::Status RunReportingFailure(CoordinationRuntime& runtime,
 
 }  // namespace tpudist::tpu_runtime::coordination
 
-#endif  // TPU_RUNTIME_COORDINATION_FAILURE_REPORT_H_
+#endif  // TPU_DIST_TPU_RUNTIME_COORDINATION_FAILURE_REPORT_H_

@@ -3,8 +3,8 @@
 // google.rpc.Code), so a code survives the round trip unchanged.
 //
 // Thread-safety: pure functions.
-#ifndef TPU_RUNTIME_COORDINATION_GRPC_STATUS_H_
-#define TPU_RUNTIME_COORDINATION_GRPC_STATUS_H_
+#ifndef TPU_DIST_TPU_RUNTIME_COORDINATION_GRPC_STATUS_H_
+#define TPU_DIST_TPU_RUNTIME_COORDINATION_GRPC_STATUS_H_
 
 #include <chrono>
 
@@ -27,4 +27,4 @@ int64_t ToMillis(absl::Duration d);
 
 }  // namespace tpudist::tpu_runtime::coordination
 
-#endif  // TPU_RUNTIME_COORDINATION_GRPC_STATUS_H_
+#endif  // TPU_DIST_TPU_RUNTIME_COORDINATION_GRPC_STATUS_H_

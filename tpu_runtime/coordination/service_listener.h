@@ -18,8 +18,8 @@
 //
 // Thread-safety: Start() and Stop() from one thread; the accept thread is
 // internal; PeerAddress() and refused() from any thread.
-#ifndef TPU_RUNTIME_COORDINATION_SERVICE_LISTENER_H_
-#define TPU_RUNTIME_COORDINATION_SERVICE_LISTENER_H_
+#ifndef TPU_DIST_TPU_RUNTIME_COORDINATION_SERVICE_LISTENER_H_
+#define TPU_DIST_TPU_RUNTIME_COORDINATION_SERVICE_LISTENER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -103,4 +103,4 @@ class ServiceListener {
 
 }  // namespace tpudist::tpu_runtime::coordination
 
-#endif  // TPU_RUNTIME_COORDINATION_SERVICE_LISTENER_H_
+#endif  // TPU_DIST_TPU_RUNTIME_COORDINATION_SERVICE_LISTENER_H_

@@ -8,8 +8,8 @@
 // Ownership: the object owns the pipe read ends; it does not wait for the
 // child in its destructor (the supervisor reaps every child it starts and
 // SIGKILLs the group of any it could not). Not thread-safe; one thread.
-#ifndef TPU_RUNTIME_LAUNCHER_CHILD_PROCESS_H_
-#define TPU_RUNTIME_LAUNCHER_CHILD_PROCESS_H_
+#ifndef TPU_DIST_TPU_RUNTIME_LAUNCHER_CHILD_PROCESS_H_
+#define TPU_DIST_TPU_RUNTIME_LAUNCHER_CHILD_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -73,4 +73,4 @@ class ChildProcess {
 
 }  // namespace tpudist::tpu_runtime::launcher
 
-#endif  // TPU_RUNTIME_LAUNCHER_CHILD_PROCESS_H_
+#endif  // TPU_DIST_TPU_RUNTIME_LAUNCHER_CHILD_PROCESS_H_

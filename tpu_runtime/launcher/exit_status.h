@@ -1,8 +1,8 @@
 // How a child process ended, as a value, and the words tpurun uses for it.
 //
 // Pure functions of a waitpid() status; thread-safe.
-#ifndef TPU_RUNTIME_LAUNCHER_EXIT_STATUS_H_
-#define TPU_RUNTIME_LAUNCHER_EXIT_STATUS_H_
+#ifndef TPU_DIST_TPU_RUNTIME_LAUNCHER_EXIT_STATUS_H_
+#define TPU_DIST_TPU_RUNTIME_LAUNCHER_EXIT_STATUS_H_
 
 #include <string>
 
@@ -35,4 +35,4 @@ std::string Describe(const ExitStatus& status);
 
 }  // namespace tpudist::tpu_runtime::launcher
 
-#endif  // TPU_RUNTIME_LAUNCHER_EXIT_STATUS_H_
+#endif  // TPU_DIST_TPU_RUNTIME_LAUNCHER_EXIT_STATUS_H_

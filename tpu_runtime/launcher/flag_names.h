@@ -2,8 +2,8 @@
 // ("--accelerator-type v6e"), although absl flag names use underscores.
 //
 // Pure; thread-safe.
-#ifndef TPU_RUNTIME_LAUNCHER_FLAG_NAMES_H_
-#define TPU_RUNTIME_LAUNCHER_FLAG_NAMES_H_
+#ifndef TPU_DIST_TPU_RUNTIME_LAUNCHER_FLAG_NAMES_H_
+#define TPU_DIST_TPU_RUNTIME_LAUNCHER_FLAG_NAMES_H_
 
 #include <string>
 #include <vector>
@@ -33,4 +33,4 @@ class NormalizedArgv {
 
 }  // namespace tpudist::tpu_runtime::launcher
 
-#endif  // TPU_RUNTIME_LAUNCHER_FLAG_NAMES_H_
+#endif  // TPU_DIST_TPU_RUNTIME_LAUNCHER_FLAG_NAMES_H_

@@ -4,8 +4,8 @@
 // a moment later can, rarely, lose it to another process.
 //
 // Thread-safe.
-#ifndef TPU_RUNTIME_LAUNCHER_FREE_PORT_H_
-#define TPU_RUNTIME_LAUNCHER_FREE_PORT_H_
+#ifndef TPU_DIST_TPU_RUNTIME_LAUNCHER_FREE_PORT_H_
+#define TPU_DIST_TPU_RUNTIME_LAUNCHER_FREE_PORT_H_
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -17,4 +17,4 @@ absl::StatusOr<int> PickFreePort(absl::string_view address = "127.0.0.1");
 
 }  // namespace tpudist::tpu_runtime::launcher
 
-#endif  // TPU_RUNTIME_LAUNCHER_FREE_PORT_H_
+#endif  // TPU_DIST_TPU_RUNTIME_LAUNCHER_FREE_PORT_H_

@@ -11,8 +11,8 @@
 //   * plain (--nproc N): N ranks with torchrun's variables (RANK, LOCAL_RANK,
 //     WORLD_SIZE, GROUP_RANK, ROLE_*, MASTER_*, TORCHELASTIC_RUN_ID), no TPU
 //     variables: what `torchrun --nproc-per-node N` gives a single node.
-#ifndef TPU_RUNTIME_LAUNCHER_LAUNCH_PLAN_H_
-#define TPU_RUNTIME_LAUNCHER_LAUNCH_PLAN_H_
+#ifndef TPU_DIST_TPU_RUNTIME_LAUNCHER_LAUNCH_PLAN_H_
+#define TPU_DIST_TPU_RUNTIME_LAUNCHER_LAUNCH_PLAN_H_
 
 #include <string>
 #include <vector>
@@ -93,4 +93,4 @@ std::string GenerateJobId();
 
 }  // namespace tpudist::tpu_runtime::launcher
 
-#endif  // TPU_RUNTIME_LAUNCHER_LAUNCH_PLAN_H_
+#endif  // TPU_DIST_TPU_RUNTIME_LAUNCHER_LAUNCH_PLAN_H_

@@ -8,8 +8,8 @@
 //   p.Feed("hel");          // -> ""              (partial line held)
 //   p.Feed("lo\nwor");      // -> "[rank  3] hello\n"
 //   p.Finish();             // -> "[rank  3] wor\n" (EOF flushes, adds '\n')
-#ifndef TPU_RUNTIME_LAUNCHER_LINE_PREFIXER_H_
-#define TPU_RUNTIME_LAUNCHER_LINE_PREFIXER_H_
+#ifndef TPU_DIST_TPU_RUNTIME_LAUNCHER_LINE_PREFIXER_H_
+#define TPU_DIST_TPU_RUNTIME_LAUNCHER_LINE_PREFIXER_H_
 
 #include <cstddef>
 #include <string>
@@ -51,4 +51,4 @@ class LinePrefixer {
 
 }  // namespace tpudist::tpu_runtime::launcher
 
-#endif  // TPU_RUNTIME_LAUNCHER_LINE_PREFIXER_H_
+#endif  // TPU_DIST_TPU_RUNTIME_LAUNCHER_LINE_PREFIXER_H_

@@ -35,8 +35,8 @@
 // SIGCHLD in the calling thread while it runs (see SignalWatcher); other
 // threads of the process should block them too. Writes to a closed output pipe
 // raise SIGPIPE: a launcher binary should ignore SIGPIPE.
-#ifndef TPU_RUNTIME_LAUNCHER_PROCESS_GROUP_SUPERVISOR_H_
-#define TPU_RUNTIME_LAUNCHER_PROCESS_GROUP_SUPERVISOR_H_
+#ifndef TPU_DIST_TPU_RUNTIME_LAUNCHER_PROCESS_GROUP_SUPERVISOR_H_
+#define TPU_DIST_TPU_RUNTIME_LAUNCHER_PROCESS_GROUP_SUPERVISOR_H_
 
 #include <unistd.h>
 
@@ -139,4 +139,4 @@ absl::StatusOr<ExitReport> SuperviseProcessGroup(const LaunchPlanner& planner,
 
 }  // namespace tpudist::tpu_runtime::launcher
 
-#endif  // TPU_RUNTIME_LAUNCHER_PROCESS_GROUP_SUPERVISOR_H_
+#endif  // TPU_DIST_TPU_RUNTIME_LAUNCHER_PROCESS_GROUP_SUPERVISOR_H_

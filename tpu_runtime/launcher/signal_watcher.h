@@ -10,8 +10,8 @@
 // mask). Children must reset their mask before exec (ChildProcess does).
 //
 // Thread-safety: not thread-safe; create, poll and destroy on one thread.
-#ifndef TPU_RUNTIME_LAUNCHER_SIGNAL_WATCHER_H_
-#define TPU_RUNTIME_LAUNCHER_SIGNAL_WATCHER_H_
+#ifndef TPU_DIST_TPU_RUNTIME_LAUNCHER_SIGNAL_WATCHER_H_
+#define TPU_DIST_TPU_RUNTIME_LAUNCHER_SIGNAL_WATCHER_H_
 
 #include <signal.h>
 
@@ -45,4 +45,4 @@ class SignalWatcher {
 
 }  // namespace tpudist::tpu_runtime::launcher
 
-#endif  // TPU_RUNTIME_LAUNCHER_SIGNAL_WATCHER_H_
+#endif  // TPU_DIST_TPU_RUNTIME_LAUNCHER_SIGNAL_WATCHER_H_

@@ -1,8 +1,8 @@
 // Test-only: runs gemma_finetune under tpurun as a child process, every
 // child under `timeout -s KILL`, so that a hang fails the test instead of
 // blocking it. Not part of the library.
-#ifndef EXAMPLES_FINETUNE_INTERNAL_FINETUNE_PROCESS_FOR_TEST_H_
-#define EXAMPLES_FINETUNE_INTERNAL_FINETUNE_PROCESS_FOR_TEST_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_INTERNAL_FINETUNE_PROCESS_FOR_TEST_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_INTERNAL_FINETUNE_PROCESS_FOR_TEST_H_
 
 #include <stdio.h>
 #include <sys/wait.h>
@@ -37,4 +37,4 @@ inline RunOutput RunGemmaFinetune(const std::string& tpurun, const std::string& 
 
 }  // namespace tpudist::finetune::internal
 
-#endif  // EXAMPLES_FINETUNE_INTERNAL_FINETUNE_PROCESS_FOR_TEST_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_INTERNAL_FINETUNE_PROCESS_FOR_TEST_H_

@@ -1,8 +1,8 @@
 // Small POSIX filesystem helpers for the fine-tune pieces. Every error is an
 // absl::Status naming the path and the errno text. Stateless; thread-safe as
 // far as the filesystem is.
-#ifndef EXAMPLES_FINETUNE_INTERNAL_FS_UTIL_H_
-#define EXAMPLES_FINETUNE_INTERNAL_FS_UTIL_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_INTERNAL_FS_UTIL_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_INTERNAL_FS_UTIL_H_
 
 #include <cstdint>
 #include <string>
@@ -55,4 +55,4 @@ absl::StatusOr<std::vector<std::string>> ListFilesRecursive(
 
 }  // namespace tpudist::finetune::internal
 
-#endif  // EXAMPLES_FINETUNE_INTERNAL_FS_UTIL_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_INTERNAL_FS_UTIL_H_

@@ -2,8 +2,8 @@
 // started by a test and stopped by pid, and python/boto3 one-liners to look
 // at and damage its objects from outside the code under test. Needs
 // TPU_DIST_PYTHON_PATH (the venv's python) defined by the test target.
-#ifndef EXAMPLES_FINETUNE_INTERNAL_MOTO_SERVER_FOR_TEST_H_
-#define EXAMPLES_FINETUNE_INTERNAL_MOTO_SERVER_FOR_TEST_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_INTERNAL_MOTO_SERVER_FOR_TEST_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_INTERNAL_MOTO_SERVER_FOR_TEST_H_
 
 #include <fcntl.h>
 #include <signal.h>
@@ -98,4 +98,4 @@ class MotoServer {
 
 }  // namespace tpudist::finetune::internal
 
-#endif  // EXAMPLES_FINETUNE_INTERNAL_MOTO_SERVER_FOR_TEST_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_INTERNAL_MOTO_SERVER_FOR_TEST_H_

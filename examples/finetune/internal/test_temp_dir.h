@@ -1,7 +1,7 @@
 // Test-only: a fresh finetune_test_XXXXXX directory under $TMPDIR or /tmp,
 // removed when the object goes out of scope. Not part of the library.
-#ifndef EXAMPLES_FINETUNE_INTERNAL_TEST_TEMP_DIR_H_
-#define EXAMPLES_FINETUNE_INTERNAL_TEST_TEMP_DIR_H_
+#ifndef TPU_DIST_EXAMPLES_FINETUNE_INTERNAL_TEST_TEMP_DIR_H_
+#define TPU_DIST_EXAMPLES_FINETUNE_INTERNAL_TEST_TEMP_DIR_H_
 
 #include "testing/temp_dir.h"
 
@@ -14,4 +14,4 @@ class TestTempDir : public ::tpudist::testing::ScopedTempDir {
 
 }  // namespace tpudist::finetune::internal
 
-#endif  // EXAMPLES_FINETUNE_INTERNAL_TEST_TEMP_DIR_H_
+#endif  // TPU_DIST_EXAMPLES_FINETUNE_INTERNAL_TEST_TEMP_DIR_H_
