@@ -4,6 +4,7 @@
 # date, commit, CPU, load and each stage's wall time; a markdown summary and a
 # PNG (time vs size per library) next to it.
 #
+#   tools/bench.sh peers [bench/peers/run.py flags]   # against MPI / DeepSpeed
 #   tools/bench.sh [--build DIR] [--out FILE] [--quick] [--worlds "2 4 8 16"]
 #                  [--py_worlds "2 4 16"] [--tvt_repeats N]
 #                  [--skip_collectives] [--skip_p2p] [--skip_train] [--skip_gemma]
@@ -19,6 +20,12 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# tpu_dist against Open MPI, MPICH, Intel MPI, DeepSpeed, Gloo and memcpy
+# (installs the peers outside the project's venv first): bench/peers/run.py.
+if [[ ${1:-} == peers ]]; then
+  shift
+  exec python3 "$repo/bench/peers/run.py" "$@"
+fi
 build="$repo/build"
 out=""
 quick=""

@@ -1,0 +1,109 @@
+"""bench/peers (tools/bench.sh peers): the parts that need only the project's deps.
+
+The peers themselves (Open MPI, MPICH, Intel MPI, DeepSpeed) are never installed
+here. What is checked: run.py's table, ratios, JSON, markdown and plot on a fake
+result set (the ratio is tpu_dist over the fastest peer of the row; memcpy joins
+rows by bytes; a library without a number shows "-"), and torch_peers.py, the
+torch.distributed timer, on 2 ranks of Gloo and of tpu_dist at 8 B: one result
+line per op with the bytes every timer uses.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_PY = REPO / "bench" / "peers" / "run.py"
+TORCH_PEERS = REPO / "bench" / "peers" / "torch_peers.py"
+
+
+def _load_run():
+    spec = importlib.util.spec_from_file_location("peers_run", RUN_PY)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _rec(lib: str, op: str, world: int, nbytes: int, t: float) -> dict:
+    return {"lib": lib, "op": op, "world": world, "bytes": nbytes, "time_us": t}
+
+
+FAKE = [
+    _rec("tpu_dist_cpp", "all_reduce", 2, 8, 1.2),
+    _rec("tpu_dist_torch", "all_reduce", 2, 8, 40.0),
+    _rec("gloo_torch", "all_reduce", 2, 8, 200.0),
+    _rec("openmpi", "all_reduce", 2, 8, 0.4),
+    _rec("impi", "all_reduce", 2, 8, 0.3),
+    _rec("deepspeed_shm", "all_reduce", 2, 8, 5.0),
+    _rec("tpu_dist_cpp", "all_gather", 4, 16, 3.0),
+    _rec("mpich", "all_gather", 4, 16, 6.0),
+    {"lib": "memcpy", "op": "memcpy", "world": 1, "bytes": 8, "time_us": 0.02},
+]
+
+
+def test_rows_ratios_and_memcpy() -> None:
+    run = _load_run()
+    rows = run.merge(FAKE)
+    assert [(r["op"], r["world"], r["bytes"]) for r in rows] == [
+        ("all_reduce", 2, 8), ("all_gather", 4, 16)]
+    ar, ag = rows
+    assert ar["best_peer"] == "impi"
+    assert ar["cpp_over_best_peer"] == 4.0  # 1.2 / 0.3
+    assert ar["best_python_peer"] == "deepspeed_shm"
+    assert ar["torch_over_best_python_peer"] == 8.0  # 40 / 5
+    assert ar["memcpy_us"] == 0.02
+    assert ag["cpp_over_best_peer"] == 0.5 and ag["torch_over_best_python_peer"] is None
+    assert "memcpy_us" not in ag
+    text = run.table(rows, [k for k, _, _ in run.LIBS])
+    lines = text.splitlines()
+    assert "C++ / best peer" in lines[0] and "torch.dist / best Python peer" in lines[0]
+    assert lines[2].startswith("| all_reduce | 2 | 8 B |") and "| Intel MPI | 4.00 | 8.00 |" in lines[2]
+    assert lines[3].startswith("| all_gather | 4 | 16 B |") and lines[3].endswith("| MPICH | 0.50 | - |")
+    assert [run.case_bytes("reduce_scatter", 8, 16), run.case_bytes("all_reduce", 8, 16),
+            run.parse_size("64K"), run.parse_size("16MiB")] == [64, 8, 65536, 16 << 20]
+
+
+def test_json_markdown_and_plot_from_a_fake_run(tmp_path: Path) -> None:
+    src = tmp_path / "in.json"
+    runs = [{"lib": "openmpi", "world": 2, "seconds": 0.5, "load_before": "1 1 1",
+             "load_after": "1 1 1", "status": "ok", "version": "Open MPI v4.1.4"}]
+    src.write_text(json.dumps({
+        "date": "2026-12-06T08:00:00Z", "commit": "abc", "machine": "Test CPU", "cpus": 2,
+        "load_start": "1 1 1", "load_end": "2 2 2", "seconds": 12.0, "quick": True,
+        "libs": [k for k, _, _ in _load_run().LIBS], "runs": runs, "records": FAKE}))
+    out = tmp_path / "peers.json"
+    res = subprocess.run([sys.executable, str(RUN_PY), "--from-json", str(src), "--out", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert [s["key"] for s in doc["series"]] == [
+        "tpu_dist_cpp_us", "tpu_dist_torch_us", "gloo_torch_us", "openmpi_us", "mpich_us",
+        "impi_us", "deepspeed_shm_us", "memcpy_us"]
+    assert [(p["world"], len(p["rows"])) for p in doc["results"]] == [(2, 1), (4, 1)]
+    md = out.with_suffix(".md").read_text()
+    assert "Test CPU" in md and "load average 1 1 1 at start, 2 2 2 at end" in md
+    assert "| Open MPI | Open MPI v4.1.4 | 2 | 0.5 | 1 1 1 -> 1 1 1 | ok |" in md
+    png = out.with_suffix(".png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width > 700 and height > 500  # 2 worlds across, 2 ops down
+
+
+def test_torch_peers_times_every_op_on_gloo_and_tpu_dist() -> None:
+    for lib, key in (("gloo", "gloo_torch"), ("tpu_dist", "tpu_dist_torch")):
+        res = subprocess.run(
+            [sys.executable, str(TORCH_PEERS), "--lib", lib, "--world", "2", "--sizes", "8",
+             "--max-iters", "5", "--timeout", "120", "--op-timeout", "60"],
+            capture_output=True, text=True, timeout=180)
+        assert res.returncode == 0, res.stderr[-2000:]
+        recs = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+        assert "library_version" in recs[0]
+        got = [(r["lib"], r["op"], r["world"], r["bytes"], r["iters"]) for r in recs[1:]]
+        assert got == [(key, op, 2, 8, 5) for op in
+                       ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")]
+        assert all(r["time_us"] > 0 for r in recs[1:])
