@@ -7,7 +7,7 @@
 // Each rank joins the job (distributed/job.h), builds a 1-D DeviceMesh "tp"
 // of all ranks on its groups (tpu_dist by default: shm inside an emulated
 // host, TCP between; --backend gloo for a comparison point) and runs
-// CheckFfnTpParity (examples/ffn_tp_parity.h): rank 0 prints one line per
+// CheckFfnTpParity (fsdp/ffn_tp_parity.h): rank 0 prints one line per
 // rank and a summary; exit status 1 on any mismatch. --wrong-style (the
 // negative test) leaves w2's output Partial: parity must then fail.
 #include <string>
@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "distributed/job.h"
 #include "distributed/rank_main.h"
-#include "examples/ffn_tp_parity.h"
+#include "fsdp/ffn_tp_parity.h"
 #include "fsdp/job_mesh.h"
 #include "tpu_runtime/duration_check.h"
 #include "tpu_runtime/launcher/flag_names.h"
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
           "ffn_tp_check", {tr::CheckUserDuration("--timeout", timeout, tr::DurationRule::kPositive)})) {
     return code;
   }
-  const tpudist::examples::FfnTpParityOptions check{absl::GetFlag(FLAGS_batch_size), absl::GetFlag(FLAGS_hidden_dim),
+  const tpudist::fsdp::FfnTpParityOptions check{absl::GetFlag(FLAGS_batch_size), absl::GetFlag(FLAGS_hidden_dim),
                                                     absl::GetFlag(FLAGS_wrong_style), absl::GetFlag(FLAGS_backend),
                                                     timeout};
   return dist::RunRankMain("ffn_tp_check", [&](const tr::RankInfo& info) {
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
       absl::StatusOr<tpudist::fsdp::DeviceMesh> mesh =
           tpudist::fsdp::InitJobDeviceMesh(job, {"tpu", {info.world_size}, {"tp"}, "tp_mesh"});
       if (!mesh.ok()) return mesh.status();
-      return tpudist::examples::CheckFfnTpParity(info, *mesh, *job.store(), check);
+      return tpudist::fsdp::CheckFfnTpParity(info, *mesh, *job.store(), check);
     });
   });
 }

@@ -26,8 +26,8 @@
 
 #include "absl/flags/parse.h"
 #include "distributed/rank_main.h"
-#include "examples/finetune/finetune_trainer.h"
-#include "examples/gemma_finetune_cli.h"
+#include "train/finetune_trainer.h"
+#include "train/gemma_finetune_cli.h"
 #include "nn/malloc_tuning.h"
 #include "tpu_runtime/launcher/flag_names.h"
 #include "tpu_runtime/rank_info.h"
