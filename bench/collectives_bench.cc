@@ -29,6 +29,9 @@
 //                                              # plain yields / adaptive thresholds
 //   collectives_bench --floor_rounds=N         # bare futex barriers timed (latency floor)
 //   collectives_bench --settle_ms=N            # settling ops before the first case (1500)
+//   collectives_bench --sizes=8,4096,1048576 --max_iters=200 --stat=median
+//                                              # exact sizes, at most 200 timed ops, the
+//                                              # median of per-op times (bench/peers/run.py)
 //   collectives_bench --busy_threads_per_core=2  # with a competing load that the
 //                                              # bench starts and stops itself
 //   collectives_bench --world=4 --hosts=2      # 2 emulated hosts x 2 ranks (host id
@@ -43,6 +46,7 @@
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -59,12 +63,12 @@
 #include "bench/busy_load.h"
 #include "bench/collective_case.h"
 #include "bench/collectives_bench_flags.h"
-#include "bench/forked_ranks.h"
 #include "bench/futex_barrier.h"
 #include "bench/proc_stats.h"
 #include "bench/tcp_loopback.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "collectives/shm/wait.h"
+#include "testing/forked_ranks.h"
 #include "testing/temp_dir.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
@@ -125,8 +129,15 @@ void ProbeGloo(Env& env) {
 
 int64_t Iterations(const Env& env, int64_t bytes, bool gloo) {
   if (env.flags.quick) return 2;
-  return gloo ? tb::IterationsFor(bytes, 64 << 20, 2, 50)
-              : tb::IterationsFor(bytes, 512 << 20, 5, 2000);
+  const int64_t cap = env.flags.max_iters > 0 ? env.flags.max_iters : 2000;
+  return gloo ? tb::IterationsFor(bytes, 64 << 20, 2, std::min<int64_t>(50, cap))
+              : tb::IterationsFor(bytes, 512 << 20, std::min<int64_t>(5, cap), cap);
+}
+
+// The sizes of the run: --sizes as given, else the sweep.
+std::vector<int64_t> Sizes(const Flags& flags) {
+  if (!flags.sizes.empty()) return flags.sizes;
+  return tb::SweepSizes(flags.min_bytes, flags.max_bytes, flags.step);
 }
 
 std::string CaseName(const std::string& op, const std::string& dt, int64_t bytes, int world,
@@ -149,9 +160,25 @@ void RegisterCase(Env& env, CollectiveOp op, const std::string& dt, int64_t byte
         WaitedBarrier(*env.ours);
         const auto start = Clock::now();
         const double cpu_start = ProcessCpuSeconds();
-        for (auto _ : state) RunOp(pg, is_gloo, op, b);
+        std::vector<double> per_op;  // --stat=median: each op's own time
+        if (env.flags.median) {
+          per_op.reserve(state.max_iterations);
+          for (auto _ : state) {
+            const auto t0 = Clock::now();
+            RunOp(pg, is_gloo, op, b);
+            per_op.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+          }
+        } else {
+          for (auto _ : state) RunOp(pg, is_gloo, op, b);
+        }
         const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-        env.seconds[name] = secs / std::max<int64_t>(state.iterations(), 1);
+        if (!per_op.empty()) {
+          std::sort(per_op.begin(), per_op.end());
+          const size_t n = per_op.size();
+          env.seconds[name] = n % 2 ? per_op[n / 2] : (per_op[n / 2 - 1] + per_op[n / 2]) / 2;
+        } else {
+          env.seconds[name] = secs / std::max<int64_t>(state.iterations(), 1);
+        }
         env.cpu_seconds[name] =
             (ProcessCpuSeconds() - cpu_start) / std::max<int64_t>(state.iterations(), 1);
         state.SetBytesProcessed(state.iterations() * bytes);
@@ -170,8 +197,7 @@ int64_t CaseBytes(CollectiveOp op, int64_t size, const std::string& dt, int worl
 
 void RegisterAll(Env& env) {
   const int world = env.flags.world;
-  const std::vector<int64_t> sizes =
-      tb::SweepSizes(env.flags.min_bytes, env.flags.max_bytes, env.flags.step);
+  const std::vector<int64_t> sizes = Sizes(env.flags);
   std::set<int64_t> memcpy_done;
   for (int64_t size : sizes) {
     for (const std::string& op_name : env.flags.ops) {
@@ -201,7 +227,7 @@ std::vector<tb::CollectiveRow> CollectRows(const Env& env) {
   for (const std::string& op_name : env.flags.ops) {
     const CollectiveOp op = *tb::ParseOp(op_name);
     for (const std::string& dt : env.flags.dtypes) {
-      for (int64_t size : tb::SweepSizes(env.flags.min_bytes, env.flags.max_bytes, env.flags.step)) {
+      for (int64_t size : Sizes(env.flags)) {
         const int64_t bytes = CaseBytes(op, size, dt, world);
         tb::CollectiveRow r;
         r.op = op;
@@ -295,14 +321,14 @@ int main(int argc, char** argv) {
   }
   // The FileStore's directory, removed when this (the parent) process
   // returns from main; the forked ranks' copies leave it alone.
-  const tpudist::testing::ScopedTempDir run_dir("tpud_bench");
+  const tpudist::test_support::ScopedTempDir run_dir("tpud_bench");
   if (run_dir.path().empty()) {
     std::perror("mkdtemp");
     return 2;
   }
   const std::string dir = run_dir.path();
   const std::string job = "bench" + std::to_string(getpid());
-  const tb::ForkedRanks ranks = tb::ForkRanks(env.flags.world);  // before any at:: op
+  const tpudist::test_support::ForkedRanks ranks = tpudist::test_support::ForkRanks(env.flags.world);  // before any at:: op
   env.rank = ranks.rank;
   at::set_num_threads(1);
   auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", env.flags.world);
@@ -407,13 +433,14 @@ int main(int argc, char** argv) {
                         {"load_after", load_after},
                         {"busy_processes", busy->processes()},
                         {"quick", env.flags.quick},
+                        {"stat", env.flags.median ? "median" : "mean"},
                         {"rows", tb::ToJson(rows)}};
     if (loopback) j["tcp_loopback_gbytes_per_s"] = loopback->gbytes_per_s;
     std::ofstream(env.flags.json_out) << j.dump(1) << "\n";
   }
   benchmark::Shutdown();
   busy->Stop();
-  const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(60));
+  const absl::Status waited = tpudist::test_support::WaitForRanks(ranks, absl::Seconds(60));
   if (!waited.ok()) std::fprintf(stderr, "%s\n", waited.ToString().c_str());
   env.gloo.reset();
   env.ours.reset();

@@ -1,6 +1,7 @@
 #include "bench/collectives_bench_flags.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "absl/strings/str_split.h"
@@ -36,6 +37,15 @@ CollectivesBenchFlags ParseCollectivesBenchFlags(int* argc, char** argv) {
     else if ((v = value(a, "--busy_threads_per_core="))) f.busy_per_core = std::stoi(v);
     else if ((v = value(a, "--floor_rounds="))) f.floor_rounds = std::stoi(v);
     else if ((v = value(a, "--settle_ms="))) f.settle_ms = std::stoi(v);
+    else if ((v = value(a, "--max_iters="))) f.max_iters = std::stoll(v);
+    else if ((v = value(a, "--sizes="))) {
+      f.sizes.clear();
+      for (absl::string_view s : absl::StrSplit(v, ',')) f.sizes.push_back(std::stoll(std::string(s)));
+    } else if ((v = value(a, "--stat="))) {
+      const std::string stat = v;
+      if (stat != "mean" && stat != "median") throw std::invalid_argument("--stat=" + stat);
+      f.median = stat == "median";
+    }
     else if (a == "--quick" || a == "--smoke") f.quick = true;
     else return false;
     return true;
@@ -44,6 +54,7 @@ CollectivesBenchFlags ParseCollectivesBenchFlags(int* argc, char** argv) {
     f.min_bytes = 8;
     f.max_bytes = 64 << 10;
     f.step = 8192;  // 8 B and 64 KiB
+    f.sizes.clear();
     f.floor_rounds = std::min(f.floor_rounds, 20);
     f.settle_ms = std::min(f.settle_ms, 50);
   }

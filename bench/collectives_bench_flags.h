@@ -39,12 +39,16 @@ struct CollectivesBenchFlags {
   int busy_per_core = 0;   // busy processes per usable core (bench/busy_load.h)
   int floor_rounds = 2000; // bare futex barriers timed as the latency floor (0: none)
   int settle_ms = 1500;    // small all_reduces after start-up, before the first case
+  std::vector<int64_t> sizes;  // --sizes=8,4096,...: exactly these (else the sweep)
+  int64_t max_iters = 0;   // > 0: at most this many timed ops per case
+  bool median = false;     // --stat=median: median of per-op times (else the loop's mean)
 };
 
 // Parses our flags out of argv (argv[1..*argc)), moving the rest (Google
 // Benchmark's) to the front and updating *argc. --quick (or --smoke) sets
 // 8 B and 64 KiB cases and at most 20 floor rounds, whatever else is given.
-// A malformed number throws std::invalid_argument (std::stoi's).
+// --stat= takes mean (the default) or median; anything else throws
+// std::invalid_argument, as does a malformed number (std::stoi's).
 // REQUIRES: argv holds *argc entries.
 CollectivesBenchFlags ParseCollectivesBenchFlags(int* argc, char** argv);
 
