@@ -43,48 +43,53 @@ CallbackThreads::~CallbackThreads() {
   if (!OnCallbackThread() && Stop(absl::Now() + kDestructorPatience)) return;
   // On a callback thread, or a callback that will not end: the threads keep
   // `state_` alive and leave once the tasks are done.
-  std::lock_guard<std::mutex> lock(state_->mu);
-  state_->stop = true;
-  state_->work_cv.notify_all();
-  for (std::thread& t : state_->threads) t.detach();
-  state_->threads.clear();
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  s.stop = true;
+  s.work_cv.SignalAll();
+  for (std::thread& t : s.threads) t.detach();
+  s.threads.clear();
 }
 
 void CallbackThreads::Post(std::function<void()> task) {
   State& s = *state_;
-  std::unique_lock<std::mutex> lock(s.mu);
-  if (s.closed) {
-    lock.unlock();
+  bool closed;
+  {
+    absl::MutexLock lock(&s.mu);
+    closed = s.closed;
+    if (!closed) {
+      s.tasks.push_back(std::move(task));
+      const int running = static_cast<int>(s.threads.size()) - s.exited;
+      if (s.idle < static_cast<int>(s.tasks.size()) && running < max_threads_) {
+        // Every thread is busy (perhaps blocked in a callback): one more, so
+        // this task does not wait for theirs. It counts as idle from now on.
+        ++s.idle;
+        s.threads.emplace_back([st = state_, n = name_] {
+          pthread_setname_np(pthread_self(), n.c_str());
+          current_pool = st.get();
+          Loop(st, n);
+        });
+        return;  // the new thread finds the task without a signal
+      }
+    }
+  }
+  if (closed) {
     RunCaught(task, name_);
     return;
   }
-  s.tasks.push_back(std::move(task));
-  const int running = static_cast<int>(s.threads.size()) - s.exited;
-  if (s.idle < static_cast<int>(s.tasks.size()) && running < max_threads_) {
-    // Every thread is busy (perhaps blocked in a callback): one more, so
-    // this task does not wait for theirs. It counts as idle from now on.
-    ++s.idle;
-    s.threads.emplace_back([st = state_, n = name_] {
-      pthread_setname_np(pthread_self(), n.c_str());
-      current_pool = st.get();
-      Loop(st, n);
-    });
-    return;  // the new thread finds the task without a notify
-  }
-  lock.unlock();
-  s.work_cv.notify_one();
+  s.work_cv.Signal();
 }
 
 bool CallbackThreads::Stop(absl::Time deadline) {
   State& s = *state_;
-  std::unique_lock<std::mutex> lock(s.mu);
+  absl::MutexLock lock(&s.mu);
   s.stop = true;
-  s.work_cv.notify_all();
+  s.work_cv.SignalAll();
   if (OnCallbackThread()) return false;
   while (s.exited < static_cast<int>(s.threads.size())) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return false;
-    s.exit_cv.wait_for(lock, absl::ToChronoNanoseconds(std::min(left, absl::Seconds(1))));
+    s.exit_cv.WaitWithTimeout(&s.mu, std::min(left, absl::Seconds(1)));
   }
   // Every thread has returned from Loop and needs `mu` no more.
   for (std::thread& t : s.threads) t.join();
@@ -99,29 +104,30 @@ bool CallbackThreads::OnCallbackThread() const {
 }
 
 int CallbackThreads::threads() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return static_cast<int>(state_->threads.size()) - state_->exited;
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  return static_cast<int>(s.threads.size()) - s.exited;
 }
 
 void CallbackThreads::Loop(const std::shared_ptr<State>& state, const std::string& name) {
   State& s = *state;
-  std::unique_lock<std::mutex> lock(s.mu);
+  absl::MutexLock lock(&s.mu);
   while (true) {
-    // Counted in s.idle here.
-    s.work_cv.wait(lock, [&] { return !s.tasks.empty() || s.stop; });
+    // Counted in s.idle here, until a task or stop.
+    while (s.tasks.empty() && !s.stop) s.work_cv.Wait(&s.mu);
     if (s.tasks.empty()) {  // stopped and drained
       --s.idle;
       ++s.exited;
-      s.exit_cv.notify_all();
+      s.exit_cv.SignalAll();
       return;
     }
     std::function<void()> task = std::move(s.tasks.front());
     s.tasks.pop_front();
     --s.idle;
-    lock.unlock();
+    s.mu.Unlock();
     RunCaught(task, name);
     task = nullptr;  // its captures (tensors, Python objects) go here, unlocked
-    lock.lock();
+    s.mu.Lock();
     ++s.idle;
   }
 }

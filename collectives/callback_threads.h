@@ -26,15 +26,15 @@
 #ifndef TPU_DIST_COLLECTIVES_CALLBACK_THREADS_H_
 #define TPU_DIST_COLLECTIVES_CALLBACK_THREADS_H_
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace tpudist::collectives {
@@ -65,15 +65,15 @@ class CallbackThreads {
 
  private:
   struct State {
-    std::mutex mu;
-    std::condition_variable work_cv;  // a task or stop, for the threads
-    std::condition_variable exit_cv;  // a thread left, for Stop()
-    std::deque<std::function<void()>> tasks;  // GUARDED_BY(mu)
-    std::vector<std::thread> threads;         // GUARDED_BY(mu)
-    int idle = 0;        // threads waiting for a task; GUARDED_BY(mu)
-    int exited = 0;      // threads that left Loop; GUARDED_BY(mu)
-    bool stop = false;   // GUARDED_BY(mu)
-    bool closed = false; // every thread left and was joined; GUARDED_BY(mu)
+    absl::Mutex mu;
+    absl::CondVar work_cv;  // with mu: a task or stop, for the threads
+    absl::CondVar exit_cv;  // with mu: a thread left, for Stop()
+    std::deque<std::function<void()>> tasks ABSL_GUARDED_BY(mu);
+    std::vector<std::thread> threads ABSL_GUARDED_BY(mu);
+    int idle ABSL_GUARDED_BY(mu) = 0;        // threads waiting for a task
+    int exited ABSL_GUARDED_BY(mu) = 0;      // threads that left Loop
+    bool stop ABSL_GUARDED_BY(mu) = false;
+    bool closed ABSL_GUARDED_BY(mu) = false;  // every thread left and was joined
   };
   // Runs on each thread; `state` is kept alive by the thread.
   static void Loop(const std::shared_ptr<State>& state, const std::string& name);

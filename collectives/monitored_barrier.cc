@@ -37,7 +37,7 @@ void ProcessGroupTpuDist::monitoredBarrier(const c10d::BarrierOptions& opts,
                                            bool wait_all_ranks) {
   int64_t n;
   {
-    std::lock_guard<std::mutex> lock(issue_mu_);
+    absl::MutexLock lock(&issue_mu_);
     n = monitored_barrier_seq_++;
   }
   const std::chrono::milliseconds timeout = OpTimeout(opts.timeout);
@@ -66,7 +66,7 @@ void ProcessGroupTpuDist::monitoredBarrier(const c10d::BarrierOptions& opts,
 }
 
 uint64_t ProcessGroupTpuDist::getSequenceNumberForGroup() {
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   return op_seq_;
 }
 

@@ -22,14 +22,15 @@ OpWorker::~OpWorker() {
   // After Stop() the thread has left (or is leaving); join it all the same.
   const bool on_worker = std::this_thread::get_id() == worker_id_;
   std::deque<std::pair<std::function<void()>, std::function<void()>>> dropped;
+  State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    state_->stop = true;
-    if (on_worker) dropped.swap(state_->queue);
+    absl::MutexLock lock(&s.mu);
+    s.stop = true;
+    if (on_worker) dropped.swap(s.queue);
   }
-  state_->cv.notify_all();
+  s.cv.SignalAll();
   dropped.clear();  // outside the lock: closures may release more objects
-  std::lock_guard<std::mutex> join(join_mu_);
+  absl::MutexLock join(&join_mu_);
   if (!thread_.joinable()) return;  // Stop() joined it
   if (on_worker) {
     // Joining ourselves would throw EDEADLK; the thread owns `state_` too and
@@ -41,53 +42,56 @@ OpWorker::~OpWorker() {
 }
 
 void OpWorker::Enqueue(std::function<void()> op, std::function<void()> then) {
+  State& s = *state_;
   bool queued = false;
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    if (!state_->exited) {
-      state_->queue.emplace_back(std::move(op), std::move(then));
+    absl::MutexLock lock(&s.mu);
+    if (!s.exited) {
+      s.queue.emplace_back(std::move(op), std::move(then));
       queued = true;
     }
   }
   if (queued) {
-    state_->cv.notify_all();  // the worker, not only a waiter in Stop()
+    s.cv.SignalAll();  // the worker, not only a waiter in Stop()
     return;
   }
   // Stopped: the thread is gone, so the op runs here (after any other op
   // that a caller runs here), bounded by its own deadline like any op.
-  std::lock_guard<std::mutex> run(state_->after_exit_mu);
+  absl::MutexLock run(&s.after_exit_mu);
   op();
   if (then) then();
-  std::lock_guard<std::mutex> lock(state_->mu);
-  ++state_->done;
+  absl::MutexLock lock(&s.mu);
+  ++s.done;
 }
 
 bool OpWorker::Stop(absl::Time deadline) {
+  State& s = *state_;
+  bool on_worker;
   {
-    std::unique_lock<std::mutex> lock(state_->mu);
-    state_->stop = true;
-    state_->cv.notify_all();
+    absl::MutexLock lock(&s.mu);
+    s.stop = true;
+    s.cv.SignalAll();
     // On the worker itself (an op's closure shut its group down) or on a
     // callback thread (a future callback did) it cannot wait for itself:
     // the threads leave after the current op / callback and the queue.
-    if (OnWorkerThread()) {
-      lock.unlock();
-      callbacks_.Stop(absl::InfinitePast());  // only asks
-      return false;
-    }
-    // The loop notifies cv when it leaves.
-    while (!state_->exited) {
+    on_worker = OnWorkerThread();
+    // Otherwise wait: the loop signals cv when it leaves.
+    while (!on_worker && !s.exited) {
       const absl::Duration left = deadline - absl::Now();
       if (left <= absl::ZeroDuration()) return false;
-      state_->cv.wait_for(lock, absl::ToChronoNanoseconds(std::min(left, absl::Seconds(1))));
+      s.cv.WaitWithTimeout(&s.mu, std::min(left, absl::Seconds(1)));
     }
+  }
+  if (on_worker) {
+    callbacks_.Stop(absl::InfinitePast());  // only asks
+    return false;
   }
   {
     // The loop has returned (it sets `exited` on its way out): joining waits
     // only for the thread's own exit, so that a caller that checks for our
     // threads right after (destroy_process_group, then /proc/self/task)
     // never sees one that is still leaving.
-    std::lock_guard<std::mutex> join(join_mu_);
+    absl::MutexLock join(&join_mu_);
     if (thread_.joinable()) thread_.join();
   }
   // The worker has left: no more completions come from it (ops enqueued
@@ -97,29 +101,30 @@ bool OpWorker::Stop(absl::Time deadline) {
 }
 
 int64_t OpWorker::ops_done() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->done;
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  return s.done;
 }
 
 bool OpWorker::RunInlineIfIdle(const std::function<void()>& op,
                                const std::function<void()>& then) {
   State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    absl::MutexLock lock(&s.mu);
     if (s.busy || !s.queue.empty() || s.stop) return false;
     s.busy = true;
   }
   op();
   bool pending;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    absl::MutexLock lock(&s.mu);
     s.busy = false;
     ++s.done;
     pending = !s.queue.empty();
   }
   // Wake the worker only if ops queued up meanwhile: an idle worker woken
   // for nothing costs a context switch per inline op.
-  if (pending) s.cv.notify_all();
+  if (pending) s.cv.SignalAll();
   if (then) then();
   return true;
 }
@@ -129,14 +134,15 @@ void OpWorker::Loop(const std::shared_ptr<State>& state) {
   while (true) {
     std::pair<std::function<void()>, std::function<void()>> task;
     {
-      std::unique_lock<std::mutex> lock(s.mu);
-      // Idle wait: every change that can make the predicate true (Enqueue,
-      // stop, an inline op ending with ops queued) notifies the cv.
-      s.cv.wait(lock, [&] { return !s.busy && (s.stop || !s.queue.empty()); });
+      absl::MutexLock lock(&s.mu);
+      // Idle wait until !busy && (stop || queue not empty): every change
+      // that can make it true (Enqueue, stop, an inline op ending with ops
+      // queued) signals the cv.
+      while (s.busy || (!s.stop && s.queue.empty())) s.cv.Wait(&s.mu);
       if (s.queue.empty()) {
         // Stopped and drained; every closure has been released (below).
         s.exited = true;
-        s.cv.notify_all();  // Stop() waits on it
+        s.cv.SignalAll();  // Stop() waits on it
         return;
       }
       task = std::move(s.queue.front());
@@ -145,7 +151,7 @@ void OpWorker::Loop(const std::shared_ptr<State>& state) {
     }
     task.first();
     {
-      std::lock_guard<std::mutex> lock(s.mu);
+      absl::MutexLock lock(&s.mu);
       s.busy = false;
       ++s.done;
     }

@@ -35,19 +35,21 @@
 // Stop() and the destructor stop them too, after the worker thread.
 //
 // Thread-safety: Enqueue(), RunInlineIfIdle() and Post() are thread-safe.
+// Locking is compiler-checked (absl::Mutex with ABSL_GUARDED_BY; the ctest
+// thread_safety_check, docs/collectives.md "Locking").
 #ifndef TPU_DIST_COLLECTIVES_OP_WORKER_H_
 #define TPU_DIST_COLLECTIVES_OP_WORKER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "collectives/callback_threads.h"
 
@@ -87,7 +89,7 @@ class OpWorker {
   // left, Enqueue() runs them on the calling thread, in call order.
   // Idempotent. Thread-safe; on the worker thread or a callback thread it
   // only asks, and returns false.
-  bool Stop(absl::Time deadline);
+  bool Stop(absl::Time deadline) ABSL_LOCKS_EXCLUDED(join_mu_);
   // Whether the caller is the worker thread or one of its callback threads
   // (neither can wait for them).
   bool OnWorkerThread() const {
@@ -99,16 +101,16 @@ class OpWorker {
 
  private:
   struct State {
-    std::mutex mu;
-    std::condition_variable cv;
+    absl::Mutex mu;
+    absl::CondVar cv;  // with mu: the queue, stop, busy or exited changed
     // (op, then) pairs.
-    std::deque<std::pair<std::function<void()>, std::function<void()>>> queue;  // GUARDED_BY(mu)
-    bool stop = false;                        // GUARDED_BY(mu)
-    bool busy = false;  // an op is running (worker or inline); GUARDED_BY(mu)
-    bool exited = false;  // the thread left Loop (after stop); GUARDED_BY(mu)
-    int64_t done = 0;     // ops finished; GUARDED_BY(mu)
+    std::deque<std::pair<std::function<void()>, std::function<void()>>> queue ABSL_GUARDED_BY(mu);
+    bool stop ABSL_GUARDED_BY(mu) = false;
+    bool busy ABSL_GUARDED_BY(mu) = false;    // an op is running (worker or inline)
+    bool exited ABSL_GUARDED_BY(mu) = false;  // the thread left Loop (after stop)
+    int64_t done ABSL_GUARDED_BY(mu) = 0;     // ops finished
     // Serializes the ops that Enqueue() runs on callers once exited.
-    std::mutex after_exit_mu;
+    absl::Mutex after_exit_mu;
   };
   // Runs on the worker thread; `state` is kept alive by the thread.
   static void Loop(const std::shared_ptr<State>& state);
@@ -117,11 +119,11 @@ class OpWorker {
   // the completions of the ops it drained still find it.
   CallbackThreads callbacks_;
   std::shared_ptr<State> state_;
-  std::thread thread_;  // joined (or detached) once, under join_mu_
+  std::thread thread_ ABSL_GUARDED_BY(join_mu_);  // joined (or detached) once
   // The worker thread's id, kept apart from `thread_` so OnWorkerThread()
   // never reads a std::thread that Stop() or the destructor is joining.
   const std::thread::id worker_id_;
-  std::mutex join_mu_;
+  absl::Mutex join_mu_;
 };
 
 }  // namespace tpudist::collectives

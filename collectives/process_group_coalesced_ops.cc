@@ -17,7 +17,7 @@ namespace tpudist::collectives {
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::CompleteAfterIssued(
     const char* name, c10d::OpType type, std::chrono::milliseconds timeout,
     bool caller_waits, std::vector<at::Tensor> outputs) {
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   return Enqueue(name, type, timeout, /*bytes=*/0, caller_waits, std::move(outputs),
                  [](CollectiveBackend& comm, const OpContext&) {
                    return comm.poison();

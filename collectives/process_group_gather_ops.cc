@@ -69,7 +69,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allgather(
   const DataType dtype = ValueOrThrow(ToDataType(in.scalar_type(), "allgather"));
   CheckList("allgather", outputs[0], size_, in);
   std::vector<at::Tensor> outs = outputs[0];
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("allgather", c10d::OpType::ALLGATHER, OpTimeout(opts.timeout),
                  in.nbytes(), !opts.asyncOp, outs,
@@ -94,7 +94,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_allgather_base(
               "tpu_dist: _allgather_base: output must hold world_size x input "
               "elements of the input dtype");
   at::Tensor out = output, in = input;
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("_allgather_base", c10d::OpType::_ALLGATHER_BASE,
                  OpTimeout(opts.timeout), in.nbytes(), !opts.asyncOp, {out},
@@ -125,7 +125,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::gather(
     CheckList("gather", outputs[0], size_, in);
     outs = outputs[0];
   }
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("gather", c10d::OpType::GATHER, OpTimeout(opts.timeout),
                  in.nbytes(), !opts.asyncOp, outs,
@@ -156,7 +156,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::scatter(
     CheckList("scatter", inputs[0], size_, out);
     ins = inputs[0];
   }
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("scatter", c10d::OpType::SCATTER, OpTimeout(opts.timeout),
                  out.nbytes(), !opts.asyncOp, {out},
@@ -184,7 +184,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce_scatter(
   ThrowIfError(CheckReducible(dtype, kind));
   CheckList("reduce_scatter", inputs[0], size_, out);
   std::vector<at::Tensor> ins = inputs[0];
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("reduce_scatter", c10d::OpType::REDUCE_SCATTER,
                  OpTimeout(opts.timeout), out.nbytes() * size_, !opts.asyncOp, {out},
@@ -211,7 +211,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_reduce_scatter_base(
               "tpu_dist: _reduce_scatter_base: input must hold world_size x "
               "output elements of the output dtype");
   at::Tensor out = output, in = input;
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE,
                  OpTimeout(opts.timeout), in.nbytes(), !opts.asyncOp, {out},
@@ -249,7 +249,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall_base(
       ResolveSplits(output_split_sizes, output.size(0), size_, "output"));
   const int64_t row_bytes = in_row * static_cast<int64_t>(input.element_size());
   at::Tensor out = output, in = input;
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue(
       "alltoall_base", c10d::OpType::ALLTOALL_BASE, OpTimeout(opts.timeout),
@@ -291,7 +291,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall(
                 "tpu_dist: alltoall tensors must share one dtype");
   }
   std::vector<at::Tensor> ins = inputs, outs = outputs;
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("alltoall", c10d::OpType::ALLTOALL, OpTimeout(opts.timeout), 0, !opts.asyncOp, outs,
                  [ins, outs, dtype, seq](CollectiveBackend& comm,

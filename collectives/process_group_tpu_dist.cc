@@ -251,7 +251,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allreduce(
   const DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "allreduce"));
   const ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
   ThrowIfError(CheckReducible(dtype, kind));
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("allreduce", c10d::OpType::ALLREDUCE, OpTimeout(opts.timeout),
                  t.nbytes(), !opts.asyncOp, tensors,
@@ -275,7 +275,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::broadcast(
   at::Tensor t = tensors[0];
   const DataType dtype = ValueOrThrow(ToDataType(t.scalar_type(), "broadcast"));
   const int root = static_cast<int>(opts.rootRank);
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("broadcast", c10d::OpType::BROADCAST, OpTimeout(opts.timeout),
                  t.nbytes(), !opts.asyncOp, tensors,
@@ -302,7 +302,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce(
   const ReduceKind kind = ValueOrThrow(ToReduceKind(opts.reduceOp, dtype));
   ThrowIfError(CheckReducible(dtype, kind));
   const int root = static_cast<int>(opts.rootRank);
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("reduce", c10d::OpType::REDUCE, OpTimeout(opts.timeout),
                  t.nbytes(), !opts.asyncOp, tensors,
@@ -318,7 +318,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::barrier(
     const c10d::BarrierOptions& opts) {
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   const uint32_t seq = NextSeq();
   return Enqueue("barrier", c10d::OpType::BARRIER, OpTimeout(opts.timeout), 0,
                  !opts.asyncOp, {}, [seq](CollectiveBackend& comm, const OpContext& ctx) {
@@ -366,7 +366,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
   }
   std::string key;
   {
-    std::lock_guard<std::mutex> lock(issue_mu_);
+    absl::MutexLock lock(&issue_mu_);
     const std::string channel = absl::StrCat("p2p/", rank_, "/", dst_rank, "/", tag);
     key = absl::StrCat(channel, "/", NextP2pIndex(channel));
   }
@@ -393,7 +393,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
               "tpu_dist: recv from invalid rank ", src_rank);
   at::Tensor t = tensors[0];
   ValueOrThrow(ToDataType(t.scalar_type(), "recv"));
-  std::lock_guard<std::mutex> lock(issue_mu_);
+  absl::MutexLock lock(&issue_mu_);
   if (p2p_ || shm_p2p_) {
     tcp::TcpP2p* p2p = p2p_.get();
     shm::ShmP2p* local = OnMyHost(src_rank) ? shm_p2p_.get() : nullptr;

@@ -75,7 +75,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "collectives/collective_backend.h"
 #include "collectives/host_layout.h"
 #include "collectives/op_worker.h"
@@ -330,17 +332,17 @@ class ProcessGroupTpuDist : public c10d::Backend {
                                          std::chrono::milliseconds timeout,
                                          int64_t bytes, bool caller_waits,
                                          std::vector<at::Tensor> outputs,
-                                         OpBody body);
+                                         OpBody body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(issue_mu_);
   std::chrono::milliseconds OpTimeout(std::chrono::milliseconds requested) const;
   // A Work that completes, on the worker, after every op issued before it,
   // failing if the group is poisoned by then; its result is `outputs`.
   c10::intrusive_ptr<c10d::Work> CompleteAfterIssued(const char* name, c10d::OpType type,
                                                      std::chrono::milliseconds timeout,
                                                      bool caller_waits,
-                                                     std::vector<at::Tensor> outputs);
-  uint32_t NextSeq() { return ++op_seq_; }
+                                                     std::vector<at::Tensor> outputs) ABSL_LOCKS_EXCLUDED(issue_mu_);
+  uint32_t NextSeq() ABSL_EXCLUSIVE_LOCKS_REQUIRED(issue_mu_) { return ++op_seq_; }
   // Per-(peer, tag) message counter for send/recv keys.
-  int64_t NextP2pIndex(const std::string& channel);
+  int64_t NextP2pIndex(const std::string& channel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(issue_mu_);
   // Whether send/recv with `peer` go through shm_p2p_ (same host) rather
   // than p2p_ (TCP).
   bool OnMyHost(int peer) const {
@@ -351,14 +353,16 @@ class ProcessGroupTpuDist : public c10d::Backend {
   std::atomic<int64_t> timeout_ms_;  // setTimeout
   c10::intrusive_ptr<c10d::Store> store_;  // namespaced by group name and generation
   // store_->clone(), made at the first recv: recvs wait on it, so that a
-  // waiting recv never holds the connection sends use. GUARDED_BY(issue_mu_).
-  c10::intrusive_ptr<c10d::Store> p2p_store_;
+  // waiting recv never holds the connection sends use.
+  c10::intrusive_ptr<c10d::Store> p2p_store_ ABSL_GUARDED_BY(issue_mu_);
   HostLayout layout_;
   std::unique_ptr<CollectiveBackend> backend_;  // shm, or hierarchical
-  uint32_t op_seq_ = 0;                       // issuing thread(s) under issue_mu_
-  int64_t monitored_barrier_seq_ = 0;         // GUARDED_BY(issue_mu_)
-  std::mutex issue_mu_;
-  std::map<std::string, int64_t> p2p_counters_;  // GUARDED_BY(issue_mu_)
+  uint32_t op_seq_ ABSL_GUARDED_BY(issue_mu_) = 0;  // collectives issued
+  int64_t monitored_barrier_seq_ ABSL_GUARDED_BY(issue_mu_) = 0;
+  // Held while an op is issued (sequence number, p2p message index, queueing;
+  // an inline op runs under it).
+  absl::Mutex issue_mu_;
+  std::map<std::string, int64_t> p2p_counters_ ABSL_GUARDED_BY(issue_mu_);
   // send/recv connections; null with Options::p2p_over_store. Outlives
   // p2p_worker_ (the destructor resets it last).
   std::unique_ptr<tcp::TcpP2p> p2p_;

@@ -18,7 +18,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libsentencepiece-dev
   iproute2 procps jq
-  clang-14 libclang-rt-14-dev llvm-14   # libFuzzer, sanitizers, llvm-symbolizer: tools/fuzz.sh
+  clang-14 libclang-rt-14-dev llvm-14   # libFuzzer, sanitizers, llvm-symbolizer: tools/fuzz.sh;
+                                        # -Wthread-safety: tools/thread_safety_check.py
 )
 
 missing=()

@@ -109,20 +109,20 @@ class ShmP2p {
   // The reader thread (p2p_reader.cc).
   void ReadLoop();
   // Moves whatever ring src -> this rank holds along; true if it read bytes.
-  // REQUIRES: drain_mu_[src] held, mu_ not held.
-  bool Drain(int src);
-  // Drain(src) under drain_mu_[src]. REQUIRES: mu_ not held.
-  bool DrainLocked(int src);
+  // REQUIRES: drain_mu_[src] held.
+  bool Drain(int src) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drain(src) under drain_mu_[src].
+  bool DrainLocked(int src) ABSL_LOCKS_EXCLUDED(mu_);
   // Under mu_: where the frame just started goes (a posted Recv or a queue).
   void StartFrame(int src, Inbound& in) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The frame of `in` is complete: delivers it (unless dropping).
-  void EndFrame(int src, Inbound& in);
+  void EndFrame(int src, Inbound& in) ABSL_LOCKS_EXCLUDED(mu_);
   // Fails the Recv being filled from `in` with `status`; the rest of the
   // frame is dropped as it arrives.
-  void AbandonFrame(int src, Inbound& in, const absl::Status& status);
+  void AbandonFrame(int src, Inbound& in, const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // When idle: fails a frame whose Recv's deadline passed or that Abort
   // ended, and closes peers that died with nothing left in their ring.
-  void CheckStalled();
+  void CheckStalled() ABSL_LOCKS_EXCLUDED(mu_);
   std::string Context() const;
   // Bumps this rank's doorbell: wakes Recvs (and the reader) asleep on it.
   void WakeRecvs();
@@ -131,7 +131,9 @@ class ShmP2p {
   const int rank_;
   const int size_;
   std::vector<std::unique_ptr<absl::Mutex>> send_mu_;  // [size]
-  std::vector<absl::Status> send_error_;  // [size], guarded by send_mu_[d]
+  // [size], send_error_[d] guarded by send_mu_[d] (per element: not
+  // expressible as an annotation, nor is drain_mu_[src] below).
+  std::vector<absl::Status> send_error_;
   // inbound_[src] is drained by whoever holds drain_mu_[src]: the reader
   // thread, or a Recv from src. Order: drain_mu_[src] before mu_.
   std::vector<std::unique_ptr<absl::Mutex>> drain_mu_;  // [size]

@@ -134,8 +134,7 @@ void TcpP2p::Abort(const absl::Status& cause) {
   }
 }
 
-absl::Status TcpP2p::Connect(c10d::Store& store, int dst, absl::Time deadline) {
-  OutLink& link = *out_[dst];
+absl::Status TcpP2p::Connect(c10d::Store& store, int dst, OutLink& link, absl::Time deadline) {
   const std::string key = AddressKey(dst);
   std::string address;
   try {
@@ -176,7 +175,7 @@ absl::Status TcpP2p::Send(c10d::Store& store, int dst, int tag, absl::Span<const
   if (!link.error.ok()) return link.error;
   const absl::Time start = absl::Now();
   absl::Status s;
-  if (!link.fd.valid()) s = Connect(store, dst, deadline);
+  if (!link.fd.valid()) s = Connect(store, dst, link, deadline);
   if (s.ok()) {
     const FrameHeader h{kFrameMagic, tag, data.size()};
     if (data.size() <= kCoalesceBytes) {

@@ -147,8 +147,9 @@ class TcpP2p {
   };
 
   TcpP2p(int rank, int size, TcpP2pOptions options, Listener listener);
-  // REQUIRES: out_[dst]->mu held.
-  absl::Status Connect(c10d::Store& store, int dst, absl::Time deadline);
+  // Connects `link` (out_[dst]).
+  absl::Status Connect(c10d::Store& store, int dst, OutLink& link, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
   // One side of the hello (+ proof) exchange. `expected_peer` >= 0 when
   // connecting; -1 when accepting (then *peer_rank is who the peer proved to
   // be).

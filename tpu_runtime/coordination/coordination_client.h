@@ -113,7 +113,7 @@ class CoordinationClient {
   CoordinationClient& operator=(const CoordinationClient&) = delete;
 
   // Connects this task to the service and starts heartbeats. Idempotent.
-  absl::Status Register();
+  absl::Status Register() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Key-value store (c10d semantics; see coordination.proto).
   absl::Status Set(absl::string_view key, absl::string_view value,
@@ -147,13 +147,13 @@ class CoordinationClient {
 
   // OkStatus() while neither the service reported a job error nor contact
   // was lost. Cheap; does not call the service.
-  absl::Status health() const;
+  absl::Status health() const ABSL_LOCKS_EXCLUDED(mu_);
   // The task the service blamed for the job error health() holds; -1 when
   // healthy or when contact was lost (no verdict from the service).
-  int job_error_task() const;
+  int job_error_task() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Stops heartbeats and tells the service this task leaves. Idempotent.
-  absl::Status Shutdown();
+  absl::Status Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
   int task_id() const { return task_id_; }
   const std::string& job_id() const { return job_id_; }
@@ -163,17 +163,17 @@ class CoordinationClient {
  private:
   CoordinationClient(std::string address, std::string job_id, int task_id,
                      ClientOptions options);
-  void HeartbeatLoop(absl::Duration interval, absl::Duration timeout);
-  void WatchLoop();
+  void HeartbeatLoop(absl::Duration interval, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  void WatchLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Records the first error (source_task: the service's verdict, -1 none),
   // runs `then` (if set, even when an error was recorded before) and calls
   // the error callback once.
   void RecordError(const absl::Status& error, int source_task = -1,
-                   const std::function<void()>& then = nullptr);
+                   const std::function<void()>& then = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // The service is gone or frozen: every call in flight ends now and every
   // later one fails at once with `error`, which is also recorded.
-  void ServiceLost(const absl::Status& error);
-  absl::Status ShutdownWithTimeout(absl::Duration timeout);
+  void ServiceLost(const absl::Status& error) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ShutdownWithTimeout(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   std::string Where(absl::string_view op) const;
 
   const std::string address_;
