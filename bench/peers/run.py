@@ -176,7 +176,8 @@ def report(doc: dict) -> str:
     out = [f"Run {doc['date']}, commit {doc.get('commit', '?')}, {doc['machine']}, "
            f"{doc['cpus']} CPUs; load average {doc['load_start']} at start, "
            f"{doc['load_end']} at end; {doc['seconds']:.0f} s in all"
-           f"{' (--quick)' if doc.get('quick') else ''}.",
+           f"{' (--quick)' if doc.get('quick') else ''}"
+           f"{' (PARTIAL: the run was stopped)' if doc.get('partial') else ''}.",
            "",
            "Times in us, rank 0's median per op (fp32 SUM, one process per rank, one "
            "thread each). Ratios: tpu_dist's time over the best peer's (above 1: slower); "
@@ -377,6 +378,11 @@ def main() -> int:
             runs.append(run)
             print(f"  world {world:2d} {LABEL[lib]:20s} {run['seconds']:7.1f} s  load "
                   f"{run['load_before']} -> {run['load_after']}  {run['status']}", flush=True)
+            # What is measured so far, in case the run is stopped (marked partial).
+            partial = document(records, runs, libs, {**meta, "partial": True, "load_end": load(),
+                                                     "seconds": time.monotonic() - t_start})
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps({**partial, "records": records}, indent=1))
     if "memcpy" in libs:  # every byte count any case used
         all_bytes = sorted({r["bytes"] for r in records} or
                            {case_bytes(o, int(s), w) for o in ops for s in sizes.split(",")
