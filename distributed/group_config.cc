@@ -16,18 +16,17 @@ namespace tr = ::tpudist::tpu_runtime;
 
 bool IsWildcard(const std::string& a) { return a == "0.0.0.0" || a == "::"; }
 
-// The host id rule of the file comment.
-absl::StatusOr<std::string> ResolveHostId(const tr::RankInfo* info, const tr::EnvMap& env,
-                                          const GroupInitOptions& options) {
+// The host id rule of the file comment. The placement is the RankInfo's
+// host_index; "slice_host_<h>" is only its key in the store. Without a
+// RankInfo nothing names the host (no TPU_* variable is read here:
+// discovery, tpu_runtime/env_discovery.h, is their one reader).
+std::string ResolveHostId(const tr::RankInfo* info, const tr::EnvMap& env,
+                          const GroupInitOptions& options) {
   if (!options.host_id.empty()) return options.host_id;
   if (std::optional<std::string> v = tr::GetEnv(env, "TPU_DIST_HOST_ID")) return *v;
-  if (info != nullptr) {
-    if (info->host_index >= 0) return absl::StrCat("slice_host_", info->host_index);
-    return std::string();
+  if (info != nullptr && info->host_index >= 0) {
+    return absl::StrCat("slice_host_", info->host_index);
   }
-  absl::StatusOr<std::optional<int>> worker = tr::GetInt(env, "TPU_WORKER_ID");
-  if (!worker.ok()) return worker.status();
-  if (worker->has_value()) return absl::StrCat("slice_host_", **worker);
   return std::string();
 }
 
@@ -40,30 +39,15 @@ absl::StatusOr<std::string> ResolveJobId(const tr::RankInfo* info, const tr::Env
   return info->job_id;
 }
 
-// This host's entry of the slice's host list, "" when unknown. A RankInfo
-// already holds it (discovery read TPU_WORKER_HOSTNAMES and checked
-// TPU_WORKER_ID against host_index): the environment is read only without one.
-absl::StatusOr<std::string> ResolveWorkerHostname(const tr::RankInfo* info,
-                                                  const tr::EnvMap& env) {
-  if (info != nullptr) {
-    if (info->host_index >= 0 && info->host_index < static_cast<int>(info->hostnames.size())) {
-      return info->hostnames[info->host_index];
-    }
-    return std::string();
+// This host's entry of the slice's host list: RankInfo's
+// hostnames[host_index], "" when unknown (no RankInfo, or a host list that
+// does not name it).
+std::string ResolveWorkerHostname(const tr::RankInfo* info) {
+  if (info != nullptr && info->host_index >= 0 &&
+      info->host_index < static_cast<int>(info->hostnames.size())) {
+    return info->hostnames[info->host_index];
   }
-  std::optional<std::string> hosts = tr::GetEnv(env, "TPU_WORKER_HOSTNAMES");
-  std::optional<std::string> id = tr::GetEnv(env, "TPU_WORKER_ID");
-  if (!hosts || !id) return std::string();
-  absl::StatusOr<std::vector<std::string>> list = tr::ParseCommaList("TPU_WORKER_HOSTNAMES", *hosts);
-  if (!list.ok()) return list.status();
-  absl::StatusOr<int> index =
-      tr::ParseInt("TPU_WORKER_ID", *id, 0, static_cast<int>(list->size()) - 1);
-  if (!index.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        index.status().message(), " (an index into the ", list->size(),
-        " entries of TPU_WORKER_HOSTNAMES)"));
-  }
-  return (*list)[*index];
+  return std::string();
 }
 
 absl::StatusOr<TcpStoreSpec> ResolveTcpStore(const tr::RankInfo* info, const tr::EnvMap& env) {
@@ -115,18 +99,14 @@ absl::StatusOr<GroupConfig> ResolveGroupConfig(const tr::RankInfo* info, const t
   collectives::ProcessGroupTpuDist::Options& o = c.tpu_dist;
   o.timeout = c.timeout;
   o.group_name = options.group_name;
-  absl::StatusOr<std::string> host_id = ResolveHostId(info, env, options);
-  if (!host_id.ok()) return host_id.status();
-  o.host_id = *host_id;
+  o.host_id = ResolveHostId(info, env, options);
   absl::StatusOr<std::string> job_id = ResolveJobId(info, env, options);
   if (!job_id.ok()) return job_id.status();
   o.job_id = *job_id;
   o.bind_address = !options.bind_address.empty()
                        ? options.bind_address
                        : tr::GetEnv(env, "TPU_DIST_BIND_ADDRESS").value_or("");
-  absl::StatusOr<std::string> worker = ResolveWorkerHostname(info, env);
-  if (!worker.ok()) return worker.status();
-  o.worker_hostname = *worker;
+  o.worker_hostname = ResolveWorkerHostname(info);
   // Shm tuning for tests and experiments (0 / unset: chosen per host).
   absl::StatusOr<std::optional<int>> slot_bytes = tr::GetInt(env, "TPU_DIST_SHM_SLOT_BYTES", 0);
   if (!slot_bytes.ok()) return slot_bytes.status();
@@ -143,6 +123,20 @@ absl::StatusOr<GroupConfig> ResolveGroupConfig(const tr::RankInfo* info, const t
   absl::StatusOr<std::optional<int>> shm_p2p = tr::GetInt(env, "TPU_DIST_SHM_P2P", 0, 1);
   if (!shm_p2p.ok()) return shm_p2p.status();
   if (*shm_p2p) o.shm_p2p = **shm_p2p == 1;
+  // Flight recorder (docs/fault_tolerance.md): entries kept per group, and
+  // where automatic dumps go (<dir>/tpu_dist_fr_rank_<r>, or torch's
+  // TORCH_FR_DUMP_TEMP_FILE prefix + rank; neither: no automatic dumps).
+  absl::StatusOr<std::optional<int>> fr_size =
+      tr::GetInt(env, "TPU_DIST_FLIGHT_RECORDER_SIZE", 0, 1 << 20);
+  if (!fr_size.ok()) return fr_size.status();
+  if (*fr_size) o.flight_recorder_entries = **fr_size;
+  if (std::optional<std::string> dir = tr::GetEnv(env, "TPU_DIST_FLIGHT_RECORDER_DIR");
+      dir.has_value() && !dir->empty()) {
+    o.flight_recorder_dump_prefix = absl::StrCat(*dir, "/tpu_dist_fr_rank_");
+  } else if (std::optional<std::string> prefix = tr::GetEnv(env, "TORCH_FR_DUMP_TEMP_FILE");
+             prefix.has_value() && !prefix->empty()) {
+    o.flight_recorder_dump_prefix = *prefix;
+  }
   absl::StatusOr<std::string> secret = tr::JobSecretFromEnv(env);
   if (!secret.ok()) return secret.status();
   o.job_secret = *secret;

@@ -6,21 +6,29 @@
 //
 // Rules (explicit option > environment > RankInfo > built-in default):
 //   host id       options.host_id > TPU_DIST_HOST_ID > "slice_host_<h>" with
-//                 h = RankInfo::host_index (without a RankInfo: h =
-//                 TPU_WORKER_ID) > "" (ProcessGroupTpuDist: hostname/boot id)
+//                 h = RankInfo::host_index > "" (ProcessGroupTpuDist:
+//                 hostname/boot id). The placement is RankInfo's field; the
+//                 string is only the key the ranks exchange.
 //   job id        options.job_id > TPU_DIST_JOB_ID > RankInfo::job_id, with
 //                 "_a<k>" appended on restart k > 0 > ""
 //   bind address  options.bind_address > TPU_DIST_BIND_ADDRESS > "" (derived
 //                 by collectives' ResolveBindAddress from worker_hostname)
-//   worker host   RankInfo's hostnames[host_index]; without a RankInfo:
-//                 TPU_WORKER_HOSTNAMES[TPU_WORKER_ID] (both set) > ""
+//   worker host   RankInfo's hostnames[host_index] > ""
 //   job secret    TPU_DIST_JOB_SECRET / TPU_DIST_JOB_SECRET_FILE > none
+//   flight rec.   TPU_DIST_FLIGHT_RECORDER_SIZE entries per group (0: off) >
+//                 2000; dumps to TPU_DIST_FLIGHT_RECORDER_DIR/tpu_dist_fr_rank_<r>
+//                 > TORCH_FR_DUMP_TEMP_FILE<r> > none (docs/fault_tolerance.md)
 //   store         options.store (given) > TCPStore at MASTER_ADDR:MASTER_PORT
 //                 > RankInfo's master_addr:master_port
 //   gloo address  bind address (unless a wildcard) > worker host >
 //                 "127.0.0.1"
 //   group names   GroupNameFor(options.group_name, ranks)
 // Errors are InvalidArgument naming the variable (MASTER_PORT="x": ...).
+// No TPU_* / MEGASCALE_* hardware variable is read here: discovery
+// (tpu_runtime/env_discovery.h) reads them into the RankInfo, which is the
+// one source of placement once it exists. Without a RankInfo (a thread or
+// fork harness, a Python group made without info=) a group knows no slice
+// placement: pass the RankInfo to get one.
 //
 // Thread-safety: pure functions of their arguments (a
 // TPU_DIST_JOB_SECRET_FILE is read from disk).
@@ -85,7 +93,7 @@ struct GroupConfig {
 };
 
 // Resolves the rules above. `info` may be null (a process without
-// discovery: Python's init_process_group, thread/fork test harnesses).
+// discovery: thread/fork test harnesses, a Python group made without info=).
 absl::StatusOr<GroupConfig> ResolveGroupConfig(const tpu_runtime::RankInfo* info,
                                                const tpu_runtime::EnvMap& env,
                                                const GroupInitOptions& options);

@@ -90,16 +90,32 @@ TEST(GroupConfigTest, HostIdPrecedence) {
   EXPECT_EQ(Resolve(&info, env, o).tpu_dist.host_id, "given");  // explicit beats env
   // Set but empty is unset (env_parse.h).
   EXPECT_EQ(Resolve(&info, {{"TPU_DIST_HOST_ID", ""}}).tpu_dist.host_id, "slice_host_2");
-  // No RankInfo (Python, test harnesses): TPU_WORKER_ID names the host, else
-  // "" (the process group's hostname/boot id).
-  EXPECT_EQ(Resolve(nullptr, {{"TPU_WORKER_ID", "3"}}).tpu_dist.host_id, "slice_host_3");
+  // No RankInfo (test harnesses, a Python group made without info=): ""
+  // (the process group's hostname/boot id).
   EXPECT_EQ(Resolve(nullptr, {}).tpu_dist.host_id, "");
   tr::RankInfo unknown = Info(1, -1);
   EXPECT_EQ(Resolve(&unknown, {}).tpu_dist.host_id, "");
 }
 
-TEST(GroupConfigTest, HostIdErrorsNameTheVariable) {
-  EXPECT_THAT(ErrorOf(nullptr, {{"TPU_WORKER_ID", "two"}}), HasSubstr("TPU_WORKER_ID=\"two\""));
+// Placement is the RankInfo's host_index (and its host list), never the
+// TPU_* variables again: a stale TPU_WORKER_ID / TPU_WORKER_HOSTNAMES (a
+// process that re-exported them, a parent's copy) is not read, malformed or
+// not. The old rule read them without a RankInfo: "slice_host_3" / "h1".
+TEST(GroupConfigTest, PlacementFollowsTheRankInfoNotStaleTpuVariables) {
+  const tr::EnvMap stale = {{"TPU_WORKER_ID", "3"}, {"TPU_WORKER_HOSTNAMES", "h0,h1,h2,h3"}};
+  const tr::RankInfo info = Info(/*rank=*/5, /*host_index=*/1);
+  GroupConfig c = Resolve(&info, stale);
+  EXPECT_EQ(c.tpu_dist.host_id, "slice_host_1");
+  EXPECT_EQ(c.tpu_dist.worker_hostname, "10.1.0.2");
+  EXPECT_EQ(c.gloo_hostname, "10.1.0.2");
+  // Without a RankInfo the variables name nothing (discovery is their reader).
+  c = Resolve(nullptr, stale);
+  EXPECT_EQ(c.tpu_dist.host_id, "");
+  EXPECT_EQ(c.tpu_dist.worker_hostname, "");
+  EXPECT_EQ(c.gloo_hostname, "127.0.0.1");
+  EXPECT_EQ(Resolve(nullptr, {{"TPU_WORKER_ID", "two"}, {"TPU_WORKER_HOSTNAMES", "a,,b"}})
+                .tpu_dist.host_id,
+            "");
 }
 
 TEST(GroupConfigTest, JobIdPrecedence) {
@@ -153,11 +169,11 @@ TEST(GroupConfigTest, BindAddressAndWorkerHostname) {
   EXPECT_EQ(Resolve(&info, {{"TPU_WORKER_HOSTNAMES", "a,,b"}, {"TPU_WORKER_ID", "9"}})
                 .tpu_dist.worker_hostname,
             "10.1.0.3");  // malformed, and not read
-  // Without one (Python, test harnesses) the environment names this host.
+  // Without one (test harnesses) nothing names this host.
   c = Resolve(nullptr, workers);
-  EXPECT_EQ(c.tpu_dist.worker_hostname, "h1");
+  EXPECT_EQ(c.tpu_dist.worker_hostname, "");
   EXPECT_EQ(c.tpu_dist.bind_address, "");
-  EXPECT_EQ(c.gloo_hostname, "h1");
+  EXPECT_EQ(c.gloo_hostname, "127.0.0.1");
   tr::EnvMap env = workers;
   env["TPU_DIST_BIND_ADDRESS"] = "10.9.9.9";
   c = Resolve(&info, env);
@@ -171,16 +187,6 @@ TEST(GroupConfigTest, BindAddressAndWorkerHostname) {
   EXPECT_EQ(c.tpu_dist.bind_address, "0.0.0.0");
   EXPECT_EQ(c.gloo_hostname, "10.1.0.3");
   EXPECT_EQ(Resolve(nullptr, {}).gloo_hostname, "127.0.0.1");
-}
-
-TEST(GroupConfigTest, WorkerIdOutOfRangeNamesTheVariables) {
-  const std::string err =
-      ErrorOf(nullptr, {{"TPU_WORKER_HOSTNAMES", "a,b"}, {"TPU_WORKER_ID", "2"}});
-  EXPECT_THAT(err, HasSubstr("TPU_WORKER_ID=\"2\""));
-  EXPECT_THAT(err, HasSubstr("0..1"));
-  EXPECT_THAT(err, HasSubstr("TPU_WORKER_HOSTNAMES"));
-  EXPECT_THAT(ErrorOf(nullptr, {{"TPU_WORKER_HOSTNAMES", "a,,b"}, {"TPU_WORKER_ID", "0"}}),
-              HasSubstr("TPU_WORKER_HOSTNAMES=\"a,,b\""));
 }
 
 TEST(GroupConfigTest, JobSecretFromTheEnvironment) {

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/free_port.h"
+#include "testing/rank_threads.h"
 #include "torch/csrc/distributed/c10d/HashStore.hpp"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 
@@ -22,12 +23,6 @@ namespace tpudist::distributed {
 namespace {
 
 namespace tr = ::tpudist::tpu_runtime;
-
-void RunThreads(int n, const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back(body, r);
-  for (auto& t : threads) t.join();
-}
 
 // allreduce SUM of (rank + 1) * [1, 2, 3] over `pg`.
 at::Tensor SumOf(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int rank) {
@@ -44,7 +39,7 @@ bool IsTpuDist(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
 TEST(MakeGroupFactoryTest, TpuDistAndGlooAgreeOnSubgroups) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const int world = 4;
-  RunThreads(world, [&](int rank) {
+  ::tpudist::test_support::RunRankThreads(world, [&](int rank) {
     // Pairs {0,2} and {1,3}: one strided subgroup per rank.
     const std::vector<int> ranks = {rank % 2, rank % 2 + 2};
     const int group_rank = rank / 2;
@@ -79,15 +74,53 @@ TEST(MakeGroupFactoryTest, BadGroupRankIsAnError) {
   EXPECT_EQ(pg.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The group's host layout follows each rank's RankInfo::host_index, not
+// the TPU_* variables of its environment: here every rank's environment says
+// TPU_WORKER_ID=0 (stale), its RankInfo says host `rank` -> two hosts (shm
+// inside none, TCP between). Without a RankInfo, per-rank TPU_WORKER_IDs
+// place nothing: one host (the old rule read them and made two).
+TEST(InitProcessGroupTest, HostLayoutFollowsTheRankInfo) {
+  const int world = 2;
+  for (const bool with_info : {true, false}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    ::tpudist::test_support::RunRankThreads(world, [&](int rank) {
+      tr::RankInfo info;
+      info.rank = rank;
+      info.world_size = world;
+      info.host_index = rank;
+      info.num_hosts = world;
+      info.hostnames = {"127.0.0.1", "127.0.0.1"};
+      const tr::EnvMap env = {
+          {"TPU_WORKER_ID", with_info ? "0" : std::to_string(rank)},
+          {"TPU_WORKER_HOSTNAMES", "127.0.0.1,127.0.0.1"}};
+      GroupInitOptions o;
+      o.group_name = with_info ? "placed" : "unplaced";
+      o.job_id = absl::StrCat("dist_place_", getpid());
+      o.timeout = absl::Seconds(30);
+      absl::StatusOr<GroupConfig> c = ResolveGroupConfig(with_info ? &info : nullptr, env, o);
+      ASSERT_TRUE(c.ok()) << c.status();
+      absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> pg =
+          NewGroup(*c, store, rank, {0, 1});
+      ASSERT_TRUE(pg.ok()) << pg.status();
+      const c10::intrusive_ptr<collectives::ProcessGroupTpuDist> backend =
+          collectives::TpuDistBackendOf(*pg);
+      ASSERT_TRUE(backend);
+      EXPECT_EQ(backend->host_layout().num_hosts(), with_info ? 2 : 1) << "rank " << rank;
+      EXPECT_TRUE(at::equal(SumOf(*pg, rank), at::arange(1, 4, at::kFloat) * 3));
+      (*pg)->barrier()->wait();
+    });
+  }
+}
+
 // The store comes from MASTER_ADDR / MASTER_PORT (rank 0 hosts it), as
 // torch's env:// does.
 TEST(InitProcessGroupTest, WorldGroupOverTheMasterTcpStore) {
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   const int world = 2;
   for (const char* backend : {"tpu_dist", "gloo"}) {
-    const std::string port = std::to_string(::tpudist::testing::FreePort());
+    const std::string port = std::to_string(::tpudist::test_support::FreePort());
     setenv("MASTER_PORT", port.c_str(), 1);
-    RunThreads(world, [&](int rank) {
+    ::tpudist::test_support::RunRankThreads(world, [&](int rank) {
       tr::RankInfo info;
       info.rank = rank;
       info.world_size = world;
