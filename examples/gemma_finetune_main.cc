@@ -34,20 +34,20 @@
 
 int main(int argc, char** argv) {
   namespace dist = ::tpudist::distributed;
-  namespace ex = ::tpudist::examples;
+  namespace train = ::tpudist::train;
   tpudist::tpu_runtime::launcher::NormalizedArgv args(argc, argv);
   absl::ParseCommandLine(args.argc(), args.argv());
-  const absl::StatusOr<tpudist::finetune::FineTuneConfig> config = ex::FineTuneConfigFromFlags();
+  const absl::StatusOr<train::FineTuneConfig> config = train::FineTuneConfigFromFlags();
   if (int code = dist::UsageExitCode("gemma_finetune", {config.status()})) return code;
   return dist::RunRankMain(
       "gemma_finetune",
       [&](const tpudist::tpu_runtime::RankInfo& info) -> absl::Status {
         const std::string malloc_note = tpudist::nn::TuneMallocForTraining();
         if (info.rank == 0) fprintf(stderr, "gemma_finetune: %s\n", malloc_note.c_str());
-        if (absl::Status s = ex::CheckJobShape(info); !s.ok()) return s;
-        absl::StatusOr<tpudist::finetune::FineTuneResult> result = tpudist::finetune::RunFineTune(info, *config);
+        if (absl::Status s = train::CheckJobShape(info); !s.ok()) return s;
+        absl::StatusOr<train::FineTuneResult> result = train::RunFineTune(info, *config);
         if (!result.ok()) return result.status();
-        if (info.rank == 0) ex::PrintFineTuneResult(*result);
+        if (info.rank == 0) train::PrintFineTuneResult(*result);
         return absl::OkStatus();
       },
       // "gemma_finetune: error: ..." (the status names the rank), as before.

@@ -29,7 +29,7 @@
 #include "train/internal/finetune_process_for_test.h"
 #include "train/internal/test_temp_dir.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 namespace fs = std::filesystem;
@@ -144,4 +144,4 @@ TEST_F(AsyncCheckpointTest, RankKilledMidWriteLeavesPreviousCheckpointAndResumeM
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

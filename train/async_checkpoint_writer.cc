@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "collectives/exception_message.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 constexpr char kOk[] = "ok";
@@ -116,4 +116,4 @@ absl::StatusOr<std::string> AsyncCheckpointWriter::Run(
   return path;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -43,7 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 struct AsyncCheckpointWriterOptions {
   c10::intrusive_ptr<c10d::Store> store;  // the job's coordination store
@@ -89,6 +89,6 @@ class AsyncCheckpointWriter {
   absl::StatusOr<std::string> result_;  // written by thread_, read after join
 };
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_ASYNC_CHECKPOINT_WRITER_H_

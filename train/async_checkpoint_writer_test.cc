@@ -17,7 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::HasSubstr;
@@ -128,4 +128,4 @@ TEST(AsyncCheckpointWriterDeadlineTest, DestructorCancelsTheWaitWithoutCommittin
 INSTANTIATE_TEST_SUITE_P(Worlds, AsyncCheckpointWriterTest, ::testing::Values(1, 2, 3, 8));
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

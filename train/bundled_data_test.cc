@@ -14,7 +14,7 @@
 #include "train/internal/fs_util.h"
 #include "train/internal/test_temp_dir.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 std::string SourceDir() {
@@ -69,4 +69,4 @@ TEST(BundledDataTest, GeneratorReproducesTheFile) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

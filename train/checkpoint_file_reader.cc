@@ -7,7 +7,7 @@
 #include "absl/time/clock.h"
 #include "train/internal/fs_util.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 // Errors that say something about the file itself, not about the read.
@@ -69,4 +69,4 @@ bool IsCheckpointIoError(const absl::Status& status) {
   return absl::IsUnavailable(status);
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

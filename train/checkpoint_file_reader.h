@@ -31,7 +31,7 @@
 #include "absl/time/time.h"
 #include "train/file_checksum.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 // The raw calls; an unset member means the real filesystem
 // (internal::ReadFile, internal::FileSize, DigestFile). Each returns
@@ -71,6 +71,6 @@ class CheckpointFileReader {
 // callers that classify (true only for that). Pure.
 bool IsCheckpointIoError(const absl::Status& status);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_CHECKPOINT_FILE_READER_H_

@@ -36,7 +36,7 @@
 #include "train/metrics_log.h"
 #include "train/run_dir_lock.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 namespace fs = std::filesystem;
@@ -270,4 +270,4 @@ TEST_F(CheckpointGuaranteesTest, StoragePathThatIsAFileIsReportedAsRankZerosErro
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -20,7 +20,7 @@
 #include "train/internal/fs_util.h"
 #include "train/internal/test_temp_dir.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 namespace fs = std::filesystem;
@@ -426,4 +426,4 @@ TEST(VerifyCheckpointFilesTest, OnlyChecksTheNamedFiles) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

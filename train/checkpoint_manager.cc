@@ -15,7 +15,7 @@
 #include "train/internal/fs_util.h"
 #include "io/atomic_file.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 constexpr char kTempPrefix[] = ".tmp_checkpoint_";
@@ -383,4 +383,4 @@ absl::Status CheckpointManager::Prune(int64_t latest_sequence) {
   return absl::OkStatus();
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

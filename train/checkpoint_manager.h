@@ -68,7 +68,7 @@
 #include "train/checkpoint_file_reader.h"
 #include "train/checkpoint_metadata.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 struct CheckpointManagerOptions {
   std::string storage_path;  // Ray's RunConfig(storage_path=...)
@@ -196,6 +196,6 @@ class CheckpointManager {
   int64_t temp_counter_ = 0;
 };
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_CHECKPOINT_MANAGER_H_

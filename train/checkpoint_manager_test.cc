@@ -14,7 +14,7 @@
 #include "train/internal/fs_util.h"
 #include "train/internal/test_temp_dir.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::Contains;
@@ -251,4 +251,4 @@ TEST_F(CheckpointManagerTest, ErrorsNameThePath) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -11,7 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "train/file_checksum.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 constexpr int kFormat = 3;        // written: manifest_crc32 required
@@ -215,4 +215,4 @@ absl::Status VerifyCheckpointFiles(const std::string& dir,
   return absl::OkStatus();
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

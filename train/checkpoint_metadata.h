@@ -41,7 +41,7 @@
 #include "train/checkpoint_file_reader.h"
 #include "train/job_fingerprint.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 inline constexpr char kCheckpointMetadataFile[] = "checkpoint.json";
 
@@ -92,6 +92,6 @@ absl::Status VerifyCheckpointFiles(
     absl::Span<const std::string> only = {},
     const CheckpointFileReader& reader = CheckpointFileReader());
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_CHECKPOINT_METADATA_H_

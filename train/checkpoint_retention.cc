@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 bool BetterCheckpoint(const RetentionCandidate& a,
                       const RetentionCandidate& b) {
@@ -30,4 +30,4 @@ std::vector<int64_t> CheckpointsToDelete(
   return out;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

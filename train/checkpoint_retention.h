@@ -21,7 +21,7 @@
 
 #include "absl/types/span.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 struct RetentionCandidate {
   int64_t sequence = 0;  // commit order, unique, higher = newer
@@ -37,6 +37,6 @@ std::vector<int64_t> CheckpointsToDelete(
 // True when a ranks strictly better than b under the rules above.
 bool BetterCheckpoint(const RetentionCandidate& a, const RetentionCandidate& b);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_CHECKPOINT_RETENTION_H_

@@ -8,7 +8,7 @@
 #include <limits>
 #include <set>
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::ElementsAre;
@@ -82,4 +82,4 @@ TEST(CheckpointRetentionTest, SimulatedRunMatchesOracle) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -24,7 +24,7 @@
 #include "arrow/util/uri.h"
 #endif
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 bool IsStorageUri(absl::string_view storage_path) {
   const size_t colon = storage_path.find("://");
@@ -388,4 +388,4 @@ absl::StatusOr<std::optional<std::string>> CheckpointStorage::FetchNewestVerifie
 
 #endif  // TPU_DIST_HAVE_ARROW
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -47,7 +47,7 @@
 #include "absl/strings/string_view.h"
 #include "train/checkpoint_metadata.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 // True for "<scheme>://..." (file://, s3://, ...): the trainer keeps such a
 // storage path through CheckpointStorage. False for a plain local path. Pure.
@@ -113,6 +113,6 @@ class CheckpointStorage {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_CHECKPOINT_STORAGE_H_

@@ -20,7 +20,7 @@
 #include "train/internal/moto_server_for_test.h"
 #include "train/internal/test_temp_dir.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::HasSubstr;
@@ -113,4 +113,4 @@ INSTANTIATE_TEST_SUITE_P(Backends, CheckpointStorageE2eTest, ::testing::Values(f
                          [](const auto& info) { return info.param ? "S3" : "File"; });
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -17,7 +17,7 @@
 #include "train/internal/moto_server_for_test.h"
 #include "train/internal/test_temp_dir.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::HasSubstr;
@@ -245,4 +245,4 @@ TEST(StorageUriTest, ErrorsNameTheUriWithoutSecrets) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 // SplitMix64 (Steele, Lea, Flood 2014): a tiny, well-mixed 64-bit stream.
@@ -105,7 +105,7 @@ std::vector<int64_t> DistributedSampler::Indices() const {
 
 int64_t DistributedSampler::NumBatches(int64_t batch_size,
                                        bool drop_last_batch) const {
-  return finetune::NumBatches(num_samples_, batch_size, drop_last_batch);
+  return train::NumBatches(num_samples_, batch_size, drop_last_batch);
 }
 
 absl::StatusOr<std::vector<int64_t>> DistributedSampler::IndicesFromStep(
@@ -139,4 +139,4 @@ absl::StatusOr<std::vector<int64_t>> DistributedSampler::BatchIndices(
   return rest;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

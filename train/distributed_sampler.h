@@ -34,7 +34,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 struct SamplerOptions {
   int64_t dataset_size = 0;  // n >= 1
@@ -99,6 +99,6 @@ class DistributedSampler {
   int64_t epoch_ = 0;
 };
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_DISTRIBUTED_SAMPLER_H_

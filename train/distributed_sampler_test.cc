@@ -9,7 +9,7 @@
 #include <set>
 #include <tuple>
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 DistributedSampler Make(int64_t n, int world, int rank, bool shuffle,
@@ -212,4 +212,4 @@ TEST(DistributedSamplerTest, SixteenRanksOnTheBundledSize) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "train/split_spec.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 constexpr const char* kFields[] = {"instruction", "context", "response",
@@ -215,4 +215,4 @@ absl::StatusOr<std::vector<DollyExample>> LoadDollySplit(
                                    rows->begin() + range->end);
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 struct DollyExample {
   std::string instruction;
@@ -79,6 +79,6 @@ absl::StatusOr<std::vector<DollyExample>> LoadDollySplit(
     const std::string& path, absl::string_view split,
     int64_t max_row_bytes = kMinMaxRowBytes);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_DOLLY_DATASET_H_

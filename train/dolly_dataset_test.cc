@@ -16,7 +16,7 @@
 
 #include "train/internal/test_temp_dir.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::AllOf;
@@ -222,4 +222,4 @@ TEST(DollyHugeRowTest, FiftyMegabyteRowIsRefusedFastInBoundedMemory) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 constexpr size_t kChunk = size_t{1} << 20;
@@ -72,4 +72,4 @@ std::optional<uint32_t> Crc32FromHex(absl::string_view hex) {
   return v;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 struct FileDigest {
   int64_t bytes = 0;
@@ -54,6 +54,6 @@ std::string Crc32ToHex(uint32_t crc);
 // Inverse of Crc32ToHex; nullopt unless exactly 8 hex digits. Pure.
 std::optional<uint32_t> Crc32FromHex(absl::string_view hex);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_FILE_CHECKSUM_H_

@@ -25,7 +25,7 @@
 #include "fsdp/fully_shard/state_dict.h"
 #include "models/gemma/hf_checkpoint.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 constexpr char kShardsDir[] = "shards";
@@ -318,4 +318,4 @@ absl::StatusOr<TrainerState> RestoreFineTuneCheckpoint(const CheckpointTarget& t
   return state;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -52,7 +52,7 @@
 #include "fsdp/device_mesh.h"
 #include "models/gemma/gemma_model.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 // Where training stands; what trainer_state.json records.
 struct TrainerState {
@@ -120,6 +120,6 @@ absl::StatusOr<TrainerState> RestoreFineTuneCheckpoint(const CheckpointTarget& t
 std::string TrainerStateToJson(const TrainerState& s);
 absl::StatusOr<TrainerState> TrainerStateFromJson(const std::string& text, const std::string& where);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_FINETUNE_CHECKPOINT_H_

@@ -46,7 +46,7 @@
 #include "tpu_runtime/coordination/coordination_client.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 namespace gemma = ::tpudist::models::gemma;
@@ -498,4 +498,4 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
   return out;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -56,7 +56,7 @@
 #include "train/metrics_log.h"
 #include "tpu_runtime/rank_info.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 inline constexpr char kDefaultStagingPath[] = "/tmp/gemma_finetune_staging";
 
@@ -131,6 +131,6 @@ std::string DefaultRunName(const std::string& job_id);
 absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info,
                                            const FineTuneConfig& config);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_FINETUNE_TRAINER_H_

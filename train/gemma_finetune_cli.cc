@@ -53,11 +53,10 @@ ABSL_FLAG(int, die_rank, -1, "test: this rank raises SIGKILL in attempt 0 ...");
 ABSL_FLAG(int64_t, die_epoch, 0, "test: ... at this 0-based epoch ...");
 ABSL_FLAG(int64_t, die_step, 0, "test: ... before this 0-based step");
 
-namespace tpudist::examples {
+namespace tpudist::train {
 namespace {
 
 namespace tr = ::tpudist::tpu_runtime;
-namespace ft = ::tpudist::finetune;
 
 int MaxFailures() {
   int n = absl::GetFlag(FLAGS_max_failures);
@@ -68,8 +67,8 @@ int MaxFailures() {
 
 }  // namespace
 
-absl::StatusOr<ft::FineTuneConfig> FineTuneConfigFromFlags() {
-  if (absl::Status s = ft::ValidateTrainingFlags({absl::GetFlag(FLAGS_num_epochs),
+absl::StatusOr<FineTuneConfig> FineTuneConfigFromFlags() {
+  if (absl::Status s = ValidateTrainingFlags({absl::GetFlag(FLAGS_num_epochs),
                                                   absl::GetFlag(FLAGS_batch_size_per_device),
                                                   absl::GetFlag(FLAGS_max_seq_len), absl::GetFlag(FLAGS_lr),
                                                   absl::GetFlag(FLAGS_weight_decay), absl::GetFlag(FLAGS_tp)});
@@ -80,7 +79,7 @@ absl::StatusOr<ft::FineTuneConfig> FineTuneConfigFromFlags() {
       !s.ok()) {
     return s;
   }
-  ft::FineTuneConfig c;
+  FineTuneConfig c;
   c.model_dir = absl::GetFlag(FLAGS_model_dir);
   c.dataset = absl::GetFlag(FLAGS_dataset);
   c.dataset_split = absl::GetFlag(FLAGS_dataset_split);
@@ -129,8 +128,8 @@ absl::Status CheckJobShape(const tr::RankInfo& info) {
   return absl::OkStatus();
 }
 
-void PrintFineTuneResult(const ft::FineTuneResult& result) {
-  std::string line = ft::EpochMetricsToJsonLine(result.final_metrics);
+void PrintFineTuneResult(const FineTuneResult& result) {
+  std::string line = EpochMetricsToJsonLine(result.final_metrics);
   if (!line.empty() && line.back() == '\n') line.pop_back();
   if (result.already_finished) {
     printf("Training already completed: all %lld epochs are in the run directory, nothing to train "
@@ -150,4 +149,4 @@ void PrintFineTuneResult(const ft::FineTuneResult& result) {
   fflush(stdout);
 }
 
-}  // namespace tpudist::examples
+}  // namespace tpudist::train

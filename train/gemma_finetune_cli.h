@@ -9,13 +9,13 @@
 #include "train/finetune_trainer.h"
 #include "tpu_runtime/rank_info.h"
 
-namespace tpudist::examples {
+namespace tpudist::train {
 
 // The config the flags give (--storage-path defaults to $STORAGE_PATH,
 // --max-failures -1 to $TORCHELASTIC_MAX_RESTARTS, else 0). InvalidArgument,
 // naming the flag, for a value out of range (train/training_flags.h,
 // tpu_runtime/duration_check.h): a usage error.
-absl::StatusOr<finetune::FineTuneConfig> FineTuneConfigFromFlags();
+absl::StatusOr<FineTuneConfig> FineTuneConfigFromFlags();
 
 // FailedPrecondition unless the job has the ranks --topology /
 // --accelerator-type / --num-workers ask for (each: unset = as discovered).
@@ -24,8 +24,8 @@ absl::Status CheckJobShape(const tpu_runtime::RankInfo& info);
 // Rank 0's closing lines on stdout: "Training completed! Final metrics:
 // {...}" and "Saved checkpoint: <dir>", or for a run that was already done
 // "Training already completed: ..." with its logged metrics.
-void PrintFineTuneResult(const finetune::FineTuneResult& result);
+void PrintFineTuneResult(const FineTuneResult& result);
 
-}  // namespace tpudist::examples
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_GEMMA_FINETUNE_CLI_H_

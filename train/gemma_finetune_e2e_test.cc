@@ -36,7 +36,7 @@
 #include "models/gemma/hf_checkpoint.h"
 #include "io/safetensors.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 namespace fs = std::filesystem;
@@ -364,4 +364,4 @@ TEST(GemmaFinetuneNumericsE2eTest, HugeRowIsRefusedNamingLineAndSize) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

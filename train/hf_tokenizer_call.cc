@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using json = nlohmann::json;
@@ -143,4 +143,4 @@ absl::StatusOr<TokenizeOptions> SeedTokenizeOptions(const std::string& model_dir
   return ToTokenizeOptions(*call, max_length, pad_id);
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

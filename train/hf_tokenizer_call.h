@@ -28,7 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "train/tokenized_dataset.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 struct HfTokenizerCall {
   Side padding_side = Side::kRight;
@@ -64,6 +64,6 @@ absl::StatusOr<TokenizeOptions> SeedTokenizeOptions(const std::string& model_dir
                                                     int64_t max_length, int pad_id,
                                                     int fallback_bos_id);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_HF_TOKENIZER_CALL_H_

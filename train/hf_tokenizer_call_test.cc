@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::HasSubstr;
@@ -98,4 +98,4 @@ TEST(HfTokenizerCallTest, BundledTinyGemma) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -8,7 +8,7 @@
 #include "train/file_checksum.h"
 #include "train/internal/fs_util.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 std::string DigestText(const FileDigest& d) {
@@ -82,4 +82,4 @@ std::vector<std::string> FingerprintDifferences(const JobFingerprint& recorded,
   return out;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

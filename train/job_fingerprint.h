@@ -34,7 +34,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 // Field name -> canonical value; ordered so it prints and compares stably.
 using JobFingerprint = std::map<std::string, std::string>;
@@ -72,6 +72,6 @@ std::vector<std::string> FingerprintDifferences(const JobFingerprint& recorded,
 // Shortest text that parses back to exactly `v` ("0.003", "2e-05"). Pure.
 std::string CanonicalDouble(double v);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_JOB_FINGERPRINT_H_

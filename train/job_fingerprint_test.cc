@@ -9,7 +9,7 @@
 
 #include "train/internal/test_temp_dir.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::ElementsAre;
@@ -106,4 +106,4 @@ TEST(CanonicalDoubleTest, ShortestRoundTrip) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -12,7 +12,7 @@
 #include "train/internal/fs_util.h"
 #include "io/atomic_file.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 constexpr char kTimeFormat[] = "%Y-%m-%dT%H:%M:%E6S%Ez";
 }  // namespace
@@ -139,4 +139,4 @@ absl::StatusOr<std::vector<EpochMetrics>> ReadMetricsLog(
   return out;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

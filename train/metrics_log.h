@@ -18,7 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 inline constexpr char kMetricsFile[] = "metrics.jsonl";
 inline constexpr char kDiscardedMetricsFile[] = "metrics.discarded.jsonl";
@@ -76,6 +76,6 @@ class MetricsLog {
 absl::StatusOr<std::vector<EpochMetrics>> ReadMetricsLog(
     const std::string& path);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_METRICS_LOG_H_

@@ -11,7 +11,7 @@
 #include "train/internal/fs_util.h"
 #include "train/internal/test_temp_dir.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::HasSubstr;
@@ -126,4 +126,4 @@ TEST(MetricsTest, TrimAfterDropsLaterAndTornLinesOnce) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

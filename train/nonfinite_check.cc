@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 std::string PositionText(const TrainingPosition& p) {
@@ -132,4 +132,4 @@ NonFiniteVerdict CheckSavedTensors(const at::Tensor& summed, int64_t world, cons
   return out;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

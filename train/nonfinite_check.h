@@ -34,7 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 // What one rank measured in one step, before the optimizer step.
 struct StepNumerics {
@@ -92,6 +92,6 @@ NonFiniteVerdict CheckStepNumerics(const at::Tensor& summed, int64_t world, cons
 NonFiniteVerdict CheckSavedTensors(const at::Tensor& summed, int64_t world, const TrainingPosition& where,
                                    absl::Span<const std::string> names);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_NONFINITE_CHECK_H_

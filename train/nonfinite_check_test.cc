@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::AllOf;
@@ -119,4 +119,4 @@ TEST(NonFiniteCheckTest, SavedTensors) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -14,7 +14,7 @@
 #include "train/internal/test_temp_dir.h"
 #include "train/metrics_log.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 std::string SourceDir() {
@@ -90,4 +90,4 @@ TEST(PlotMetricsTest, RendersAPng) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

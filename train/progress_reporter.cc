@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_format.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 std::string FormatBar(int64_t step, int64_t total, int width) {
   width = std::max(width, 1);
@@ -66,4 +66,4 @@ void ProgressReporter::EndEpoch() {
   bar_open_ = false;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

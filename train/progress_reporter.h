@@ -16,7 +16,7 @@
 #include <ostream>
 #include <string>
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 // "[#########...........]" of `width` cells between the brackets;
 // step is clamped to [0, total]; total <= 0 draws an empty bar.
@@ -62,6 +62,6 @@ class ProgressReporter {
   bool bar_open_ = false;
 };
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_PROGRESS_REPORTER_H_

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 TEST(ProgressTest, Bar) {
@@ -68,4 +68,4 @@ TEST(ProgressTest, IsTerminalIsFalseForFiles) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -9,7 +9,7 @@
 #include "collectives/exception_message.h"
 #include "nlohmann/json.hpp"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 constexpr char kKey[] = "job_fingerprint/rank0";
@@ -59,4 +59,4 @@ absl::Status CheckRanksAgree(c10d::Store& store, int rank, const JobFingerprint&
                    absl::StrJoin(diff, "; ")));
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

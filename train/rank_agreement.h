@@ -26,7 +26,7 @@
 #include "absl/time/time.h"
 #include "train/job_fingerprint.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 // One line per field that differs between rank 0's fingerprint and `rank`'s
 // ("<field>: <v0> on rank 0, <v> on rank <rank>"; "absent" for a missing
@@ -39,6 +39,6 @@ std::vector<std::string> RankDifferences(const JobFingerprint& rank0, const JobF
 absl::Status CheckRanksAgree(c10d::Store& store, int rank, const JobFingerprint& mine,
                              absl::Duration timeout);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_RANK_AGREEMENT_H_

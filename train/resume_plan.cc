@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 int64_t EpochsDone(const CheckpointMetadata& meta, int64_t batches_per_epoch) {
   return meta.epoch + (meta.step >= batches_per_epoch ? 1 : 0);
@@ -46,4 +46,4 @@ absl::StatusOr<ResumePlan> PlanResume(CheckpointManager& manager,
   return plan;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -36,7 +36,7 @@
 #include "train/checkpoint_manager.h"
 #include "train/job_fingerprint.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 struct ResumeRequest {
   JobFingerprint job;           // this attempt's
@@ -64,6 +64,6 @@ absl::StatusOr<ResumePlan> PlanResume(CheckpointManager& manager,
 // as checkpoint.json records them. Pure.
 int64_t EpochsDone(const CheckpointMetadata& meta, int64_t batches_per_epoch);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_RESUME_PLAN_H_

@@ -12,7 +12,7 @@
 #include "train/internal/fs_util.h"
 #include "train/internal/test_temp_dir.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::AllOf;
@@ -170,4 +170,4 @@ TEST(EpochsDoneTest, EndOfEpochCountsTheEpoch) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

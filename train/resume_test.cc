@@ -19,7 +19,7 @@
 #include "train/metrics_log.h"
 #include "train/tokenized_dataset.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 constexpr int kWorld = 2;
@@ -132,4 +132,4 @@ TEST(ResumeTest, ResumedRunReadsTheSameBatches) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

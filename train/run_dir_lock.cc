@@ -15,7 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "train/internal/fs_util.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 constexpr absl::Duration kPoll = absl::Milliseconds(50);
@@ -127,4 +127,4 @@ void RunDirLock::Release() {
   fd_ = -1;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

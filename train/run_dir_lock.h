@@ -30,7 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 inline constexpr char kRunDirLockFile[] = ".run.lock";
 
@@ -59,6 +59,6 @@ class RunDirLock {
   std::string path_;
 };
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_RUN_DIR_LOCK_H_

@@ -10,7 +10,7 @@
 #include "train/internal/fs_util.h"
 #include "train/internal/test_temp_dir.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::AllOf;
@@ -95,4 +95,4 @@ TEST(RunDirLockTest, WaitsForAHolderThatLeavesInTime) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

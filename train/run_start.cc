@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 constexpr char kStartKey[] = "finetune/start";
@@ -85,4 +85,4 @@ std::optional<EpochMetrics> LoggedEpoch(const std::string& path, int64_t epoch) 
   return std::nullopt;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

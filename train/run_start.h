@@ -29,7 +29,7 @@
 #include "train/metrics_log.h"
 #include "train/resume_plan.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 // What every rank learns.
 struct RunStart {
@@ -51,6 +51,6 @@ absl::StatusOr<RunStart> ShareStart(int rank, const absl::StatusOr<ResumePlan>& 
 // absent or the file does not parse.
 std::optional<EpochMetrics> LoggedEpoch(const std::string& path, int64_t epoch);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_RUN_START_H_

@@ -29,7 +29,7 @@
 #include "io/safetensors.h"
 #include "models/gemma/tokenizer.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 namespace gemma = ::tpudist::models::gemma;
@@ -183,4 +183,4 @@ TEST_F(SeedDataOracle, PadEqualsEosDropsRealEosLabelsLikeTheCollator) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 bool IsNameChar(char c) {
@@ -116,4 +116,4 @@ absl::StatusOr<RowRange> ResolveSplit(const SplitSpec& spec, int64_t num_rows,
   return range;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 // One end of a slice.
 struct SplitBound {
@@ -60,6 +60,6 @@ absl::StatusOr<SplitSpec> ParseSplit(absl::string_view text);
 absl::StatusOr<RowRange> ResolveSplit(const SplitSpec& spec, int64_t num_rows,
                                       absl::string_view spec_text);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_SPLIT_SPEC_H_

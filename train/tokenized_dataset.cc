@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 std::string FormatPrompt(const DollyExample& ex, bool include_context) {
   if (!include_context || ex.context.empty()) {
@@ -143,4 +143,4 @@ absl::StatusOr<Batch> TokenizedDataset::MakeBatch(
   return batch;
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -39,7 +39,7 @@
 #include "absl/types/span.h"
 #include "train/dolly_dataset.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 inline constexpr int64_t kIgnoreIndex = -100;
 
@@ -123,6 +123,6 @@ class TokenizedDataset {
   int64_t num_truncated_ = 0;
 };
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_TOKENIZED_DATASET_H_

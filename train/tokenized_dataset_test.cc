@@ -3,7 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 using ::testing::ElementsAre;
@@ -201,4 +201,4 @@ TEST(TokenizedDatasetTest, Errors) {
 }
 
 }  // namespace
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

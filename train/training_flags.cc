@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 namespace {
 
 constexpr double kMinNormalFloat = std::numeric_limits<float>::min();
@@ -56,4 +56,4 @@ absl::Status ValidateTensorParallel(int64_t tp, int64_t world_size) {
                                                  " (the mesh is world/tp x tp)"));
 }
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train

@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 
-namespace tpudist::finetune {
+namespace tpudist::train {
 
 inline constexpr int64_t kMaxEpochs = int64_t{1} << 20;
 inline constexpr int64_t kMaxBatchSizePerDevice = int64_t{1} << 16;
@@ -47,6 +47,6 @@ absl::Status ValidateTrainingFlags(const TrainingFlags& flags);
 // "--tp 3: must divide the world size 4 (the mesh is world/tp x tp)".
 absl::Status ValidateTensorParallel(int64_t tp, int64_t world_size);
 
-}  // namespace tpudist::finetune
+}  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_TRAINING_FLAGS_H_

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tpudist::finetune::internal {
+namespace tpudist::train::internal {
 
 struct RunOutput {
   int exit_code = -1;
@@ -35,6 +35,6 @@ inline RunOutput RunGemmaFinetune(const std::string& tpurun, const std::string& 
   return r;
 }
 
-}  // namespace tpudist::finetune::internal
+}  // namespace tpudist::train::internal
 
 #endif  // TPU_DIST_TRAIN_INTERNAL_FINETUNE_PROCESS_FOR_TEST_H_

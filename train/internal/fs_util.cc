@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tpudist::finetune::internal {
+namespace tpudist::train::internal {
 namespace {
 
 absl::Status Errno(absl::string_view op, const std::string& path, int err) {
@@ -185,4 +185,4 @@ absl::StatusOr<std::vector<std::string>> ListFilesRecursive(
   return out;
 }
 
-}  // namespace tpudist::finetune::internal
+}  // namespace tpudist::train::internal

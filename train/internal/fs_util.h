@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace tpudist::finetune::internal {
+namespace tpudist::train::internal {
 
 // Whole file as bytes. A directory is an error (FailedPrecondition).
 absl::StatusOr<std::string> ReadFile(const std::string& path);
@@ -53,6 +53,6 @@ absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir);
 absl::StatusOr<std::vector<std::string>> ListFilesRecursive(
     const std::string& dir);
 
-}  // namespace tpudist::finetune::internal
+}  // namespace tpudist::train::internal
 
 #endif  // TPU_DIST_TRAIN_INTERNAL_FS_UTIL_H_

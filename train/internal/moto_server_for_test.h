@@ -20,7 +20,7 @@
 
 extern char** environ;
 
-namespace tpudist::finetune::internal {
+namespace tpudist::train::internal {
 
 inline constexpr char kPython[] = TPU_DIST_PYTHON_PATH;
 
@@ -96,6 +96,6 @@ class MotoServer {
   bool ready_ = false;
 };
 
-}  // namespace tpudist::finetune::internal
+}  // namespace tpudist::train::internal
 
 #endif  // TPU_DIST_TRAIN_INTERNAL_MOTO_SERVER_FOR_TEST_H_

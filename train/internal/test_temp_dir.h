@@ -5,13 +5,13 @@
 
 #include "testing/temp_dir.h"
 
-namespace tpudist::finetune::internal {
+namespace tpudist::train::internal {
 
 class TestTempDir : public ::tpudist::testing::ScopedTempDir {
  public:
   TestTempDir() : ScopedTempDir("finetune_test") {}
 };
 
-}  // namespace tpudist::finetune::internal
+}  // namespace tpudist::train::internal
 
 #endif  // TPU_DIST_TRAIN_INTERNAL_TEST_TEMP_DIR_H_
