@@ -1,9 +1,16 @@
-"""Rank discovery (the C++ RankInfo) and the torchrun variables it implies."""
+"""Rank discovery (the C++ RankInfo) and the torchrun variables it implies.
+
+The Python side's one reader of the TPU host's variables (TPU_*): the C++
+discovery (tpu_runtime/env_discovery.h, through `rank_info()`) reads them for
+every process that can load tpu_dist._C; `tpu_host_place()` reads the host's
+place for one that cannot (the Ray actor that starts a rank stays without
+torch). tools/check_layers.py refuses TPU_* reads anywhere else.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import List, Mapping, Optional, Tuple
 
 from tpu_dist import _C
 
@@ -34,6 +41,34 @@ def rank_info_or_none() -> Optional[RankInfo]:
         return _C.rank_info()
     except ValueError:
         return None
+
+
+def tpu_host_place(environ: Optional[Mapping[str, str]] = None) -> Tuple[int, List[str]]:
+    """This TPU host's index in its slice and the slice's host list, read as
+    discovery reads them: TPU_WORKER_ID (default 0) and TPU_WORKER_HOSTNAMES
+    (comma-separated; default empty). Torch-free and self-contained (only
+    `os`), so that the Ray launcher can ship it by value to an actor that
+    never imports torch. `environ` defaults to os.environ.
+
+    Raises ValueError naming the variable: an id that is not an integer >= 0,
+    an empty host entry, or an id past the end of a non-empty host list.
+    """
+    env = os.environ if environ is None else environ
+    raw_hosts = env.get("TPU_WORKER_HOSTNAMES", "")
+    hosts = [h.strip() for h in raw_hosts.split(",")] if raw_hosts.strip() else []
+    if any(not h for h in hosts):
+        raise ValueError(f'TPU_WORKER_HOSTNAMES="{raw_hosts}": expected a comma-separated list '
+                         "without empty entries")
+    raw_id = env.get("TPU_WORKER_ID", "").strip()
+    if not raw_id:
+        return 0, hosts
+    if not raw_id.isdigit():
+        raise ValueError(f'TPU_WORKER_ID="{raw_id}": expected an integer >= 0')
+    index = int(raw_id)
+    if hosts and index >= len(hosts):
+        raise ValueError(f'TPU_WORKER_ID="{raw_id}": expected 0..{len(hosts) - 1}, an index '
+                         f"into the {len(hosts)} entries of TPU_WORKER_HOSTNAMES")
+    return index, hosts
 
 
 def fill_torchrun_env_from_tpu() -> bool:

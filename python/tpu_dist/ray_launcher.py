@@ -299,12 +299,14 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     from ray import cloudpickle
 
+    from tpu_dist import env as tpu_env
     from tpu_dist import ray_rank_process
     from tpu_dist.ray_rank_process import RankProcess
 
-    # Ship the actor class by value: importing tpu_dist in each actor would
-    # load torch there for nothing.
+    # Ship the actor class (and the host-place reader it calls) by value:
+    # importing tpu_dist in each actor would load torch there for nothing.
     cloudpickle.register_pickle_by_value(ray_rank_process)
+    cloudpickle.register_pickle_by_value(tpu_env)
 
     def on_signal(signum: int, _frame: Any) -> None:
         raise _Interrupted(signum)

@@ -212,3 +212,89 @@ def test_a_cluster_that_refuses_the_driver_is_one_line_naming_the_auth_variables
     assert "RAY_AUTH_MODE=token" in why and "RAY_AUTH_TOKEN_PATH" in why
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # already in token mode: no hint
     assert "RAY_AUTH_MODE=token" not in ray_launcher.join_ray(_RefusingRay)
+
+
+class _PlaceRay:
+    """What RankProcess.place asks Ray: the node's address and the TPU id."""
+
+    class util:  # noqa: N801 - mirrors ray.util
+        @staticmethod
+        def get_node_ip_address() -> str:
+            return "10.0.0.7"
+
+    class _Context:
+        @staticmethod
+        def get_accelerator_ids() -> dict:
+            return {"TPU": ["2"]}
+
+    @classmethod
+    def get_runtime_context(cls) -> "_PlaceRay._Context":
+        return cls._Context()
+
+
+def test_rank_process_place_comes_from_discoverys_python_mirror(monkeypatch) -> None:
+    # The actor reads its host's place through tpu_dist.env.tpu_host_place (the
+    # one Python reader of TPU_* besides the C++ discovery), which names a bad
+    # variable; the old inline read took TPU_WORKER_ID=5 of 2 hosts silently
+    # and failed on "x" with int()'s message.
+    from tpu_dist import ray_rank_process
+
+    monkeypatch.setattr(ray_rank_process, "ray", _PlaceRay)
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "w0,w1")
+    monkeypatch.setenv("TPU_WORKER_ID", "1")
+    place = ray_rank_process.RankProcess().place()
+    assert (place["worker_id"], place["hosts"], place["local_rank"], place["ip"]) == \
+        (1, ["w0", "w1"], 2, "10.0.0.7")
+    monkeypatch.setenv("TPU_WORKER_ID", "5")
+    with pytest.raises(ValueError, match=r'TPU_WORKER_ID="5": expected 0\.\.1'):
+        ray_rank_process.RankProcess().place()
+    monkeypatch.setenv("TPU_WORKER_ID", "x")
+    with pytest.raises(ValueError, match='TPU_WORKER_ID="x"'):
+        ray_rank_process.RankProcess().place()
+    monkeypatch.delenv("TPU_WORKER_ID")
+    monkeypatch.delenv("TPU_WORKER_HOSTNAMES")
+    place = ray_rank_process.RankProcess().place()
+    assert (place["worker_id"], place["hosts"]) == (0, ["10.0.0.7"])  # one host: its own
+
+
+def test_tpu_host_place_reads_as_discovery_does() -> None:
+    from tpu_dist.env import tpu_host_place
+
+    assert tpu_host_place({}) == (0, [])
+    assert tpu_host_place({"TPU_WORKER_ID": "3", "TPU_WORKER_HOSTNAMES": "a, b ,c,d"}) == \
+        (3, ["a", "b", "c", "d"])
+    assert tpu_host_place({"TPU_WORKER_ID": "7"}) == (7, [])  # no host list to check against
+    with pytest.raises(ValueError, match='TPU_WORKER_HOSTNAMES="a,,b"'):
+        tpu_host_place({"TPU_WORKER_HOSTNAMES": "a,,b"})
+    with pytest.raises(ValueError, match='TPU_WORKER_ID="-1"'):
+        tpu_host_place({"TPU_WORKER_ID": "-1"})
+
+
+def test_the_actor_class_ships_by_value_without_torch(tmp_path: Path) -> None:
+    # As ray_launcher.main ships it: a fresh interpreter loads the actor class
+    # and its host-place reader without importing torch or tpu_dist.
+    import sys
+
+    from ray import cloudpickle
+
+    from tpu_dist import env as tpu_env
+    from tpu_dist import ray_rank_process
+
+    cloudpickle.register_pickle_by_value(ray_rank_process)
+    cloudpickle.register_pickle_by_value(tpu_env)
+    try:
+        blob = cloudpickle.dumps(ray_rank_process.RankProcess)
+    finally:
+        cloudpickle.unregister_pickle_by_value(ray_rank_process)
+        cloudpickle.unregister_pickle_by_value(tpu_env)
+    (tmp_path / "actor.pkl").write_bytes(blob)
+    child = (
+        "import pickle, sys\n"
+        f"cls = pickle.loads(open({str(tmp_path / 'actor.pkl')!r}, 'rb').read())\n"
+        "place = cls.place.__globals__['tpu_host_place']\n"
+        "print(place({'TPU_WORKER_ID': '1', 'TPU_WORKER_HOSTNAMES': 'a,b'}),\n"
+        "      'torch' in sys.modules, 'tpu_dist' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(1, ['a', 'b']) False False"
