@@ -275,10 +275,10 @@ Args:
   timeout: per-op timeout (datetime.timedelta).
   group_name: namespaces the group's store keys and shm segments; unique per store.
   host_id: ranks with equal host ids share memory; "" = TPU_DIST_HOST_ID, else
-    "slice_host_<TPU_WORKER_ID>", else this machine.
+    "slice_host_<info.host_index>" with `info`, else this machine.
   job_id: part of shm segment names; "" = TPU_DIST_JOB_ID or a random id.
   bind_address: address the inter-host TCP listeners bind; "" = TPU_DIST_BIND_ADDRESS,
-    else derived (this host's TPU_WORKER_HOSTNAMES entry, ...).
+    else derived (this host's entry of info.hostnames, ...).
 The environment is read by the C++ rule every C++ binary uses
 (distributed/group_config.h); the job secret comes from TPU_DIST_JOB_SECRET[_FILE].
 A malformed variable raises ValueError naming it.
@@ -286,7 +286,8 @@ A malformed variable raises ValueError naming it.
 options: a ProcessGroupTpuDist.Options (torch's pg_options) whose knobs the group takes
   instead of the environment's; timeout and group_name are still the arguments'.
 info: a RankInfo (tpu_dist.rank_info()): without options, host id ("slice_host_<host_index>"),
-  job id and this host's name come from it, not from TPU_* variables (TPU_DIST_* still win).)");
+  job id and this host's name come from it (TPU_DIST_* still win). TPU_* variables are read
+  by discovery only: without `info` the group knows no slice placement.)");
   BindBackendOptions(pg_class);
   pg_class
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
