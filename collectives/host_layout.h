@@ -50,7 +50,7 @@ struct BindAddress {
 //      every interface, advertising the address rules 2-4 find (127.0.0.1
 //      if none);
 //   2. `worker_hostname` (this host's entry of the slice's host list,
-//      TPU_WORKER_HOSTNAMES[TPU_WORKER_ID]): if it is a numeric IP, bound;
+//      RankInfo's hostnames[host_index]): if it is a numeric IP, bound;
 //      if it is a name that resolves (KubeRay's pod names), its first IPv4
 //      address;
 //   3. `host_id` if it is a numeric IP (tpurun --hosts-emulated sets

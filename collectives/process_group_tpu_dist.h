@@ -94,9 +94,9 @@ class TpuDistWork;
 class ProcessGroupTpuDist : public c10d::Backend {
  public:
   // Explicit values only: collectives/ reads no environment variable.
-  // distributed/group_config.h fills these from RankInfo and the
-  // environment (TPU_DIST_HOST_ID, TPU_DIST_JOB_ID, TPU_DIST_BIND_ADDRESS,
-  // TPU_WORKER_HOSTNAMES/TPU_WORKER_ID, TPU_DIST_JOB_SECRET[_FILE]).
+  // distributed/group_config.h fills these from RankInfo (host index and
+  // host list, job id) and the project's variables (TPU_DIST_HOST_ID,
+  // TPU_DIST_JOB_ID, TPU_DIST_BIND_ADDRESS, TPU_DIST_JOB_SECRET[_FILE]).
   struct Options {
     std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per op
     std::string group_name = "default";
