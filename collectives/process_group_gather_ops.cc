@@ -82,7 +82,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::allgather(
                                                    src.nbytes(), dst.ptrs);
                    if (s.ok()) dst.CopyBack(outs);
                    return s;
-                 });
+                 },
+                 /*inputs=*/{in});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_allgather_base(
@@ -107,7 +108,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_allgather_base(
                        Pieces(dst.data_ptr(), size_, src.nbytes()));
                    if (s.ok()) CopyBackIfNeeded(out, dst);
                    return s;
-                 });
+                 },
+                 /*inputs=*/{in});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::gather(
@@ -138,7 +140,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::gather(
                                                 src.nbytes(), dst.ptrs);
                    if (s.ok()) dst.CopyBack(outs);
                    return s;
-                 });
+                 },
+                 /*inputs=*/{in});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::scatter(
@@ -169,7 +172,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::scatter(
                                                  dst.data_ptr(), dst.nbytes());
                    if (s.ok()) CopyBackIfNeeded(out, dst);
                    return s;
-                 });
+                 },
+                 /*inputs=*/ins);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce_scatter(
@@ -197,7 +201,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::reduce_scatter(
                                                        src.const_ptrs(), dst.data_ptr());
                    if (s.ok()) CopyBackIfNeeded(out, dst);
                    return s;
-                 });
+                 },
+                 /*inputs=*/ins);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_reduce_scatter_base(
@@ -226,7 +231,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::_reduce_scatter_base(
                        dst.data_ptr());
                    if (s.ok()) CopyBackIfNeeded(out, dst);
                    return s;
-                 });
+                 },
+                 /*inputs=*/{in});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall_base(
@@ -274,7 +280,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall_base(
         absl::Status s = comm.AllToAll(spec, ins, in_bytes, outs, out_bytes);
         if (s.ok()) CopyBackIfNeeded(out, dst);
         return s;
-      });
+      },
+      /*inputs=*/{in});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall(
@@ -308,7 +315,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::alltoall(
                                                   in_bytes, dst.ptrs, out_bytes);
                    if (s.ok()) dst.CopyBack(outs);
                    return s;
-                 });
+                 },
+                 /*inputs=*/ins);
 }
 
 }  // namespace tpudist::collectives

@@ -49,6 +49,19 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupTpuDist::split(
   if (child.group_name == options_.group_name) {
     child.group_name = absl::StrCat(options_.group_name, "_split_", absl::StrJoin(ranks, "_"));
   }
+  // The child's global ranks (flight-recorder dumps name them): torch's, or
+  // mapped through this group's.
+  child.global_ranks.clear();
+  if (opts && opts->global_ranks_in_group.size() == ranks.size()) {
+    child.global_ranks.assign(opts->global_ranks_in_group.begin(),
+                              opts->global_ranks_in_group.end());
+  } else {
+    for (int r : ranks) {
+      child.global_ranks.push_back(static_cast<int>(options_.global_ranks.size()) == size_
+                                       ? options_.global_ranks[r]
+                                       : r);
+    }
+  }
   return c10::make_intrusive<ProcessGroupTpuDist>(
       store, static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()),
       std::move(child));

@@ -112,9 +112,72 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
   }
   p2p_worker_ = std::make_unique<OpWorker>("tpud-p2p");
   worker_ = std::make_unique<OpWorker>("tpud-op");
+  if (options_.flight_recorder_entries > 0) {
+    FlightRecorder::Group group;
+    group.name = options_.group_name;
+    group.global_ranks = options_.global_ranks;
+    if (static_cast<int>(group.global_ranks.size()) != size) {
+      group.global_ranks.resize(size);
+      for (int r = 0; r < size; ++r) group.global_ranks[r] = r;
+    }
+    recorder_ = std::make_shared<FlightRecorder>(
+        static_cast<size_t>(options_.flight_recorder_entries), std::move(group));
+    recorder_->set_global_rank(recorder_->group().global_ranks[rank]);
+    RegisterFlightRecorder(recorder_, options_.flight_recorder_dump_prefix);
+    // Another rank's dump request reaches this one through the group's store.
+    fr_watcher_ = std::make_unique<FlightRecorderWatcher>(store_, absl::Seconds(1));
+  }
+}
+
+void ProcessGroupTpuDist::setGroupUid(const std::string& pg_uid) {
+  c10d::Backend::setGroupUid(pg_uid);
+  if (recorder_) recorder_->Rename(pg_uid, "");
+}
+
+uint64_t ProcessGroupTpuDist::FrRecord(const char* name, c10d::OpType type, uint64_t seq,
+                                       std::chrono::milliseconds timeout,
+                                       const std::vector<at::Tensor>& inputs,
+                                       const std::vector<at::Tensor>& outputs, int peer) {
+  if (!fr_desc_synced_.exchange(true)) {
+    // torch sets the description (default_pg, ...) after construction, before any op.
+    recorder_->Rename("", getGroupDesc());
+  }
+  FlightRecorder::Op op;
+  op.collective_seq_id = seq;
+  if (type == c10d::OpType::SEND || type == c10d::OpType::RECV) {
+    // torch's spelling: "send <src>-><dst>", "recv <dst><-<src>" (group ranks).
+    op.name = type == c10d::OpType::SEND ? absl::StrCat("send ", rank_, "->", peer)
+                                         : absl::StrCat("recv ", rank_, "<-", peer);
+    op.is_p2p = true;
+    op.p2p_seq_id = ++fr_p2p_seq_;
+  } else {
+    op.name = TorchOpName(name);
+  }
+  for (const at::Tensor& t : inputs) {
+    op.input_sizes.push_back(t.sizes().vec());
+    op.input_dtypes.push_back(t.scalar_type());
+  }
+  for (const at::Tensor& t : outputs) {
+    op.output_sizes.push_back(t.sizes().vec());
+    op.output_dtypes.push_back(t.scalar_type());
+  }
+  op.timeout_ms = timeout.count();
+  return recorder_->Record(std::move(op));
+}
+
+void ProcessGroupTpuDist::FrFinished(uint64_t id, const absl::Status& status) {
+  recorder_->Finished(id, status);
+  if (status.ok() || fr_failure_dumped_.exchange(true)) return;
+  // The group's first failure (its later ops fail fast with the same cause):
+  // dump this process's groups, and have every rank of the group dump too.
+  AutoDumpFlightRecorders(absl::StrCat("group '", options_.group_name, "' rank ", rank_, ": ",
+                                       absl::StatusCodeToString(status.code())),
+                          /*force=*/false);
+  if (fr_watcher_) fr_watcher_->RequestDumpEverywhere();
 }
 
 bool ProcessGroupTpuDist::StopThreads() {
+  if (fr_watcher_) fr_watcher_->Stop();
   // An op ends by its own deadline; a queue of ops that keep finishing is
   // waited for however long it takes, an op stuck past the group timeout
   // (plus this grace) is aborted.
@@ -150,6 +213,7 @@ bool ProcessGroupTpuDist::StopThreads() {
 }
 
 ProcessGroupTpuDist::~ProcessGroupTpuDist() {
+  fr_watcher_.reset();
   worker_.reset();
   // Recvs still pending fail now instead of waiting out their timeout.
   const absl::Status destroyed = absl::CancelledError(absl::StrCat(
@@ -173,6 +237,7 @@ c10::intrusive_ptr<ProcessGroupTpuDist> ProcessGroupTpuDist::NewSubgroup(
   if (options.group_name.empty() || options.group_name == "default") {
     options.group_name = absl::StrCat("sub_", absl::StrJoin(global_ranks, "_"));
   }
+  options.global_ranks.assign(global_ranks.begin(), global_ranks.end());
   return c10::make_intrusive<ProcessGroupTpuDist>(
       parent_store, group_rank, static_cast<int>(global_ranks.size()),
       std::move(options));
@@ -187,6 +252,7 @@ void ProcessGroupTpuDist::Abort(const absl::Status& cause) {
   if (p2p_) p2p_->Abort(c);
   if (shm_p2p_) shm_p2p_->Abort(c);
   backend_->Abort(c);
+  if (recorder_) AutoDumpFlightRecorders(absl::StrCat("abort: ", c.message()), /*force=*/false);
 }
 
 void ProcessGroupTpuDist::abort() {
@@ -201,7 +267,19 @@ std::chrono::milliseconds ProcessGroupTpuDist::OpTimeout(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     const char* name, c10d::OpType type, std::chrono::milliseconds timeout,
-    int64_t bytes, bool caller_waits, std::vector<at::Tensor> outputs, OpBody body) {
+    int64_t bytes, bool caller_waits, std::vector<at::Tensor> outputs, OpBody body,
+    const std::vector<at::Tensor>& inputs, int peer) {
+  // Flight recorder: scheduled now, started and ended by `run` below (on the
+  // worker or inline). A coalesced op's completion marker is not an op.
+  uint64_t fr_id = 0;
+  const bool fr = recorder_ != nullptr && type != c10d::OpType::ALLREDUCE_COALESCED &&
+                  type != c10d::OpType::ALLGATHER_COALESCED &&
+                  type != c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED &&
+                  type != c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED;
+  if (fr) {
+    fr_id = FrRecord(name, type, op_seq_, timeout, inputs.empty() ? outputs : inputs, outputs,
+                     peer);
+  }
   auto work = c10::make_intrusive<TpuDistWork>(rank_, type, std::move(outputs), timeout);
   // The op computes its status; `finish` completes the Work after the worker
   // counts as idle again (OpWorker's `then`), so a caller woken by it can run
@@ -211,7 +289,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
   CallbackThreads* callbacks =
       (type == c10d::OpType::RECV ? p2p_worker_ : worker_)->callbacks();
   std::function<void()> finish = [work, result, callbacks] { work->Finish(*result, callbacks); };
-  std::function<void()> run = [this, result, name, timeout, bytes, body = std::move(body)] {
+  std::function<void()> run = [this, result, name, timeout, bytes, fr, fr_id,
+                               body = std::move(body)] {
+    if (fr) recorder_->Started(fr_id);
     OpContext ctx;
     ctx.name = name;
     ctx.bytes = bytes;
@@ -223,6 +303,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     } catch (const std::exception& e) {  // torch copy_ / store errors
       s = backend_->Poison(absl::InternalError(absl::StrCat(name, ": ", ::tpudist::collectives::ExceptionMessage(e))));
     }
+    if (fr) FrFinished(fr_id, s);
     *result = std::move(s);
   };
   // Latency-bound collectives whose caller waits at once (c10d's asyncOp ==
@@ -344,6 +425,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
               "tpu_dist: send to invalid rank ", dst_rank);
   at::Tensor t = tensors[0];
   ValueOrThrow(ToDataType(t.scalar_type(), "send"));
+  // Flight recorder: a send runs on the caller, from scheduled to ended here.
+  const uint64_t fr_id =
+      recorder_ ? FrRecord("send", c10d::OpType::SEND, getSequenceNumberForGroup(), timeout(),
+                           tensors, tensors, dst_rank)
+                : 0;
+  if (recorder_) recorder_->Started(fr_id);
   if (p2p_ || shm_p2p_) {
     const std::chrono::milliseconds op_timeout = timeout();
     auto work = c10::make_intrusive<TpuDistWork>(rank_, c10d::OpType::SEND, tensors,
@@ -361,6 +448,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
       s = absl::InternalError(absl::StrCat("send on rank ", rank_, " to rank ", dst_rank, ": ",
                                            ::tpudist::collectives::ExceptionMessage(e)));
     }
+    if (recorder_) FrFinished(fr_id, s);
     work->Finish(s);
     return work;
   }
@@ -382,6 +470,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
     s = absl::UnavailableError(absl::StrCat("send on rank ", rank_, " to rank ", dst_rank,
                                             " (", t.nbytes(), " bytes): ", ::tpudist::collectives::ExceptionMessage(e)));
   }
+  if (recorder_) FrFinished(fr_id, s);
   work->Finish(s);
   return work;
 }
@@ -411,7 +500,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
                                           : p2p->Recv(src_rank, tag, bytes, deadline);
                      if (s.ok()) CopyBackIfNeeded(t, buf);
                      return s;
-                   });
+                   },
+                   /*inputs=*/{}, src_rank);
   }
   const std::string channel = absl::StrCat("p2p/", src_rank, "/", rank_, "/", tag);
   const std::string key = absl::StrCat(channel, "/", NextP2pIndex(channel));
@@ -450,7 +540,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::recv(
         if (!bytes.empty()) std::memcpy(buf.data_ptr(), bytes.data(), bytes.size());
         CopyBackIfNeeded(t, buf);
         return absl::OkStatus();
-      });
+      },
+      /*inputs=*/{}, src_rank);
 }
 
 }  // namespace tpudist::collectives

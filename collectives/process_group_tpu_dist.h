@@ -79,6 +79,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "collectives/collective_backend.h"
+#include "collectives/flight_recorder.h"
+#include "collectives/flight_recorder_dump.h"
 #include "collectives/host_layout.h"
 #include "collectives/op_worker.h"
 #include "collectives/shm/communicator.h"
@@ -143,6 +145,16 @@ class ProcessGroupTpuDist : public c10d::Backend {
     // send/recv between ranks of one host through shared memory (shm/p2p.h);
     // false: over TCP like those between hosts.
     bool shm_p2p = true;
+    // Flight recorder (flight_recorder.h, docs/fault_tolerance.md): the last
+    // ops kept per group (0: off). Dumps go to <flight_recorder_dump_prefix>
+    // <global rank> (torch's format) on an op's failure (timeout, mismatch,
+    // peer loss), Abort(), another rank's request and SIGUSR1; "": no
+    // automatic dumps (on-demand dumps name their own prefix).
+    int64_t flight_recorder_entries = 2000;
+    std::string flight_recorder_dump_prefix;
+    // The global rank of each group rank (torch's global_ranks_in_group),
+    // as dumps name them; empty: 0..size-1.
+    std::vector<int64_t> global_ranks;
   };
 
   // c10d's view of the options (process_group_options.cc): what
@@ -198,6 +210,10 @@ class ProcessGroupTpuDist : public c10d::Backend {
   // torch.distributed.set_timeout: the default timeout of ops issued from
   // now on (ops already issued keep theirs). Thread-safe. REQUIRES: > 0.
   void setTimeout(std::chrono::milliseconds timeout) override;
+  // torch names the group after construction; the flight recorder takes it.
+  void setGroupUid(const std::string& pg_uid) override;
+  // The group's flight recorder; null when off.
+  const std::shared_ptr<FlightRecorder>& flight_recorder() const { return recorder_; }
   // The current default op timeout.
   std::chrono::milliseconds timeout() const {
     return std::chrono::milliseconds(timeout_ms_.load(std::memory_order_relaxed));
@@ -327,12 +343,25 @@ class ProcessGroupTpuDist : public c10d::Backend {
 
   // Queues `body` and returns its Work; `outputs` are what the future
   // resolves to. `caller_waits` (c10d's !asyncOp) allows running a small op
-  // inline on the calling thread when the queue is idle.
+  // inline on the calling thread when the queue is idle. For the flight
+  // recorder: `inputs` (empty: the op is in place, inputs are `outputs`),
+  // and the peer of a recv. Called under issue_mu_, right after NextSeq()
+  // for a collective.
   c10::intrusive_ptr<c10d::Work> Enqueue(const char* name, c10d::OpType type,
                                          std::chrono::milliseconds timeout,
                                          int64_t bytes, bool caller_waits,
                                          std::vector<at::Tensor> outputs,
-                                         OpBody body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(issue_mu_);
+                                         OpBody body,
+                                         const std::vector<at::Tensor>& inputs = {},
+                                         int peer = -1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(issue_mu_);
+  // Flight-recorder hooks (no-ops when it is off). FrRecord records an op as
+  // scheduled (seq: its collective sequence number; peer >= 0: a send to /
+  // recv from that group rank) and returns its id; FrFinished marks it ended
+  // and, on the group's first failure, dumps and asks every rank to dump.
+  uint64_t FrRecord(const char* name, c10d::OpType type, uint64_t seq,
+                    std::chrono::milliseconds timeout, const std::vector<at::Tensor>& inputs,
+                    const std::vector<at::Tensor>& outputs, int peer);
+  void FrFinished(uint64_t id, const absl::Status& status);
   std::chrono::milliseconds OpTimeout(std::chrono::milliseconds requested) const;
   // A Work that completes, on the worker, after every op issued before it,
   // failing if the group is poisoned by then; its result is `outputs`.
@@ -369,6 +398,12 @@ class ProcessGroupTpuDist : public c10d::Backend {
   // send/recv among this host's ranks; null without Options::shm_p2p (or
   // with p2p_over_store). Uses backend_'s communicator: reset before it.
   std::unique_ptr<shm::ShmP2p> shm_p2p_;
+  // Null when Options::flight_recorder_entries == 0.
+  std::shared_ptr<FlightRecorder> recorder_;
+  std::unique_ptr<FlightRecorderWatcher> fr_watcher_;  // polls for dump requests
+  std::atomic<uint64_t> fr_p2p_seq_{0};                // send/recv recorded
+  std::atomic<bool> fr_desc_synced_{false};  // torch's group desc taken
+  std::atomic<bool> fr_failure_dumped_{false};
   std::unique_ptr<OpWorker> p2p_worker_;      // recv waits; joined after worker_
   std::unique_ptr<OpWorker> worker_;          // last: joined first
 };

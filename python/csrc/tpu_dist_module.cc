@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "collectives/flight_recorder_dump.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "distributed/group_config.h"
 #include "distributed/init_process_group.h"
@@ -295,7 +296,8 @@ info: a RankInfo (tpu_dist.rank_info()): without options, host id ("slice_host_<
                        const std::string& host_id, const std::string& job_id,
                        const std::string& bind_address,
                        const std::optional<c10::intrusive_ptr<BackendOptions>>& options,
-                       const std::optional<tr::RankInfo>& info) {
+                       const std::optional<tr::RankInfo>& info,
+                       const std::vector<int64_t>& global_ranks) {
              ProcessGroupTpuDist::Options resolved;
              if (options.has_value() && *options) {
                resolved = (*options)->tpu_dist;  // the caller's knobs (pg_options)
@@ -305,6 +307,7 @@ info: a RankInfo (tpu_dist.rank_info()): without options, host id ("slice_host_<
              }
              resolved.timeout = timeout;
              resolved.group_name = group_name;
+             resolved.global_ranks = global_ranks;
              auto group = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, size, resolved);
              MadeHere().Add(group);
              return GilFreeDestructorHolder<ProcessGroupTpuDist>(std::move(group));
@@ -313,6 +316,7 @@ info: a RankInfo (tpu_dist.rank_info()): without options, host id ("slice_host_<
            py::arg("group_name") = "default", py::arg("host_id") = "",
            py::arg("job_id") = "", py::arg("bind_address") = "",
            py::arg("options") = py::none(), py::arg("info") = py::none(),
+           py::arg("global_ranks") = std::vector<int64_t>(),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("num_hosts",
                              [](const ProcessGroupTpuDist& pg) {
@@ -348,6 +352,29 @@ info: a RankInfo (tpu_dist.rank_info()): without options, host id ("slice_host_<
       "did not stop. tpu_dist's atexit hook: a thread that frees a tensor takes the GIL, "
       "and one that does so while the interpreter finalizes is ended by pthread_exit, "
       "which aborts the process (SIGABRT).");
+
+  m.def(
+      "dump_flight_recorder",
+      [](const std::string& prefix) {
+        absl::StatusOr<std::vector<std::string>> paths =
+            tpudist::collectives::DumpFlightRecorders(prefix, "on demand", /*quiet=*/true);
+        if (!paths.ok()) throw std::runtime_error(paths.status().ToString());
+        return *paths;
+      },
+      py::arg("prefix") = "", py::call_guard<py::gil_scoped_release>(),
+      "Writes the flight recorder of every live tpu_dist group of this process to "
+      "<prefix><global rank> (torch's format; '' = the configured location) and returns "
+      "the paths.");
+  m.def(
+      "_flight_recorder_trace",
+      [](const ProcessGroupTpuDist& pg) {
+        std::string bytes;
+        if (pg.flight_recorder()) {
+          bytes = tpudist::collectives::FlightRecorderPickle({pg.flight_recorder()});
+        }
+        return py::bytes(bytes);
+      },
+      "The pickled dump (torch's format) of one group's flight recorder; b'' when off.");
 
   m.def(
       "rank_info",

@@ -35,9 +35,21 @@ except ImportError as e:  # pragma: no cover - exercised by hand
 from tpu_dist.backend import BACKEND_NAME, create_backend
 from tpu_dist.env import RankInfo, fill_torchrun_env_from_tpu, rank_info
 
-__all__ = ["BACKEND_NAME", "ProcessGroupTpuDist", "RankInfo", "rank_info", "create_backend"]
+__all__ = ["BACKEND_NAME", "ProcessGroupTpuDist", "RankInfo", "rank_info", "create_backend",
+           "dump_flight_recorder"]
 
 ProcessGroupTpuDist = _C.ProcessGroupTpuDist
+
+
+def dump_flight_recorder(prefix: str = "") -> list[str]:
+    """Writes the flight recorder of every live tpu_dist group of this process
+    (the last TPU_DIST_FLIGHT_RECORDER_SIZE ops of each, default 2000) to
+    `<prefix><global rank>`, in the format torch's analyzer reads
+    (`python -m torch.distributed.flight_recorder.fr_trace <dir>`), and returns
+    the paths. prefix "": the configured location
+    (TPU_DIST_FLIGHT_RECORDER_DIR/tpu_dist_fr_rank_, else TORCH_FR_DUMP_TEMP_FILE);
+    RuntimeError if there is none. See docs/fault_tolerance.md."""
+    return _C.dump_flight_recorder(prefix)
 
 
 def _register() -> None:

@@ -74,4 +74,6 @@ def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGr
         group_name=f"py_{group_id}",
         options=backend_options,
         info=rank_info_or_none(),
+        # The flight recorder's dumps name the group's members by global rank.
+        global_ranks=list(getattr(dist_backend_opts, "global_ranks_in_group", None) or []),
     )
