@@ -41,14 +41,19 @@ void CheckRankInfo(const rt::RankInfo& info) {
              s.c_str());
   FUZZ_CHECK(info.num_hosts >= 1 && info.host_index >= 0 && info.host_index < info.num_hosts, "%s", s.c_str());
   FUZZ_CHECK(info.master_port >= 1 && info.master_port <= 65535, "%s port %d", s.c_str(), info.master_port);
-  FUZZ_CHECK(info.hostnames.empty() || static_cast<int>(info.hostnames.size()) == info.num_hosts,
+  FUZZ_CHECK(info.num_slices >= 1 && info.slice_index >= 0 && info.slice_index < info.num_slices &&
+                 info.world_size % info.num_slices == 0 && info.num_hosts % info.num_slices == 0 &&
+                 info.rank / info.devices_per_slice() == info.slice_index &&
+                 info.host_index / info.hosts_per_slice() == info.slice_index,
+             "%s", s.c_str());
+  FUZZ_CHECK(info.hostnames.empty() || static_cast<int>(info.hostnames.size()) == info.hosts_per_slice(),
              "%s with %zu hostnames", s.c_str(), info.hostnames.size());
   FUZZ_CHECK(info.slicebuilder_addresses.empty() ||
-                 static_cast<int>(info.slicebuilder_addresses.size()) == info.world_size,
+                 static_cast<int>(info.slicebuilder_addresses.size()) == info.devices_per_slice(),
              "%s with %zu slicebuilder addresses", s.c_str(), info.slicebuilder_addresses.size());
   FUZZ_CHECK(!info.master_addr.empty() && !info.job_id.empty(), "%s", s.c_str());
   if (info.source == rt::DiscoverySource::kKubeRayTpu || info.source == rt::DiscoverySource::kTorchTpu) {
-    FUZZ_CHECK(info.world_size == info.slice.num_devices(), "%s: slice of %d devices", s.c_str(),
+    FUZZ_CHECK(info.devices_per_slice() == info.slice.num_devices(), "%s: slice of %d devices", s.c_str(),
                info.slice.num_devices());
   }
   (void)info.slicebuilder_address();

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "tpu_runtime/env_parse.h"
 #include "tpu_runtime/launcher_env.h"
+#include "tpu_runtime/megascale_env.h"
 #include "tpu_runtime/tpu_env.h"
 
 extern char** environ;
@@ -33,14 +34,19 @@ absl::Status Expect(const NamedInt& got, int want, absl::string_view why) {
 }
 
 // Placement on a TPU slice, with or without launcher ranks.
+// Several slices (`ms`): ranks are slice-major, so rank = slice x devices per
+// slice + rank in slice and host = slice x hosts per slice + TPU_WORKER_ID.
 absl::StatusOr<Placement> PlaceOnTpu(const TpuEnv& tpu, const std::optional<LauncherRanks>& l,
-                                     const EnvMap& env) {
+                                     const MegascaleEnv& ms, const EnvMap& env) {
   const SliceSpec& s = tpu.slice;
   Placement p;
-  p.world_size = s.num_devices();
+  const int dps = s.num_devices();
+  p.world_size = dps * ms.num_slices;
   p.local_world_size = s.devices_per_host;
-  p.num_hosts = s.num_hosts;
+  p.num_hosts = s.num_hosts * ms.num_slices;
   const int dph = s.devices_per_host;
+  const std::string slices =
+      ms.num_slices > 1 ? absl::StrCat(ms.num_slices, " slices x ") : std::string();
   const std::string per_host = absl::StrCat(dph, " devices per host");
   std::optional<NamedInt> local_world = l ? l->local_world_size : std::nullopt;
   std::optional<NamedInt> local_rank = l ? l->local_rank : std::nullopt;
@@ -66,7 +72,8 @@ absl::StatusOr<Placement> PlaceOnTpu(const TpuEnv& tpu, const std::optional<Laun
   }
   if (l) {
     if (absl::Status st = Expect(l->world_size, p.world_size,
-                                 absl::StrCat("the devices of the TPU slice (", tpu.layout, ")"));
+                                 absl::StrCat("the devices of ", slices, "the TPU slice (",
+                                              tpu.layout, ")"));
         !st.ok()) {
       return st;
     }
@@ -74,16 +81,26 @@ absl::StatusOr<Placement> PlaceOnTpu(const TpuEnv& tpu, const std::optional<Laun
     p.host_index = p.rank / dph;
     p.local_rank = p.rank % dph;
     const std::string of_rank = absl::StrCat(l->rank.var, "=", p.rank, " / ", per_host);
-    if (tpu.worker_id && *tpu.worker_id != p.host_index) {
+    if (ms.num_slices > 1 && p.rank / dps != ms.slice_index) {
+      return EnvError("MEGASCALE_SLICE_ID", absl::StrCat(ms.slice_index),
+                      absl::StrCat("expected ", p.rank / dps, " = ", l->rank.var, "=", p.rank,
+                                   " / ", dps, " devices per slice"));
+    }
+    const int host_in_slice = p.host_index % s.num_hosts;
+    if (tpu.worker_id && *tpu.worker_id != host_in_slice) {
       return EnvError("TPU_WORKER_ID", absl::StrCat(*tpu.worker_id),
-                      absl::StrCat("expected ", p.host_index, " = ", of_rank));
+                      absl::StrCat("expected ", host_in_slice, " = ", of_rank,
+                                   ms.num_slices > 1
+                                       ? absl::StrCat(" % ", s.num_hosts, " hosts per slice")
+                                       : std::string()));
     }
     if (l->host_index) {
       if (absl::Status st = Expect(*l->host_index, p.host_index, of_rank); !st.ok()) return st;
     }
     if (l->num_hosts) {
-      if (absl::Status st = Expect(*l->num_hosts, s.num_hosts,
-                                   absl::StrCat("the hosts of the TPU slice (", tpu.layout, ")"));
+      if (absl::Status st = Expect(*l->num_hosts, p.num_hosts,
+                                   absl::StrCat("the hosts of ", slices, "the TPU slice (",
+                                                tpu.layout, ")"));
           !st.ok()) {
         return st;
       }
@@ -112,7 +129,8 @@ absl::StatusOr<Placement> PlaceOnTpu(const TpuEnv& tpu, const std::optional<Laun
                       absl::StrCat("expected LOCAL_RANK or TPU_VISIBLE_CHIPS to pick one of the ",
                                    per_host, ": TPU_WORKER_ID gives only the host"));
     }
-    p.rank = p.host_index * dph + p.local_rank;
+    p.rank = ms.slice_index * dps + p.host_index * dph + p.local_rank;
+    p.host_index += ms.slice_index * s.num_hosts;
   }
   if (tpu.visible_chip && *tpu.visible_chip != p.local_rank) {
     return EnvError("TPU_VISIBLE_CHIPS", absl::StrCat(*tpu.visible_chip),
@@ -171,6 +189,33 @@ absl::StatusOr<Placement> PlaceFromLauncher(const LauncherRanks& l) {
   return p;
 }
 
+// With several slices and launcher ranks only (torchrun / Ray Train with
+// MEGASCALE_*): the world splits into equal slices, slice-major, and no host
+// spans two slices.
+absl::Status CheckLauncherSlices(const LauncherRanks& l, const MegascaleEnv& ms,
+                                 const Placement& p) {
+  if (ms.num_slices == 1) return absl::OkStatus();
+  if (p.world_size % ms.num_slices != 0) {
+    return EnvError(l.world_size.var, absl::StrCat(p.world_size),
+                    absl::StrCat("expected a multiple of MEGASCALE_NUM_SLICES=", ms.num_slices,
+                                 " (equal slices)"));
+  }
+  const int dps = p.world_size / ms.num_slices;
+  if (dps % p.local_world_size != 0) {
+    return EnvError("MEGASCALE_NUM_SLICES", absl::StrCat(ms.num_slices),
+                    absl::StrCat("expected whole hosts per slice: ", dps,
+                                 " devices per slice is not a multiple of ", p.local_world_size,
+                                 " processes per host"));
+  }
+  if (p.rank / dps != ms.slice_index) {
+    return EnvError("MEGASCALE_SLICE_ID", absl::StrCat(ms.slice_index),
+                    absl::StrCat("expected ", p.rank / dps, " = ", l.rank.var, "=", p.rank, " / ",
+                                 dps, " devices per slice (", l.world_size.var, "=", p.world_size,
+                                 " / MEGASCALE_NUM_SLICES=", ms.num_slices, ")"));
+  }
+  return absl::OkStatus();
+}
+
 // Restart count and job id (needs master addr/port already set).
 absl::Status FillRunIdentity(const EnvMap& env, RankInfo* info) {
   for (const char* var : {"TPU_DIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
@@ -207,15 +252,22 @@ absl::StatusOr<RankInfo> DiscoverRankInfo(const EnvMap& env) {
   absl::StatusOr<std::optional<TpuEnv>> tpu = ReadTpuEnv(env, lws_hint);
   if (!tpu.ok()) return tpu.status();
 
+  absl::StatusOr<std::optional<MegascaleEnv>> megascale = ReadMegascaleEnv(env);
+  if (!megascale.ok()) return megascale.status();
+  const MegascaleEnv ms = megascale->value_or(MegascaleEnv());
+
   RankInfo info;
   absl::StatusOr<Placement> placed = Placement();
   if (*tpu) {
-    placed = PlaceOnTpu(**tpu, *launcher, env);
+    placed = PlaceOnTpu(**tpu, *launcher, ms, env);
     info.slice = (*tpu)->slice;
     info.source = (*tpu)->source;
     info.hostnames = (*tpu)->hostnames;
   } else if (*launcher) {
     placed = PlaceFromLauncher(**launcher);
+    if (placed.ok()) {
+      if (absl::Status st = CheckLauncherSlices(**launcher, ms, *placed); !st.ok()) return st;
+    }
     info.slice.accelerator_type = "cpu";
     info.source = (*launcher)->source;
   } else {
@@ -228,6 +280,9 @@ absl::StatusOr<RankInfo> DiscoverRankInfo(const EnvMap& env) {
   info.local_world_size = placed->local_world_size;
   info.host_index = placed->host_index;
   info.num_hosts = placed->num_hosts;
+  info.num_slices = ms.num_slices;
+  info.slice_index = ms.slice_index;
+  info.megascale_coordinator = ms.coordinator;
   if (!*tpu) {
     info.slice.num_hosts = info.num_hosts;
     info.slice.devices_per_host = info.local_world_size;
@@ -235,6 +290,8 @@ absl::StatusOr<RankInfo> DiscoverRankInfo(const EnvMap& env) {
 
   if (std::optional<std::string> addr = GetEnv(env, "MASTER_ADDR")) {
     info.master_addr = *addr;
+  } else if (info.num_slices > 1) {
+    info.master_addr = ms.coordinator_host;  // slice 0's first host
   } else if (!info.hostnames.empty()) {
     info.master_addr = info.hostnames[0];
   } else if (*launcher && (*launcher)->master_addr_hint) {
@@ -247,22 +304,30 @@ absl::StatusOr<RankInfo> DiscoverRankInfo(const EnvMap& env) {
   if (info.hostnames.empty() && info.num_hosts == 1) info.hostnames = {info.master_addr};
   if (*tpu) {
     const TpuEnv& t = **tpu;
-    if (info.hostnames.empty()) {
+    // A one-host slice of a multi-slice job without TPU_WORKER_HOSTNAMES:
+    // its name is unknown (placement uses host_index).
+    const bool unnamed_ok = info.num_slices > 1 && t.slice.num_hosts == 1;
+    if (info.hostnames.empty() && !unnamed_ok) {
       return UnsetError("TPU_WORKER_HOSTNAMES",
-                      absl::StrCat("expected ", info.num_hosts,
+                      absl::StrCat("expected ", t.slice.num_hosts,
                                    " hostnames for a multi-host slice (or "
                                    "TORCH_TPU_SLICEBUILDER_ADDRESSES)"));
     }
-    info.slicebuilder_addresses =
-        t.slicebuilder_addresses.empty()
-            ? DefaultSlicebuilderAddresses(info.hostnames, t.slice.devices_per_host,
-                                           kSlicebuilderBasePort)
-            : t.slicebuilder_addresses;
+    // The ICI endpoints of this slice's devices, rank-in-slice order.
+    if (!t.slicebuilder_addresses.empty()) {
+      info.slicebuilder_addresses = t.slicebuilder_addresses;
+    } else if (!info.hostnames.empty()) {
+      info.slicebuilder_addresses = DefaultSlicebuilderAddresses(
+          info.hostnames, t.slice.devices_per_host, kSlicebuilderBasePort);
+    }
     std::optional<std::string> host_id = GetEnv(env, "TPU_DIST_HOST_ID");
-    if (host_id && t.hostnames_given && *host_id != info.hostnames[info.host_index]) {
+    if (host_id && t.hostnames_given && *host_id != info.hostname()) {
       return EnvError("TPU_DIST_HOST_ID", *host_id,
-                      absl::StrCat("expected \"", info.hostnames[info.host_index],
-                                   "\", the hostname of host ", info.host_index));
+                      absl::StrCat("expected \"", info.hostname(), "\", the hostname of host ",
+                                   info.host_in_slice(),
+                                   info.num_slices > 1
+                                       ? absl::StrCat(" of slice ", info.slice_index)
+                                       : std::string()));
     }
   }
   if (absl::Status s = FillRunIdentity(env, &info); !s.ok()) return s;

@@ -56,20 +56,32 @@ enum class DiscoverySource {
 };
 const char* DiscoverySourceName(DiscoverySource source);
 
-// One process's place in the job.
+// One process's place in the job. A job may span several slices joined by
+// the data-centre network (MEGASCALE_*, tpu_runtime/megascale_env.h); ranks
+// and hosts are then numbered slice-major: rank = slice_index x
+// devices_per_slice() + rank_in_slice(), host_index = slice_index x
+// hosts_per_slice() + host_in_slice().
 struct RankInfo {
   int rank = 0;              // global rank, 0 <= rank < world_size
-  int world_size = 1;
+  int world_size = 1;        // every device of every slice
   int local_rank = 0;        // index among the processes of this host
   int local_world_size = 1;  // processes on this host
-  int host_index = 0;        // 0 <= host_index < num_hosts (TPU_WORKER_ID)
-  int num_hosts = 1;
+  // Job-wide host index, 0 <= host_index < num_hosts; within one slice it is
+  // TPU_WORKER_ID. Two ranks share a host (shared memory) iff equal.
+  int host_index = 0;
+  int num_hosts = 1;         // hosts of every slice
+  int slice_index = 0;       // MEGASCALE_SLICE_ID, 0 <= slice_index < num_slices
+  int num_slices = 1;        // MEGASCALE_NUM_SLICES
+  // "host:port" of the multi-slice coordinator (MEGASCALE_COORDINATOR_ADDRESS
+  // + MEGASCALE_PORT), or "" for a single-slice job that names none.
+  std::string megascale_coordinator;
   std::string master_addr = "127.0.0.1";  // where rank 0 hosts rendezvous
   int master_port = 29500;
-  // Hostname or address of every host, host_index order (TPU_WORKER_HOSTNAMES).
+  // Hostname or address of every host of THIS slice, host_in_slice() order
+  // (TPU_WORKER_HOSTNAMES); may be empty where unknown.
   std::vector<std::string> hostnames;
-  // One "host:port" per device, rank order (TORCH_TPU_SLICEBUILDER_ADDRESSES);
-  // this process's own is slicebuilder_addresses[rank].
+  // One "host:port" per device of this slice, rank_in_slice() order
+  // (TORCH_TPU_SLICEBUILDER_ADDRESSES).
   std::vector<std::string> slicebuilder_addresses;
   SliceSpec slice;
   DiscoverySource source = DiscoverySource::kSingleProcess;
@@ -80,13 +92,20 @@ struct RankInfo {
   // (TPU_DIST_JOB_ID, TORCHELASTIC_RUN_ID, else derived from master addr:port).
   std::string job_id;
 
+  int devices_per_slice() const { return world_size / num_slices; }
+  int hosts_per_slice() const { return num_hosts / num_slices; }
+  int rank_in_slice() const { return rank % devices_per_slice(); }
+  int host_in_slice() const { return host_index % hosts_per_slice(); }
+  // This host's name (hostnames[host_in_slice()]), or "" when unknown.
+  const std::string& hostname() const;
   // This device's slicebuilder address, or "" when none are known.
   const std::string& slicebuilder_address() const;
   bool operator==(const RankInfo& o) const;
   bool operator!=(const RankInfo& o) const { return !(*this == o); }
 };
 
-// One line, for logs: "rank 3/16 local 3/4 host 0/4 (v6e 4x4, kuberay-tpu)".
+// One line, for logs: "rank 3/16 local 3/4 host 0/4 (v6e 4x4, kuberay-tpu)";
+// with several slices "rank 19/32 local 3/4 host 4/8 slice 1/2 (...)".
 std::string ToString(const RankInfo& info);
 
 }  // namespace tpudist::tpu_runtime

@@ -16,15 +16,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tpu_runtime/coordination/coordination_client.h"
-#include "tpu_runtime/coordination/coordination_test_util.h"
+#include "testing/coordination_child.h"
 
 namespace tpudist::tpu_runtime::coordination {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::SpawnChild;
-using testing::WaitChild;
-using testing::WaitFor;
+using test_support::SpawnChild;
+using test_support::WaitChild;
+using test_support::WaitFor;
 
 constexpr char kJob[] = "svc-test";
 

@@ -21,15 +21,20 @@
 #include "tpu_runtime/coordination/coordination_client.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
 #include "tpu_runtime/coordination/coordination_service.h"
-#include "tpu_runtime/coordination/coordination_test_util.h"
+#include "testing/coordination_child.h"
 
 namespace tpudist::tpu_runtime::coordination {
+
+// Child role "serve" (service_faults_test.cc): hosts a CoordinationService
+// configured from the environment until killed.
+int RunServeChild();
+
 namespace {
 
-using testing::EnvOr;
+using test_support::EnvOr;
 using ::testing::HasSubstr;
-using testing::SpawnChild;
-using testing::WaitChild;
+using test_support::SpawnChild;
+using test_support::WaitChild;
 
 constexpr char kJob[] = "store-test";
 
@@ -140,7 +145,7 @@ int RunRuntimeGlooRank() {
 
 int RunChildRole(const std::string& role) {
   if (role == "runtime_gloo") return RunRuntimeGlooRank();
-  if (role == "serve") return testing::RunServeChild();
+  if (role == "serve") return RunServeChild();
   const std::string address = EnvOr("TPUDIST_COORD_ADDRESS", "");
   const std::string job = EnvOr("TPUDIST_COORD_JOB", "");
   int task = -1, world = 0;
@@ -171,7 +176,7 @@ int RunChildRole(const std::string& role) {
 }
 
 TEST(CoordinationChild, Main) {
-  const char* role = std::getenv(testing::kRoleEnv);
+  const char* role = std::getenv(test_support::kRoleEnv);
   if (role == nullptr) GTEST_SKIP() << "runs only as a child process";
   const int rc = RunChildRole(role);
   std::fflush(stdout);
@@ -326,7 +331,7 @@ TEST(GlooKilledRankTest, SurvivorsFailFastNamingTheDeadRank) {
     ASSERT_GT(survivors.back(), 0);
   }
   CoordinationState& state = (*service)->state();
-  ASSERT_TRUE(testing::WaitFor(
+  ASSERT_TRUE(test_support::WaitFor(
       [&] {
         for (int t = 0; t < kWorld; ++t) {
           if (state.task_state(t) != TaskState::kConnected) return false;
@@ -335,7 +340,7 @@ TEST(GlooKilledRankTest, SurvivorsFailFastNamingTheDeadRank) {
       },
       absl::Seconds(60)));
   // Give the survivors time to enter Gloo's rendezvous wait.
-  ASSERT_TRUE(testing::WaitFor([&] { return state.NumKeys("c10d/") >= 2; },
+  ASSERT_TRUE(test_support::WaitFor([&] { return state.NumKeys("c10d/") >= 2; },
                                absl::Seconds(60)));
   const absl::Time killed = absl::Now();
   ASSERT_EQ(kill(victim, SIGKILL), 0);

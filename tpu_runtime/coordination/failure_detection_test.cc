@@ -19,7 +19,7 @@
 #include "tpu_runtime/coordination/coordination_client.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
 #include "tpu_runtime/coordination/coordination_service.h"
-#include "tpu_runtime/coordination/coordination_test_util.h"
+#include "testing/coordination_child.h"
 #include "tpu_runtime/coordination/failure_report.h"
 #include "tpu_runtime/exit_codes.h"
 
@@ -27,9 +27,9 @@ namespace tpudist::tpu_runtime::coordination {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::SpawnChild;
-using testing::WaitChild;
-using testing::WaitFor;
+using test_support::SpawnChild;
+using test_support::WaitChild;
+using test_support::WaitFor;
 
 constexpr char kJob[] = "detect-test";
 

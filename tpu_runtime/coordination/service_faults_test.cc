@@ -34,27 +34,26 @@
 #include "tpu_runtime/coordination/coordination_client.h"
 #include "tpu_runtime/coordination/coordination_runtime.h"
 #include "tpu_runtime/coordination/coordination_service.h"
-#include "tpu_runtime/coordination/coordination_test_util.h"
+#include "testing/coordination_child.h"
 #include "tpu_runtime/coordination/service_listener.h"
 #include "tpu_runtime/exit_codes.h"
 
 namespace tpudist::tpu_runtime::coordination {
 
-namespace testing {
-
-// Child role "serve": a CoordinationService with the options in the
+// Child role "serve" (declared and dispatched in coordination_store_test.cc):
+// a CoordinationService with the options in the
 // environment; writes its port to TPUDIST_COORD_PORT_FILE, then waits to be
 // killed (at most 120 s).
 int RunServeChild() {
   int world = 0, heartbeat_ms = 0, idle_ms = 0, nofile = 0;
-  if (!absl::SimpleAtoi(EnvOr("TPUDIST_COORD_WORLD", ""), &world) ||
-      !absl::SimpleAtoi(EnvOr("TPUDIST_COORD_HEARTBEAT_MS", ""),
+  if (!absl::SimpleAtoi(test_support::EnvOr("TPUDIST_COORD_WORLD", ""), &world) ||
+      !absl::SimpleAtoi(test_support::EnvOr("TPUDIST_COORD_HEARTBEAT_MS", ""),
                         &heartbeat_ms) ||
-      !absl::SimpleAtoi(EnvOr("TPUDIST_COORD_IDLE_MS", "30000"), &idle_ms) ||
-      !absl::SimpleAtoi(EnvOr("TPUDIST_COORD_NOFILE", "0"), &nofile)) {
+      !absl::SimpleAtoi(test_support::EnvOr("TPUDIST_COORD_IDLE_MS", "30000"), &idle_ms) ||
+      !absl::SimpleAtoi(test_support::EnvOr("TPUDIST_COORD_NOFILE", "0"), &nofile)) {
     return 2;
   }
-  const std::string log = EnvOr("TPUDIST_COORD_STDERR", "");
+  const std::string log = test_support::EnvOr("TPUDIST_COORD_STDERR", "");
   if (!log.empty() && std::freopen(log.c_str(), "w", stderr) == nullptr) {
     return 2;
   }
@@ -64,7 +63,7 @@ int RunServeChild() {
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return 2;
   }
   ServiceOptions options;
-  options.job_id = EnvOr("TPUDIST_COORD_JOB", "");
+  options.job_id = test_support::EnvOr("TPUDIST_COORD_JOB", "");
   options.num_tasks = world;
   options.heartbeat_timeout = absl::Milliseconds(heartbeat_ms);
   options.handshake_timeout = absl::Milliseconds(idle_ms);
@@ -74,7 +73,7 @@ int RunServeChild() {
     std::fprintf(stderr, "serve: %s\n", service.status().ToString().c_str());
     return 3;
   }
-  const std::string path = EnvOr("TPUDIST_COORD_PORT_FILE", "");
+  const std::string path = test_support::EnvOr("TPUDIST_COORD_PORT_FILE", "");
   {
     std::ofstream out(path + ".tmp");
     out << (*service)->port() << "\n";
@@ -84,15 +83,13 @@ int RunServeChild() {
   return 5;
 }
 
-}  // namespace testing
-
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using testing::SpawnChild;
-using testing::WaitChild;
-using testing::WaitFor;
+using test_support::SpawnChild;
+using test_support::WaitChild;
+using test_support::WaitFor;
 
 constexpr char kJob[] = "faults-test";
 
@@ -165,7 +162,7 @@ std::unique_ptr<CoordinationClient> ConnectTask(const std::string& address,
 // TPUDIST_TEST_HEARTBEAT_MS overrides the 1 s timeout (to measure others).
 TEST(ServiceHostFrozenTest, BlockedCallsEndWithinTheHeartbeatTimeout) {
   const int heartbeat_ms =
-      std::stoi(testing::EnvOr("TPUDIST_TEST_HEARTBEAT_MS", "1000"));
+      std::stoi(test_support::EnvOr("TPUDIST_TEST_HEARTBEAT_MS", "1000"));
   ServeChild host({{"TPUDIST_COORD_WORLD", "2"},
                    {"TPUDIST_COORD_HEARTBEAT_MS", absl::StrCat(heartbeat_ms)}});
   ASSERT_GT(host.pid(), 0);
