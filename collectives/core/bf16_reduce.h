@@ -28,7 +28,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "collectives/core/reduce_kernels.h"
+#include "collectives/core/reduce_types.h"
 
 namespace tpudist::collectives {
 

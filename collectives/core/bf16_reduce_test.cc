@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/core/reduce_kernels.h"
 #include "gtest/gtest.h"
 
 namespace tpudist::collectives {

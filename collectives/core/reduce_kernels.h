@@ -25,32 +25,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "collectives/core/reduce_types.h"
 
 namespace tpudist::collectives {
-
-enum class DataType : uint8_t {
-  kFloat32 = 1,
-  kFloat64,
-  kBFloat16,
-  kFloat16,
-  kInt32,
-  kInt64,
-  kUInt8,
-  kInt8,
-  kInt16,
-  kBool,  // one byte, 0 or 1; SUM/PRODUCT arrive here as BOR/BAND
-};
-
-enum class ReduceKind : uint8_t {
-  kSum = 1,
-  kAvg,
-  kProduct,
-  kMin,
-  kMax,
-  kBand,
-  kBor,
-  kBxor,
-};
 
 // Bytes per element of `type`.
 size_t ElementSize(DataType type);

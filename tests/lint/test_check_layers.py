@@ -141,7 +141,19 @@ def test_a_cycle_between_files_fails(tmp_path: Path) -> None:
         "top/x.h": header("top/x.h", '#include "top/y.h"'),
         "top/y.h": header("top/y.h", '#include "top/x.h"'),
     })
-    assert "include cycle between files: top/x.h -> top/y.h -> top/x.h" in found, found
+    assert ("include cycle between files (a .h/.cc pair is one unit): top/x -> top/y -> top/x"
+            in found), found
+
+
+def test_a_cycle_between_units_through_their_cc_files_fails(tmp_path: Path) -> None:
+    # The old collectives/group_registry <-> process_group_tpu_dist loop: no
+    # header includes the other, each .cc includes the other's header.
+    found = problems(tmp_path, {
+        "top/reg.h": header("top/reg.h"), "top/reg.cc": '#include "top/pg.h"\n',
+        "top/pg.h": header("top/pg.h"), "top/pg.cc": '#include "top/reg.h"\n',
+    })
+    assert ("include cycle between files (a .h/.cc pair is one unit): top/pg -> top/reg -> top/pg"
+            in found), found
 
 
 def test_a_cycle_in_the_rules_fails(tmp_path: Path) -> None:
