@@ -11,9 +11,9 @@ ShmBackend::ShmBackend(std::unique_ptr<shm::Communicator> comm,
     : comm_(std::move(comm)), small_allreduce_bytes_(small_allreduce_bytes) {}
 
 absl::Status ShmBackend::Track(absl::Status s) {
-  if (!s.ok() && !comm_->poison().ok()) {
+  if (!s.ok() && !comm_->poison_status().ok()) {
     absl::MutexLock lock(&mu_);
-    if (poison_.ok()) poison_ = comm_->poison();
+    if (poison_.ok()) poison_ = comm_->poison_status();
   }
   return s;
 }
@@ -78,7 +78,7 @@ void ShmBackend::Abort(const absl::Status& status) {
   comm_->RequestAbort(status);
 }
 
-absl::Status ShmBackend::poison() const {
+absl::Status ShmBackend::poison_status() const {
   absl::MutexLock lock(&mu_);
   return poison_;
 }

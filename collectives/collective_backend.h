@@ -13,7 +13,7 @@
 // collectives/shm/algorithms.h (pointers to caller-owned host memory).
 //
 // Thread-safety: one op at a time (the group's worker thread, or an inline
-// op under the worker's busy flag); poison() and Abort() from any thread.
+// op under the worker's busy flag); poison_status() and Abort() from any thread.
 #ifndef TPU_DIST_COLLECTIVES_COLLECTIVE_BACKEND_H_
 #define TPU_DIST_COLLECTIVES_COLLECTIVE_BACKEND_H_
 
@@ -67,7 +67,7 @@ class CollectiveBackend {
   // Poisons with `status` (the first poison wins) and returns the poison.
   virtual absl::Status Poison(absl::Status status) = 0;
   // OK, or the status that poisoned this backend. Thread-safe.
-  virtual absl::Status poison() const = 0;
+  virtual absl::Status poison_status() const = 0;
   // Thread-safe, from any thread: poisons the backend with `status` and
   // makes the op in flight fail promptly (shm waits notice within a futex
   // slice, TCP sockets are shut down). REQUIRES: !status.ok().
@@ -103,7 +103,7 @@ class ShmBackend final : public CollectiveBackend {
                         absl::Span<const int64_t> out_bytes) override;
   absl::Status Barrier(const OpSpec& spec) override;
   absl::Status Poison(absl::Status status) override;
-  absl::Status poison() const override;
+  absl::Status poison_status() const override;
   void Abort(const absl::Status& status) override;
   shm::Communicator* local_communicator() const override { return comm_.get(); }
 

@@ -133,7 +133,7 @@ int64_t HierarchicalBackend::HostMajorPos(int r) const {
   return pos + layout_.local_index[r];
 }
 
-absl::Status HierarchicalBackend::poison() const {
+absl::Status HierarchicalBackend::poison_status() const {
   absl::MutexLock lock(&mu_);
   return poison_;
 }
@@ -144,7 +144,7 @@ absl::Status HierarchicalBackend::Poison(absl::Status status) {
     if (!poison_.ok()) return poison_;
     poison_ = std::move(status);
   }
-  const absl::Status p = poison();
+  const absl::Status p = poison_status();
   if (local_) (void)local_->Poison(p);
   if (rail_) rail_->Abort(p.message());
   if (flat_) flat_->Abort(p.message());
@@ -287,7 +287,7 @@ absl::Status HierarchicalBackend::FlatAllToAll(const OpSpec& spec,
 absl::Status HierarchicalBackend::AllReduceCore(const OpSpec& spec, OpKind header_kind,
                                                 ReduceKind op, int root, int bcast_host,
                                                 void* data) {
-  if (absl::Status p = poison(); !p.ok()) return p;
+  if (absl::Status p = poison_status(); !p.ok()) return p;
   const size_t es = ElementSize(spec.dtype);
   const int64_t bytes = spec.count * static_cast<int64_t>(es);
   const ReduceKind wire_op = op == ReduceKind::kAvg ? ReduceKind::kSum : op;
@@ -315,7 +315,7 @@ absl::Status HierarchicalBackend::AllReduceCore(const OpSpec& spec, OpKind heade
 
 absl::Status HierarchicalBackend::AllReduce(const OpSpec& spec, ReduceKind op, void* data) {
   if (MultiRail(spec.count * static_cast<int64_t>(ElementSize(spec.dtype)), spec.count)) {
-    if (absl::Status p = poison(); !p.ok()) return p;
+    if (absl::Status p = poison_status(); !p.ok()) return p;
     return AllReduceRails(spec, op, data);
   }
   return AllReduceCore(spec, OpKind::kAllreduce, op, -1, -1, data);
@@ -335,7 +335,7 @@ absl::Status HierarchicalBackend::Reduce(const OpSpec& spec, ReduceKind op, int 
 absl::Status HierarchicalBackend::ReduceScatter(const OpSpec& spec, ReduceKind op,
                                                 absl::Span<const void* const> inputs,
                                                 void* out) {
-  if (absl::Status p = poison(); !p.ok()) return p;
+  if (absl::Status p = poison_status(); !p.ok()) return p;
   const size_t es = ElementSize(spec.dtype);
   const int64_t bytes = spec.count * static_cast<int64_t>(es);
   if (MultiRail(bytes * size_, spec.count * local_size())) {
@@ -388,7 +388,7 @@ absl::Status HierarchicalBackend::ReduceScatter(const OpSpec& spec, ReduceKind o
 
 absl::Status HierarchicalBackend::AllGather(const OpSpec& spec, const void* in,
                                             int64_t bytes, absl::Span<void* const> outs) {
-  if (absl::Status p = poison(); !p.ok()) return p;
+  if (absl::Status p = poison_status(); !p.ok()) return p;
   if (MultiRail(bytes * size_, bytes * local_size())) {
     return AllGatherRails(spec, in, bytes, outs);
   }
@@ -425,7 +425,7 @@ absl::Status HierarchicalBackend::AllGather(const OpSpec& spec, const void* in,
 
 absl::Status HierarchicalBackend::Broadcast(const OpSpec& spec, int root, void* data,
                                             int64_t bytes) {
-  if (absl::Status p = poison(); !p.ok()) return p;
+  if (absl::Status p = poison_status(); !p.ok()) return p;
   if (MultiRail(bytes, bytes)) return BroadcastRails(spec, root, data, bytes);
   const int root_host = layout_.host_of_rank[root];
   if (host_ == root_host && local_size() > 1) {
@@ -449,7 +449,7 @@ absl::Status HierarchicalBackend::Broadcast(const OpSpec& spec, int root, void* 
 }
 
 absl::Status HierarchicalBackend::Barrier(const OpSpec& spec) {
-  if (absl::Status p = poison(); !p.ok()) return p;
+  if (absl::Status p = poison_status(); !p.ok()) return p;
   if (local_size() > 1) {
     if (absl::Status s = shm::Barrier(*local_, spec); !s.ok()) return FailLocal(s);
   }
@@ -465,7 +465,7 @@ absl::Status HierarchicalBackend::Barrier(const OpSpec& spec) {
 
 absl::Status HierarchicalBackend::Gather(const OpSpec& spec, int root, const void* in,
                                          int64_t bytes, absl::Span<void* const> outs) {
-  if (absl::Status p = poison(); !p.ok()) return p;
+  if (absl::Status p = poison_status(); !p.ok()) return p;
   std::vector<int64_t> send(size_, 0), recv(size_, 0);
   send[root] = bytes;
   if (rank_ == root) std::fill(recv.begin(), recv.end(), bytes);
@@ -485,7 +485,7 @@ absl::Status HierarchicalBackend::Gather(const OpSpec& spec, int root, const voi
 absl::Status HierarchicalBackend::Scatter(const OpSpec& spec, int root,
                                           absl::Span<const void* const> ins, void* out,
                                           int64_t bytes) {
-  if (absl::Status p = poison(); !p.ok()) return p;
+  if (absl::Status p = poison_status(); !p.ok()) return p;
   std::vector<int64_t> send(size_, 0), recv(size_, 0);
   recv[root] = bytes;
   if (rank_ == root) std::fill(send.begin(), send.end(), bytes);

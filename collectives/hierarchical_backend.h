@@ -106,7 +106,7 @@ class HierarchicalBackend final : public CollectiveBackend {
                         absl::Span<const int64_t> out_bytes) override;
   absl::Status Barrier(const OpSpec& spec) override;
   absl::Status Poison(absl::Status status) override;
-  absl::Status poison() const override;
+  absl::Status poison_status() const override;
   void Abort(const absl::Status& status) override;
   shm::Communicator* local_communicator() const override { return local_.get(); }
 

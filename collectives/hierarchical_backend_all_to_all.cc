@@ -78,7 +78,7 @@ absl::Status HierarchicalBackend::AllToAll(const OpSpec& spec,
                                            absl::Span<const int64_t> in_bytes,
                                            absl::Span<void* const> outs,
                                            absl::Span<const int64_t> out_bytes) {
-  if (absl::Status p = poison(); !p.ok()) return p;
+  if (absl::Status p = poison_status(); !p.ok()) return p;
   const OpHeader mine = MakeHeader(spec, OpKind::kAlltoall, ReduceKind{}, -1, false);
   if (absl::Status s = CheckFlat(spec, mine, in_bytes, out_bytes); !s.ok()) return s;
   if (in_bytes[rank_] > 0) std::memcpy(outs[rank_], ins[rank_], in_bytes[rank_]);

@@ -20,7 +20,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::CompleteAfterIssued(
   absl::MutexLock lock(&issue_mu_);
   return Enqueue(name, type, timeout, /*bytes=*/0, caller_waits, std::move(outputs),
                  [](CollectiveBackend& comm, const OpContext&) {
-                   return comm.poison();
+                   return comm.poison_status();
                  });
 }
 

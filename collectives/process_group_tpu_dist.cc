@@ -244,7 +244,7 @@ c10::intrusive_ptr<ProcessGroupTpuDist> ProcessGroupTpuDist::NewSubgroup(
 }
 
 absl::Status ProcessGroupTpuDist::status() const {
-  return backend_->poison();
+  return backend_->poison_status();
 }
 
 void ProcessGroupTpuDist::Abort(const absl::Status& cause) {

@@ -121,7 +121,7 @@ class Communicator {
   const WaitPolicy& wait_policy() const { return wait_; }
 
   // OK, or the status that poisoned this communicator.
-  const absl::Status& poison() const { return poison_; }
+  const absl::Status& poison_status() const { return poison_; }
 
   // Step 1 of a phase. Returns the poison status if poisoned.
   absl::Status BeginPhase(const OpContext& ctx);
