@@ -21,7 +21,7 @@ OpWorker::OpWorker(const std::string& name)
 OpWorker::~OpWorker() {
   // After Stop() the thread has left (or is leaving); join it all the same.
   const bool on_worker = std::this_thread::get_id() == worker_id_;
-  std::deque<std::pair<std::function<void()>, std::function<void()>>> dropped;
+  std::deque<Task> dropped;
   State& s = *state_;
   {
     absl::MutexLock lock(&s.mu);
@@ -41,19 +41,19 @@ OpWorker::~OpWorker() {
   }
 }
 
-void OpWorker::Enqueue(std::function<void()> op, std::function<void()> then) {
+OpWorker::QueuedOp OpWorker::Enqueue(std::function<void()> op, std::function<void()> then) {
   State& s = *state_;
-  bool queued = false;
+  uint64_t id = 0;
   {
     absl::MutexLock lock(&s.mu);
     if (!s.exited) {
-      s.queue.emplace_back(std::move(op), std::move(then));
-      queued = true;
+      id = ++s.last_id;
+      s.queue.push_back(Task{id, std::move(op), std::move(then)});
     }
   }
-  if (queued) {
+  if (id != 0) {
     s.cv.SignalAll();  // the worker, not only a waiter in Stop()
-    return;
+    return QueuedOp(state_, id);
   }
   // Stopped: the thread is gone, so the op runs here (after any other op
   // that a caller runs here), bounded by its own deadline like any op.
@@ -62,6 +62,7 @@ void OpWorker::Enqueue(std::function<void()> op, std::function<void()> then) {
   if (then) then();
   absl::MutexLock lock(&s.mu);
   ++s.done;
+  return QueuedOp();
 }
 
 bool OpWorker::Stop(absl::Time deadline) {
@@ -129,10 +130,37 @@ bool OpWorker::RunInlineIfIdle(const std::function<void()>& op,
   return true;
 }
 
+bool OpWorker::QueuedOp::RunHere() const {
+  const std::shared_ptr<State> state = state_.lock();
+  if (state == nullptr) return false;
+  State& s = *state;
+  Task task;
+  {
+    absl::MutexLock lock(&s.mu);
+    // Not next (taken already, or an earlier op queued), or an op running.
+    if (s.busy || s.queue.empty() || s.queue.front().id != id_) return false;
+    task = std::move(s.queue.front());
+    s.queue.pop_front();
+    s.busy = true;
+  }
+  task.op();
+  bool wake;
+  {
+    absl::MutexLock lock(&s.mu);
+    s.busy = false;
+    ++s.done;
+    // The worker waits for !busy when ops are queued or it is stopping.
+    wake = !s.queue.empty() || s.stop;
+  }
+  if (wake) s.cv.SignalAll();
+  if (task.then) task.then();
+  return true;  // `task`'s captures are released here, unlocked
+}
+
 void OpWorker::Loop(const std::shared_ptr<State>& state) {
   State& s = *state;
   while (true) {
-    std::pair<std::function<void()>, std::function<void()>> task;
+    Task task;
     {
       absl::MutexLock lock(&s.mu);
       // Idle wait until !busy && (stop || queue not empty): every change
@@ -149,14 +177,14 @@ void OpWorker::Loop(const std::shared_ptr<State>& state) {
       s.queue.pop_front();
       s.busy = true;
     }
-    task.first();
+    task.op();
     {
       absl::MutexLock lock(&s.mu);
       s.busy = false;
       ++s.done;
     }
     // Idle before `then`: the caller it wakes may run its next op inline.
-    if (task.second) task.second();
+    if (task.then) task.then();
     // Completing or destroying the op may destroy the OpWorker (and its
     // group) on this thread; only `s`, owned by this thread too, is touched
     // afterwards.

@@ -34,7 +34,12 @@
 // issues an op and waits for it must not run on the thread that runs ops.
 // Stop() and the destructor stop them too, after the worker thread.
 //
-// Thread-safety: Enqueue(), RunInlineIfIdle() and Post() are thread-safe.
+// A caller about to block on a queued op can run it itself
+// (QueuedOp::RunHere) when no op is running and it is next in the queue:
+// no thread hand-off is paid. TpuDistWork::wait() does so.
+//
+// Thread-safety: Enqueue(), RunInlineIfIdle(), QueuedOp::RunHere() and
+// Post() are thread-safe.
 // Locking is compiler-checked (absl::Mutex with ABSL_GUARDED_BY; the ctest
 // thread_safety_check, docs/collectives.md "Locking").
 #ifndef TPU_DIST_COLLECTIVES_OP_WORKER_H_
@@ -56,6 +61,9 @@
 namespace tpudist::collectives {
 
 class OpWorker {
+ private:
+  struct State;
+
  public:
   // `name` names the thread (pthread_setname_np: ps, top -H, gdb, perf);
   // truncated to 15 characters.
@@ -64,9 +72,34 @@ class OpWorker {
   OpWorker& operator=(const OpWorker&) = delete;
   ~OpWorker();
 
+  // An op that Enqueue() queued, for the caller that is about to block on
+  // it. Copyable; empty by default (RunHere() then does nothing). Holds the
+  // queue weakly: it may outlive the worker.
+  class QueuedOp {
+   public:
+    QueuedOp() = default;
+    // For a caller that would otherwise block until the op has run: if no
+    // op is running and this op is at the front of the queue (every op
+    // queued before it has run), runs it on the calling thread, then its
+    // `then`, as the worker would, and returns true. Otherwise (taken by the
+    // worker or another caller already, an op running, an earlier op still
+    // queued, the worker gone) returns false at once, having run nothing.
+    // Saves the waiter two thread handoffs (the worker's wake and the
+    // completion's) and keeps issue order. Thread-safe.
+    bool RunHere() const;
+
+   private:
+    friend class OpWorker;
+    QueuedOp(std::weak_ptr<State> state, uint64_t id) : state_(std::move(state)), id_(id) {}
+    std::weak_ptr<State> state_;
+    uint64_t id_ = 0;
+  };
+
   // Queues `op`; `then` (may be empty) runs on the worker right after `op`,
   // once the worker counts as idle. `then` must not touch what ops share.
-  void Enqueue(std::function<void()> op, std::function<void()> then = nullptr);
+  // Returns the queued op (empty when the worker has exited and the op ran
+  // on the caller).
+  QueuedOp Enqueue(std::function<void()> op, std::function<void()> then = nullptr);
 
   // Runs `op` on the calling thread if no op is queued or running (so issue
   // order is kept), then `then` (may be empty), and returns true; returns
@@ -100,11 +133,16 @@ class OpWorker {
   int64_t ops_done() const;
 
  private:
+  struct Task {
+    uint64_t id = 0;  // issue order, from 1
+    std::function<void()> op;
+    std::function<void()> then;  // may be empty
+  };
   struct State {
     absl::Mutex mu;
     absl::CondVar cv;  // with mu: the queue, stop, busy or exited changed
-    // (op, then) pairs.
-    std::deque<std::pair<std::function<void()>, std::function<void()>>> queue ABSL_GUARDED_BY(mu);
+    std::deque<Task> queue ABSL_GUARDED_BY(mu);
+    uint64_t last_id ABSL_GUARDED_BY(mu) = 0;  // of the last op queued
     bool stop ABSL_GUARDED_BY(mu) = false;
     bool busy ABSL_GUARDED_BY(mu) = false;    // an op is running (worker or inline)
     bool exited ABSL_GUARDED_BY(mu) = false;  // the thread left Loop (after stop)

@@ -306,20 +306,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     if (fr) FrFinished(fr_id, s);
     *result = std::move(s);
   };
-  // Latency-bound collectives whose caller waits at once (c10d's asyncOp ==
-  // false) skip the two thread handoffs when the queue is idle (issue order
-  // is unaffected). An async op (the c10d default; FSDP's prefetch, Python's
-  // async_op=True) always goes to the worker: run inline it would block its
-  // issuer until every peer arrived. A recv waits on the p2p worker: it must
-  // block neither the issuer nor the collectives queued after it.
+  // Collectives whose caller waits at once (c10d's asyncOp == false) skip
+  // the two thread handoffs when the queue is idle (issue order is
+  // unaffected). An async op (the c10d default; FSDP's prefetch, Python's
+  // async_op=True) goes to the worker: run inline it would block its issuer
+  // until every peer arrived; a wait() on it while it is still next in an
+  // idle queue runs it on the waiter (work.h). A recv waits on the p2p
+  // worker: it must block neither the issuer nor the collectives queued
+  // after it.
   if (type == c10d::OpType::RECV) {
-    p2p_worker_->Enqueue(std::move(run), std::move(finish));
+    work->set_queued_op(p2p_worker_->Enqueue(std::move(run), std::move(finish)));
     return work;
   }
   if (caller_waits && bytes <= options_.inline_max_bytes && worker_->RunInlineIfIdle(run, finish)) {
     return work;
   }
-  worker_->Enqueue(std::move(run), std::move(finish));
+  work->set_queued_op(worker_->Enqueue(std::move(run), std::move(finish)));
   return work;
 }
 

@@ -67,6 +67,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -132,9 +133,11 @@ class ProcessGroupTpuDist : public c10d::Backend {
     int64_t rail_chunk_bytes = 4 << 20;  // HierarchicalOptions::rail_chunk_bytes
     // Collectives of at most this many bytes issued with asyncOp == false run
     // on the calling thread when the group's queue is idle (their Work is
-    // complete on return); larger or async ones always run on the worker
-    // thread so they overlap compute. -1: never.
-    int64_t inline_max_bytes = 16 << 10;
+    // complete on return); async ones run on the worker thread so they
+    // overlap compute. Default: any size (the caller blocks until the op
+    // ends either way; on the worker a 64 KiB op paid two thread handoffs).
+    // -1: never.
+    int64_t inline_max_bytes = std::numeric_limits<int64_t>::max();
     // Spin / yield / futex back-off of the shm waits (collectives/shm/wait.h);
     // nullopt: shm::ChooseWaitPolicy(ranks on this host, usable cores).
     std::optional<shm::WaitPolicy> wait;

@@ -58,6 +58,9 @@ bool TpuDistWork::wait(std::chrono::milliseconds timeout) {
   const auto limit = timeout == ::kNoTimeout
                          ? op_timeout_ + std::chrono::seconds(30)
                          : timeout;
+  // Blocking for as long as the op may run anyway: run it here if it is
+  // next in an idle queue (a no-op once it has been taken or has finished).
+  if (limit >= op_timeout_) queued_op_.RunHere();
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_for(lock, limit, [&] { return completed_; })) {
     throw std::runtime_error("tpu_dist: Work::wait timed out after " +

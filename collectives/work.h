@@ -4,7 +4,11 @@
 // the group's worker thread via Finish(). wait(timeout) blocks until then (a
 // kNoTimeout wait is still bounded, by the op's own timeout plus a grace
 // period, because the worker always finishes an op by its deadline) and
-// rethrows the op's error. getFuture() returns a future that completes with
+// rethrows the op's error. A wait() that may block as long as the op runs
+// (no timeout, or one of at least the op's) first offers to run the op on
+// the waiting thread (OpWorker::QueuedOp::RunHere: only when the op is
+// next in an idle queue), so `work = op(async_op=True); work.wait()` pays no
+// thread hand-off. isCompleted() never runs it. getFuture() returns a future that completes with
 // the op's output tensors as List[Tensor] (what DDP comm hooks expect), or
 // with the op's error.
 // The future completes, and its callbacks run, on a callback thread
@@ -30,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "collectives/callback_threads.h"
+#include "collectives/op_worker.h"
 #include "torch/csrc/distributed/c10d/Work.hpp"
 
 namespace tpudist::collectives {
@@ -44,6 +49,9 @@ class TpuDistWork : public c10d::Work {
   // The future completes on `callbacks` if it has been handed out (null:
   // here, callbacks included).
   void Finish(const absl::Status& status, CallbackThreads* callbacks = nullptr);
+  // The queued op that Finish()es this work, for wait() to run on the
+  // waiter. Set once by the issuer before the work is handed out.
+  void set_queued_op(OpWorker::QueuedOp op) { queued_op_ = std::move(op); }
 
   bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
   std::vector<at::Tensor> result() override;
@@ -56,6 +64,7 @@ class TpuDistWork : public c10d::Work {
 
   std::vector<at::Tensor> outputs_;  // op-specific shapes
   std::chrono::milliseconds op_timeout_;
+  OpWorker::QueuedOp queued_op_;  // empty: the op ran inline
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::mutex future_mu_;
   bool future_handed_out_ = false;  // getFuture() was called; GUARDED_BY(future_mu_)
