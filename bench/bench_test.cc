@@ -13,7 +13,6 @@
 #include "bench/busy_load.h"
 #include "bench/collectives_bench_flags.h"
 #include "bench/flag_value.h"
-#include "bench/forked_ranks.h"
 #include "bench/proc_stats.h"
 #include "bench/train_bench_flags.h"
 #include "gmock/gmock.h"
@@ -248,24 +247,6 @@ TEST(BenchReportTest, TableHasOneLinePerRowAndDashWithoutGloo) {
   EXPECT_THAT(t, HasSubstr("reduce_scatter bf16      4     4KiB |       10.00"));
   EXPECT_THAT(t, HasSubstr("2.0x"));
   EXPECT_THAT(t, HasSubstr("busBw"));
-}
-
-TEST(ForkedRanksTest, ReportsExitCodesAndKillsHangs) {
-  ForkedRanks ok = ForkRanks(3);
-  if (ok.rank != 0) _exit(0);
-  EXPECT_EQ(ok.children.size(), 2u);
-  EXPECT_TRUE(WaitForRanks(ok, absl::Seconds(10)).ok());
-
-  ForkedRanks bad = ForkRanks(3);
-  if (bad.rank == 1) _exit(3);
-  if (bad.rank == 2) {
-    sleep(30);  // killed by the deadline below
-    _exit(0);
-  }
-  const absl::Status s = WaitForRanks(bad, absl::Milliseconds(300));
-  EXPECT_FALSE(s.ok());
-  EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 exited 3"));
-  EXPECT_THAT(std::string(s.message()), HasSubstr("rank 2 still running"));
 }
 
 // The load really runs (one busy process per usable core and per_core) and

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "bench/forked_ranks.h"
 #include "bench/proc_stats.h"
 #include "collectives/process_group_tpu_dist.h"
+#include "testing/forked_ranks.h"
 #include "testing/temp_dir.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
@@ -102,14 +102,14 @@ int main(int argc, char** argv) {
   const double load_before = LoadAverage();
   // The FileStore's directory, removed when this (the parent) process
   // returns from main; the forked ranks' copies leave it alone.
-  const tpudist::testing::ScopedTempDir run_dir("tpud_p2pbench");
+  const tpudist::test_support::ScopedTempDir run_dir("tpud_p2pbench");
   if (run_dir.path().empty()) {
     std::perror("mkdtemp");
     return 2;
   }
   const std::string dir = run_dir.path();
   const std::string job = "p2pbench" + std::to_string(getpid());  // same on both ranks
-  const tb::ForkedRanks ranks = tb::ForkRanks(2);  // before any at:: op
+  const tpudist::test_support::ForkedRanks ranks = tpudist::test_support::ForkRanks(2);  // before any at:: op
   const int rank = ranks.rank;
   at::set_num_threads(1);
   auto file_store = c10::make_intrusive<c10d::FileStore>(dir + "/store", 2);
@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
                   r.store_s / r.ours_s, r.gloo_s / r.ours_s);
     }
   }
-  const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(60));
+  const absl::Status waited = tpudist::test_support::WaitForRanks(ranks, absl::Seconds(60));
   if (!waited.ok()) std::fprintf(stderr, "%s\n", waited.ToString().c_str());
   gloo.reset();
   via_store.reset();

@@ -62,7 +62,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/bench_math.h"
-#include "bench/forked_ranks.h"
 #include "bench/proc_stats.h"
 #include "bench/train_bench_flags.h"
 #include "distributed/job.h"
@@ -75,6 +74,7 @@
 #include "nlohmann/json.hpp"
 #include "nn/fused_adamw.h"
 #include "nn/malloc_tuning.h"
+#include "testing/forked_ranks.h"
 #include "testing/temp_dir.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
@@ -308,14 +308,14 @@ int main(int argc, char** argv) {
   const std::string malloc_note = tpudist::nn::TuneMallocForTraining();
   // The FileStore's directory, removed when this (the parent) process
   // returns from main; the forked ranks' copies leave it alone.
-  const tpudist::testing::ScopedTempDir run_dir("tpud_train_bench");
+  const tpudist::test_support::ScopedTempDir run_dir("tpud_train_bench");
   if (run_dir.path().empty()) {
     std::perror("mkdtemp");
     return 2;
   }
   const std::string dir = run_dir.path();
   const std::string job = "trainb" + std::to_string(getpid());
-  const tb::ForkedRanks ranks = tb::ForkRanks(env.flags.world);  // before any at:: op
+  const tpudist::test_support::ForkedRanks ranks = tpudist::test_support::ForkRanks(env.flags.world);  // before any at:: op
   env.rank = ranks.rank;
   at::set_num_threads(1);
   // A job over the ranks' FileStore, without coordination (forked ranks of
@@ -443,7 +443,7 @@ int main(int argc, char** argv) {
     std::ofstream(env.flags.json_out) << j.dump(1) << "\n";
   }
   benchmark::Shutdown();
-  const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(60));
+  const absl::Status waited = tpudist::test_support::WaitForRanks(ranks, absl::Seconds(60));
   if (!waited.ok()) std::fprintf(stderr, "%s\n", waited.ToString().c_str());
   env.mesh.reset();
   env.job.reset();  // the groups go with it; run_dir (the FileStore's directory) goes when main returns

@@ -45,7 +45,6 @@
 #include <string>
 #include <vector>
 
-#include "bench/forked_ranks.h"
 #include "bench/train_vs_torch_flags.h"
 #include "distributed/job.h"
 #include "fsdp/device_mesh.h"
@@ -56,6 +55,7 @@
 #include "models/gemma/parallelize_gemma.h"
 #include "nn/malloc_tuning.h"
 #include "nlohmann/json.hpp"
+#include "testing/forked_ranks.h"
 #include "testing/temp_dir.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 
@@ -145,14 +145,14 @@ int main(int argc, char** argv) {
   const std::string load_before = LoadAvg();
   // The FileStore's directory, removed when this (the parent) process
   // returns from main; the forked ranks' copies leave it alone.
-  const tpudist::testing::ScopedTempDir run_dir("tpud_train_vs_torch");
+  const tpudist::test_support::ScopedTempDir run_dir("tpud_train_vs_torch");
   if (run_dir.path().empty()) {
     std::perror("mkdtemp");
     return 2;
   }
   const std::string dir = run_dir.path();
   const std::string job = "tvt" + std::to_string(getpid());
-  const tb::ForkedRanks ranks = tb::ForkRanks(f.world);  // before any at:: op
+  const tpudist::test_support::ForkedRanks ranks = tpudist::test_support::ForkRanks(f.world);  // before any at:: op
   const int rank = ranks.rank;
   at::set_num_threads(1);
 
@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
                         {"load_before", load_before}, {"load_after", load_after}};
     std::ofstream(f.json_out) << j.dump(1) << "\n";
   }
-  const absl::Status waited = tb::WaitForRanks(ranks, absl::Seconds(f.timeout_s));
+  const absl::Status waited = tpudist::test_support::WaitForRanks(ranks, absl::Seconds(f.timeout_s));
   if (!waited.ok()) std::fprintf(stderr, "train_vs_torch: %s\n", waited.ToString().c_str());
   mesh.reset();
   dist_job->Shutdown();

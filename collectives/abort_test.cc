@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "collectives/process_group_tpu_dist.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -23,12 +23,12 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
-using testing::ErrorOf;
-using testing::RunThreads;
-using testing::SecondsSince;
-using testing::ShmEntries;
-using testing::SmallOptions;
-using testing::UniqueJob;
+using test_support::ErrorOf;
+using test_support::RunRankThreads;
+using test_support::SecondsSince;
+using test_support::ShmEntries;
+using test_support::SmallOptions;
+using test_support::UniqueJob;
 using Clock = std::chrono::steady_clock;
 
 // Rank `hung` never joins the allreduce; after 300 ms another thread aborts
@@ -56,7 +56,7 @@ void ExpectAbortEndsTheWait(int world, const std::vector<std::string>& host_of_r
     }
     aborted.store(true);
   });
-  RunThreads(world, [&](int rank) {
+  RunRankThreads(world, [&](int rank) {
     auto o = SmallOptions(job);
     o.timeout = std::chrono::seconds(60);
     if (!host_of_rank.empty()) {
@@ -110,7 +110,7 @@ TEST(AbortTest, AbortEndsAnOpWaitingOnAHungRankTwoHosts) {
 TEST(AbortTest, C10dAbortPoisonsTheGroup) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("ab3");
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, SmallOptions(job));
     pg->abort();
     EXPECT_THAT(std::string(pg->status().message()), HasSubstr("abort() called"));

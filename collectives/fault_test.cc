@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "collectives/process_group_tpu_dist.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -19,19 +19,19 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-using testing::RunForked;
-using testing::ErrorOf;
-using testing::RunThreads;
-using testing::SecondsSince;
-using testing::ShmEntries;
-using testing::SmallOptions;
-using testing::UniqueJob;
+using test_support::RunForked;
+using test_support::ErrorOf;
+using test_support::RunRankThreads;
+using test_support::SecondsSince;
+using test_support::ShmEntries;
+using test_support::SmallOptions;
+using test_support::UniqueJob;
 using Clock = std::chrono::steady_clock;
 
 TEST(FaultTest, MismatchedShapesFailOnEveryRankNamingThem) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("mm");
-  RunThreads(3, [&](int rank) {
+  RunRankThreads(3, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 3, SmallOptions(job));
     std::vector<at::Tensor> t = {at::ones({rank == 2 ? 11 : 10}, at::kFloat)};
     auto work = pg->allreduce(t);
@@ -57,12 +57,12 @@ TEST(FaultTest, MismatchedShapesFailOnEveryRankNamingThem) {
 TEST(FaultTest, MismatchedDtypeAndOpFail) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("mmd");
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, SmallOptions(job));
     std::vector<at::Tensor> t = {at::ones({4}, rank ? at::kDouble : at::kFloat)};
     EXPECT_THAT(ErrorOf(pg->allreduce(t)), HasSubstr("dtype=float64"));
   });
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     auto o = SmallOptions(job);
     o.group_name = "ops";
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
@@ -77,7 +77,7 @@ TEST(FaultTest, MissingRankTimesOutNamingItAndPeersAbortFast) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("to");
   std::atomic<int> failed{0};
-  RunThreads(3, [&](int rank) {
+  RunRankThreads(3, [&](int rank) {
     auto o = SmallOptions(job);
     o.timeout = std::chrono::milliseconds(rank == 2 ? 10000 : 800);
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 3, o);
@@ -114,7 +114,7 @@ TEST(FaultTest, MissingRankTimesOutNamingItAndPeersAbortFast) {
 TEST(FaultTest, MismatchedShmLayoutFailsConstruction) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("lay");
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     auto o = SmallOptions(job);
     o.timeout = std::chrono::seconds(5);
     o.shm_slot_bytes = rank == 0 ? 4096 : 8192;
@@ -201,7 +201,7 @@ TEST(HostLayoutTest, NameResolvingToAForeignAddressIsRefusedNotWildcarded) {
 
 // Forked processes over a FileStore: correctness and no /dev/shm leftovers.
 TEST(ForkedTest, AllreduceAndAllgatherAcrossProcesses) {
-  const std::string dir = testing::TempDir();
+  const std::string dir = test_support::ProcessTempDir("tpud_test");
   const std::string job = UniqueJob("fk");
   const int world = 4;
   const std::vector<int> codes = RunForked(world, [&](int rank) {
@@ -226,7 +226,7 @@ TEST(ForkedTest, AllreduceAndAllgatherAcrossProcesses) {
 // phases that run ahead next to a busy load (survivors wait on the dead
 // rank's own phase word, not the group's arrival count).
 void KillDuringAllreduces(bool ahead) {
-  const std::string dir = testing::TempDir();
+  const std::string dir = test_support::ProcessTempDir("tpud_test");
   const std::string job = UniqueJob(ahead ? "killahead" : "kill");
   const std::string ready = dir + "/ready";
   const int world = 3;

@@ -10,16 +10,16 @@
 #include <tuple>
 
 #include "collectives/process_group_tpu_dist.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "gtest/gtest.h"
 
 namespace tpudist::collectives {
 namespace {
 
-using testing::MakeGloo;
-using testing::RunThreads;
-using testing::SmallOptions;
-using testing::UniqueJob;
+using test_support::MakeGloo;
+using test_support::RunRankThreads;
+using test_support::SmallOptions;
+using test_support::UniqueJob;
 
 // Random input for `rank`, identical for both groups. [n]
 at::Tensor RandomInput(int rank, int64_t n, at::ScalarType type, uint64_t salt) {
@@ -54,7 +54,7 @@ TEST_P(GlooParityTest, SameResultsAsGloo) {
   const auto [world, count] = GetParam();
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("gp");
-  RunThreads(world, [&, world = world, count = count](int rank) {
+  RunRankThreads(world, [&, world = world, count = count](int rank) {
     auto ours = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world,
                                                          SmallOptions(job));
     auto gloo = MakeGloo(store, rank, world);
@@ -192,7 +192,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(GlooParity16Test, AllreduceSum) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("gp16");
-  RunThreads(16, [&](int rank) {
+  RunRankThreads(16, [&](int rank) {
     auto ours = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 16, SmallOptions(job));
     auto gloo = MakeGloo(store, rank, 16);
     for (at::ScalarType type : {at::kFloat, at::kLong}) {

@@ -19,7 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "collectives/hierarchical_backend_pipeline.h"
 #include "collectives/process_group_tpu_dist.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -28,14 +28,14 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-using testing::ErrorOf;
-using testing::MakeGloo;
-using testing::RunForked;
-using testing::RunThreads;
-using testing::SecondsSince;
-using testing::ShmEntries;
-using testing::SmallOptions;
-using testing::UniqueJob;
+using test_support::ErrorOf;
+using test_support::MakeGloo;
+using test_support::RunForked;
+using test_support::RunRankThreads;
+using test_support::SecondsSince;
+using test_support::ShmEntries;
+using test_support::SmallOptions;
+using test_support::UniqueJob;
 using Clock = std::chrono::steady_clock;
 
 // hosts[r] names rank r's emulated host. min_bytes 0: every op whose
@@ -130,7 +130,7 @@ TEST_P(RailsTest, EveryRailsOpMatchesGloo) {
   const int world = static_cast<int>(hosts.size());
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("rails");
-  RunThreads(world, [&](int rank) {
+  RunRankThreads(world, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(
         c10::make_intrusive<c10d::PrefixStore>("td", store), rank, world,
         RailOptions(job, hosts, rank));
@@ -215,7 +215,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(RailsFaultTest, MismatchAcrossHostsFailsEveryRank) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("railm");
-  RunThreads(4, [&](int rank) {
+  RunRankThreads(4, [&](int rank) {
     auto o = RailOptions(job, "0011", rank);
     o.timeout = std::chrono::seconds(20);
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 4, o);
@@ -234,7 +234,7 @@ TEST(RailsFaultTest, MismatchAcrossHostsFailsEveryRank) {
 // parent SIGKILLs `victim`. Every survivor must fail well within the 10 s op
 // timeout.
 void KillDuringRails(int victim, bool all_gather) {
-  const std::string dir = testing::TempDir();
+  const std::string dir = test_support::ProcessTempDir("tpud_test");
   const std::string job = UniqueJob("railk");
   const std::string ready = dir + "/ready";
   const std::vector<int> codes = RunForked(

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "collectives/process_group_tpu_dist.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "tpu_runtime/job_secret.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -26,13 +26,13 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-using testing::ErrorOf;
-using testing::RunForked;
-using testing::RunThreads;
-using testing::SecondsSince;
-using testing::ShmEntries;
-using testing::SmallOptions;
-using testing::UniqueJob;
+using test_support::ErrorOf;
+using test_support::RunForked;
+using test_support::RunRankThreads;
+using test_support::SecondsSince;
+using test_support::ShmEntries;
+using test_support::SmallOptions;
+using test_support::UniqueJob;
 using Clock = std::chrono::steady_clock;
 
 ProcessGroupTpuDist::Options HostOptions(const std::string& job, const std::string& hosts,
@@ -48,7 +48,7 @@ ProcessGroupTpuDist::Options HostOptions(const std::string& job, const std::stri
 TEST(MultiHostFaultTest, MismatchAcrossHostsFailsEveryRank) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("mhm");
-  RunThreads(4, [&](int rank) {
+  RunRankThreads(4, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 4,
                                                        HostOptions(job, "0011", rank));
     std::vector<at::Tensor> ok = {at::ones({5}, at::kFloat)};
@@ -81,10 +81,10 @@ void AllToAllMatchesGloo(const std::string& hosts, int64_t scale) {
   const int world = static_cast<int>(hosts.size());
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("mha2a");
-  RunThreads(world, [&](int rank) {
+  RunRankThreads(world, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world,
                                                        HostOptions(job, hosts, rank));
-    auto gloo = testing::MakeGloo(store, rank, world);
+    auto gloo = test_support::MakeGloo(store, rank, world);
     std::vector<int64_t> in_split(world), out_split(world);
     for (int p = 0; p < world; ++p) {
       in_split[p] = AllToAllRows(rank, p, scale);
@@ -127,7 +127,7 @@ TEST(MultiHostAllToAllTest, UnevenSplitsUnequalHostsMatchGloo) {
 TEST(MultiHostFaultTest, MismatchInsideAHostFailsEveryRank) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("mhl");
-  RunThreads(4, [&](int rank) {
+  RunRankThreads(4, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 4,
                                                        HostOptions(job, "0101", rank));
     std::vector<at::Tensor> t = {at::ones({rank == 3 ? 7 : 6}, at::kFloat)};
@@ -150,7 +150,7 @@ TEST(MultiHostFaultTest, MismatchInsideAHostFailsEveryRank) {
 // instead (shm and TCP parts overlapped); survivors must fail as promptly,
 // with whatever peer their part noticed first.
 void KillRemoteRank(int victim, bool all_to_all = false) {
-  const std::string dir = testing::TempDir();
+  const std::string dir = test_support::ProcessTempDir("tpud_test");
   const std::string job = UniqueJob("mhk");
   const std::string ready = dir + "/ready";
   const std::string hosts = "0011";
@@ -385,7 +385,7 @@ void RunInNamespaces(int hosts, bool with_secret) {
   const std::string script = std::string(src) + "/tools/netns_hosts.sh";
   char self[4096] = {};
   ASSERT_GT(readlink("/proc/self/exe", self, sizeof(self) - 1), 0);
-  const std::string dir = testing::TempDir();
+  const std::string dir = test_support::ProcessTempDir("tpud_test");
   const std::string suffix = absl::StrCat("c", getpid(), "n", hosts);
   std::string out;
   const std::string secret =
@@ -416,7 +416,7 @@ void RunInNamespaces(int hosts, bool with_secret) {
 
 // The same job on 2 emulated hosts x 2 forked ranks over loopback.
 TEST(MultiHostForkedTest, TwoEmulatedHostsTimesTwoRanksMatchGloo) {
-  const std::string dir = testing::TempDir();
+  const std::string dir = test_support::ProcessTempDir("tpud_test");
   const std::vector<int> codes = RunForked(
       4, [&](int r) { return NetnsRank(r / 2, 2, r % 2, "127.0.0.1", dir); },
       std::chrono::seconds(120));
@@ -434,7 +434,7 @@ TEST(NetnsTest, ThreeNamespaceHostsTimesTwoRanksWithJobSecretMatchGloo) {
 TEST(MultiHostAuthTest, JobSecretInOptionsAuthenticatesTheMesh) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("mha");
-  RunThreads(4, [&](int rank) {
+  RunRankThreads(4, [&](int rank) {
     auto o = HostOptions(job, "0011", rank);
     o.job_secret = "a job secret of at least 16 bytes";
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 4, o);

@@ -24,7 +24,7 @@
 #include "absl/time/time.h"
 #include "collectives/callback_threads.h"
 #include "collectives/process_group_tpu_dist.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "gtest/gtest.h"
 
 namespace tpudist::collectives {
@@ -114,12 +114,12 @@ TEST(OpWorkerTest, DestroyedByItsOwnOpDoesNotDeadlockOrAbort) {
 
 TEST(OpWorkerTest, GroupReleasedFromAFutureCallbackOnTheWorkerThread) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("selfdrop");
+  const std::string job = test_support::UniqueJob("selfdrop");
   c10::weak_intrusive_ptr<ProcessGroupTpuDist> weak(
       c10::intrusive_ptr<ProcessGroupTpuDist>{});
   std::atomic<bool> issued{false}, callback_ran{false};
-  testing::RunThreads(2, [&](int rank) {
-    auto opts = testing::SmallOptions(job);
+  test_support::RunRankThreads(2, [&](int rank) {
+    auto opts = test_support::SmallOptions(job);
     opts.inline_max_bytes = -1;  // always on the worker thread
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, opts);
     std::vector<at::Tensor> t = {at::ones({64}, at::kFloat)};
@@ -214,9 +214,9 @@ TEST(OpWorkerTest, GroupStopThreadsEndsWithItsOpInFlight) {
   // c10d's shutdown() on a group whose op waits for a peer that never comes:
   // the op ends at its deadline, the threads leave, the Work has failed.
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("stopthreads");
-  testing::RunThreads(2, [&](int rank) {
-    auto opts = testing::SmallOptions(job);
+  const std::string job = test_support::UniqueJob("stopthreads");
+  test_support::RunRankThreads(2, [&](int rank) {
+    auto opts = test_support::SmallOptions(job);
     opts.inline_max_bytes = -1;  // on the worker thread
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, opts);
     if (rank != 0) return;  // never joins the all_reduce
@@ -319,10 +319,10 @@ TEST(OpWorkerTest, CollectiveIssuedAndWaitedForInAFutureCallbackCompletes) {
   // deadlock that no deadline ended. Both sizes: inline-eligible and not.
   for (const int64_t n : {int64_t{4}, int64_t{1} << 18}) {
     auto store = c10::make_intrusive<c10d::HashStore>();
-    const std::string job = testing::UniqueJob("nested");
-    testing::RunThreads(2, [&](int rank) {
+    const std::string job = test_support::UniqueJob("nested");
+    test_support::RunRankThreads(2, [&](int rank) {
       auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2,
-                                                         testing::SmallOptions(job));
+                                                         test_support::SmallOptions(job));
       std::vector<at::Tensor> outer = {at::full({n}, float(rank + 1))};
       std::atomic<bool> nested_done{false};
       auto child = pg->allreduce(outer, Async())->getFuture()->then(
@@ -346,10 +346,10 @@ TEST(OpWorkerTest, ACallbackThatThrowsFailsTheWorkAndTheGroupGoesOn) {
   // Before: the exception escaped markCompleted on the op thread ->
   // std::terminate. Now it fails the Work (as Gloo does), and only that.
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("throwing");
+  const std::string job = test_support::UniqueJob("throwing");
   std::atomic<bool> added{false};
-  testing::RunThreads(2, [&](int rank) {
-    auto opts = testing::SmallOptions(job);
+  test_support::RunRankThreads(2, [&](int rank) {
+    auto opts = test_support::SmallOptions(job);
     opts.inline_max_bytes = -1;  // on the op thread
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, opts);
     std::vector<at::Tensor> t = {at::ones({8}, at::kFloat)};
@@ -358,7 +358,7 @@ TEST(OpWorkerTest, ACallbackThatThrowsFailsTheWorkAndTheGroupGoesOn) {
       work->getFuture()->addCallback(
           [](c10::ivalue::Future&) { throw std::runtime_error("callback boom"); });
       added = true;
-      EXPECT_NE(testing::ErrorOf(work).find("callback boom"),
+      EXPECT_NE(test_support::ErrorOf(work).find("callback boom"),
                 std::string::npos);
       EXPECT_TRUE(work->getFuture()->completed());
       EXPECT_FALSE(work->getFuture()->hasError());  // the op itself succeeded

@@ -17,7 +17,7 @@
 
 #include "collectives/process_group_tpu_dist.h"
 #include "collectives/tcp/tcp_socket.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -26,18 +26,18 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-using testing::ErrorOf;
-using testing::RunForked;
-using testing::RunThreads;
-using testing::SecondsSince;
-using testing::ShmEntries;
-using testing::UniqueJob;
+using test_support::ErrorOf;
+using test_support::RunForked;
+using test_support::RunRankThreads;
+using test_support::SecondsSince;
+using test_support::ShmEntries;
+using test_support::UniqueJob;
 using Clock = std::chrono::steady_clock;
 
 // `hosts[r]` is rank r's emulated host.
 ProcessGroupTpuDist::Options P2pOptions(const std::string& job, const std::string& hosts,
                                         int rank) {
-  auto o = testing::SmallOptions(job);
+  auto o = test_support::SmallOptions(job);
   o.host_id = std::string("p2ph") + hosts[rank];
   o.bind_address = "127.0.0.1";
   o.timeout = std::chrono::seconds(20);
@@ -60,7 +60,7 @@ TEST_P(P2pTest, ManyMessagesInOrderPerTagAcrossInterleavedTags) {
   const std::string job = UniqueJob("p2po");
   constexpr int kMessages = 40;
   auto numel = [](int i) -> int64_t { return i % 10 == 0 ? 0 : i % 10 == 5 ? 786432 : i * 13; };
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, P2pOptions(job, hosts, rank));
     if (rank == 0) {
       for (int i = 0; i < kMessages; ++i) {
@@ -89,7 +89,7 @@ TEST_P(P2pTest, IrecvFirstAndBothSendFirstLargeDoNotDeadlock) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("p2pd");
   const auto start = Clock::now();
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, P2pOptions(job, hosts, rank));
     const int peer = 1 - rank;
     const int64_t big = 2 << 20;  // ints: 8 MiB
@@ -121,9 +121,9 @@ TEST_P(P2pTest, SameBytesAsGloo) {
   const std::string hosts = GetParam() + GetParam().back();  // 3 ranks
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("p2pg");
-  RunThreads(3, [&](int rank) {
+  RunRankThreads(3, [&](int rank) {
     auto ours = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 3, P2pOptions(job, hosts, rank));
-    auto gloo = testing::MakeGloo(store, rank, 3);
+    auto gloo = test_support::MakeGloo(store, rank, 3);
     const int next = (rank + 1) % 3, prev = (rank + 2) % 3;
     for (int64_t numel : {int64_t{0}, int64_t{1}, int64_t{4099}, int64_t{131072}}) {
       for (at::ScalarType type : {at::kDouble, at::kBFloat16}) {
@@ -151,7 +151,7 @@ TEST_P(P2pTest, SizeMismatchAndTimeoutNameThePeer) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("p2pm");
   std::atomic<bool> done{false};  // rank 0 keeps its group until rank 1 is done
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     auto o = P2pOptions(job, hosts, rank);
     o.timeout = std::chrono::seconds(2);
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
@@ -180,7 +180,7 @@ TEST_P(P2pTest, DifferentJobSecretIsRefused) {
   const std::string hosts = GetParam();
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("p2ps");
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     auto o = P2pOptions(job, hosts, rank);
     o.timeout = std::chrono::seconds(3);
     o.shm_p2p = false;
@@ -204,7 +204,7 @@ TEST_P(P2pTest, StrangerOnThePortIsDroppedAndRealPeerServed) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("p2px");
   std::atomic<bool> stranger_done{false};
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     auto o = P2pOptions(job, hosts, rank);
     o.shm_p2p = false;
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
@@ -236,7 +236,7 @@ TEST_P(P2pTest, StrangerOnThePortIsDroppedAndRealPeerServed) {
 // afterwards.
 TEST_P(P2pTest, PeerThatDiesFailsRecvNamingIt) {
   const std::string hosts = GetParam();
-  const std::string dir = testing::TempDir();
+  const std::string dir = test_support::ProcessTempDir("tpud_test");
   const std::string job = UniqueJob("p2pk");
   const std::vector<int> codes = RunForked(
       2,
@@ -272,7 +272,7 @@ TEST_P(P2pTest, PeerThatDiesFailsRecvNamingIt) {
 // was aborted. Rank 0 then kills the stopped rank 1.
 TEST_P(P2pTest, AbortInterruptsASendBlockedOnAPeerThatDoesNotRead) {
   const std::string hosts = GetParam();
-  const std::string dir = testing::TempDir();
+  const std::string dir = test_support::ProcessTempDir("tpud_test");
   const std::string job = UniqueJob("p2pa");
   const std::vector<int> codes = RunForked(
       2,
@@ -319,7 +319,7 @@ TEST_P(P2pTest, AbortInterruptsASendBlockedOnAPeerThatDoesNotRead) {
 TEST(P2pMixedTest, SameHostPairsOverShmOthersOverTcpInOneGroup) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("p2pmix");
-  RunThreads(4, [&](int rank) {
+  RunRankThreads(4, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 4,
                                                        P2pOptions(job, "0011", rank));
     for (int64_t numel : {int64_t{1}, int64_t{786432}}) {

@@ -17,16 +17,16 @@
 #include <vector>
 
 #include "collectives/process_group_factory.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "gtest/gtest.h"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 
 namespace tpudist::collectives {
 namespace {
 
-using testing::RunThreads;
-using testing::SmallOptions;
-using testing::UniqueJob;
+using test_support::RunRankThreads;
+using test_support::SmallOptions;
+using test_support::UniqueJob;
 
 // Deterministic per-(rank, salt) input: randn for floats, ints in [-50, 50).
 // [n]
@@ -62,7 +62,7 @@ TEST_P(GlooOracleTest, ProcessGroupOpsMatchGloo) {
   const auto [world, count, load] = GetParam();
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("pgo");
-  RunThreads(world, [&, world = world, count = count, load = load](int rank) {
+  RunRankThreads(world, [&, world = world, count = count, load = load](int rank) {
     ProcessGroupTpuDist::Options opts = SmallOptions(job);
     opts.group_name = "oracle";
     if (load) {
@@ -206,7 +206,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ProcessGroupFactoryTest, NamesBackendAndPropagatesErrors) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("pgf");
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     ProcessGroupTpuDist::Options opts = SmallOptions(job);
     opts.group_name = "factory";
     auto pg = NewTpuDistProcessGroup(store, rank, 2, opts);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "collectives/process_group_tpu_dist.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "gtest/gtest.h"
 #include "torch/csrc/distributed/c10d/HashStore.hpp"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
@@ -18,12 +18,12 @@
 namespace tpudist::collectives {
 namespace {
 
-using testing::ErrorOf;
-using testing::RunThreads;
-using testing::SecondsSince;
-using testing::ShmEntries;
-using testing::SmallOptions;
-using testing::UniqueJob;
+using test_support::ErrorOf;
+using test_support::RunRankThreads;
+using test_support::SecondsSince;
+using test_support::ShmEntries;
+using test_support::SmallOptions;
+using test_support::UniqueJob;
 
 // The group made again and again with the same name over the same store (as
 // env://'s multi-tenant TCPStore outlives destroy_process_group): every
@@ -35,7 +35,7 @@ TEST(GroupGenerationTest, RemadeOverTheSameStoreWithTheSameName) {
   const std::string job = UniqueJob("gen");
   constexpr int kWorld = 3;
   constexpr int kCycles = 25;
-  RunThreads(kWorld, [&](int rank) {
+  RunRankThreads(kWorld, [&](int rank) {
     for (int i = 0; i < kCycles; ++i) {
       auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, kWorld, SmallOptions(job));
       std::vector<at::Tensor> t = {at::full({4}, float(rank + i), at::kFloat)};
@@ -54,7 +54,7 @@ TEST(GroupGenerationTest, RemadeOverTheSameStoreWithTheSameName) {
 TEST(SetTimeoutTest, OpsIssuedAfterwardsTimeOutAtTheNewValue) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("tmo");
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, SmallOptions(job));
     EXPECT_EQ(pg->timeout(), std::chrono::seconds(20));
     pg->setTimeout(std::chrono::milliseconds(700));
@@ -84,7 +84,7 @@ TEST(SplitTest, ChildrenFollowTheListAndTheGivenOptions) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("split");
   const std::vector<int> members = {3, 1, 0};  // rank 2 is in no split
-  RunThreads(4, [&](int rank) {
+  RunRankThreads(4, [&](int rank) {
     ProcessGroupTpuDist::Options o = SmallOptions(job);
     o.group_name = "parent";
     o.shm_num_slots = 3;

@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "collectives/process_group_tpu_dist.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "torch/csrc/distributed/c10d/TCPStore.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -14,9 +14,9 @@
 namespace tpudist::collectives {
 namespace {
 
-using testing::RunThreads;
-using testing::SmallOptions;
-using testing::UniqueJob;
+using test_support::RunRankThreads;
+using test_support::SmallOptions;
+using test_support::UniqueJob;
 
 // Rank r's input: small integers (exact in every dtype), shifted per rank
 // and salt. [n]
@@ -64,7 +64,7 @@ class ProcessGroupTest : public ::testing::TestWithParam<std::tuple<int, int64_t
 void RunEveryOp(int world, int64_t count, const std::string& hosts) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("pg");
-  RunThreads(world, [&](int rank) {
+  RunRankThreads(world, [&](int rank) {
     ProcessGroupTpuDist::Options opts = SmallOptions(job);
     if (!hosts.empty()) {
       opts.host_id = std::string("h") + hosts[rank];
@@ -254,7 +254,7 @@ void RunEveryOp(int world, int64_t count, const std::string& hosts) {
     }
     EXPECT_TRUE(pg->status().ok()) << pg->status();
   });
-  EXPECT_THAT(testing::ShmEntries("tpud_" + job), ::testing::IsEmpty());
+  EXPECT_THAT(test_support::ShmEntries("tpud_" + job), ::testing::IsEmpty());
 }
 
 TEST_P(ProcessGroupTest, EveryOpMatchesTheOracle) {
@@ -293,7 +293,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ProcessGroupSingleTest, NonContiguousInputsAndFuture) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("nc");
-  RunThreads(3, [&](int rank) {
+  RunRankThreads(3, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 3, SmallOptions(job));
     // A transposed view: [5, 7] -> [7, 5] non-contiguous.
     at::Tensor base = Input(rank, 35, at::kFloat).view({5, 7});
@@ -330,7 +330,7 @@ TEST(ProcessGroupSingleTest, NonContiguousInputsAndFuture) {
 TEST(ProcessGroupSingleTest, OneShotAllreduceSpanningSeveralSlots) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("os");
-  RunThreads(3, [&](int rank) {
+  RunRankThreads(3, [&](int rank) {
     auto o = SmallOptions(job);
     o.small_allreduce_bytes = 1 << 20;  // one-shot even though > 4 KiB slot
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 3, o);
@@ -353,7 +353,7 @@ TEST(ProcessGroupSingleTest, InPlaceBaseCollectives) {
   const std::string job = UniqueJob("ip");
   const int world = 3;
   const int64_t n = 2003;
-  RunThreads(world, [&](int rank) {
+  RunRankThreads(world, [&](int rank) {
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, world, SmallOptions(job));
     at::Tensor flat = at::zeros({world * n}, at::kFloat);
     at::Tensor mine = flat.narrow(0, rank * n, n);
@@ -382,7 +382,7 @@ TEST(ProcessGroupSingleTest, WorksOverTcpStore) {
   server_opts.timeout = std::chrono::seconds(20);
   auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", server_opts);
   const std::string job = UniqueJob("tcp");
-  RunThreads(3, [&](int rank) {
+  RunRankThreads(3, [&](int rank) {
     c10d::TCPStoreOptions o;
     o.port = server->getPort();
     o.waitWorkers = false;
@@ -399,7 +399,7 @@ TEST(ProcessGroupSingleTest, WorksOverTcpStore) {
 TEST(ProcessGroupSingleTest, AsyncOpsRunInIssueOrder) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("ord");
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     auto o = SmallOptions(job);
     o.inline_max_bytes = -1;  // every op on the worker thread
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
@@ -441,7 +441,7 @@ TEST(ProcessGroupSingleTest, AsyncOpsRunInIssueOrder) {
 TEST(ProcessGroupSingleTest, SmallOpsRunInlineOnlyWhenTheCallerWaits) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("inl");
-  RunThreads(2, [&](int rank) {
+  RunRankThreads(2, [&](int rank) {
     auto o = SmallOptions(job);
     o.timeout = std::chrono::seconds(5);  // a wrongly inlined op fails in 5 s
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
@@ -480,7 +480,7 @@ TEST(ProcessGroupSingleTest, SmallOpsRunInlineOnlyWhenTheCallerWaits) {
 TEST(ProcessGroupSingleTest, SubgroupsFollowTheGivenRankOrder) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string job = UniqueJob("sub");
-  RunThreads(4, [&](int rank) {
+  RunRankThreads(4, [&](int rank) {
     // Two disjoint subgroups, listed in a non-sorted order.
     const std::vector<int> ranks = rank % 2 ? std::vector<int>{3, 1} : std::vector<int>{2, 0};
     auto sub = ProcessGroupTpuDist::NewSubgroup(store, rank, ranks, SmallOptions(job));
@@ -511,10 +511,10 @@ namespace {
 // Both used to wait out the recv timeout (the recv sat on the op worker).
 TEST(ProcessGroupP2pTest, PendingRecvBlocksNeitherCollectivesNorSends) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("p2p");
+  const std::string job = test_support::UniqueJob("p2p");
   const auto start = std::chrono::steady_clock::now();
-  testing::RunThreads(2, [&](int rank) {
-    ProcessGroupTpuDist::Options o = testing::SmallOptions(job);
+  test_support::RunRankThreads(2, [&](int rank) {
+    ProcessGroupTpuDist::Options o = test_support::SmallOptions(job);
     o.timeout = std::chrono::seconds(10);
     auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
     const int peer = 1 - rank;

@@ -37,7 +37,7 @@ using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 namespace tr = ::tpudist::tpu_runtime;
-namespace tt = ::tpudist::testing;
+namespace tt = ::tpudist::test_support;
 
 // Runs RunRankMain(name, body, options) with this rank's launcher variables
 // set (torchrun's: RANK, WORLD_SIZE, MASTER_ADDR/PORT); *report gets what it

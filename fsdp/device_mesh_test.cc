@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "fsdp/mesh_math.h"
-#include "fsdp/testing/rank_threads.h"
+#include "testing/device_mesh_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -14,8 +14,8 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::RankContext;
-using testing::RunRanks;
+using test_support::RankContext;
+using test_support::RunMeshRanks;
 
 // Sum of global ranks over the group along `dim`: checks the group is real
 // and has the members the mesh claims.
@@ -26,7 +26,7 @@ int64_t GroupRankSum(const DeviceMesh& mesh, int dim) {
 }
 
 TEST(DeviceMeshTest, OneDimMeshOfAllRanks) {
-  RunRanks(4, [](const RankContext& ctx) {
+  RunMeshRanks(4, [](const RankContext& ctx) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("tpu", {4}, {"tp"}, ctx.env);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     EXPECT_EQ(mesh->size(), 4);
@@ -38,7 +38,7 @@ TEST(DeviceMeshTest, OneDimMeshOfAllRanks) {
 }
 
 TEST(DeviceMeshTest, TwoByTwoGroupsSlicesAndCaching) {
-  RunRanks(4, [](const RankContext& ctx) {
+  RunMeshRanks(4, [](const RankContext& ctx) {
     DeviceMeshEnv env = ctx.env;
     std::atomic<int> created{0};
     GroupFactory inner = env.group_factory;
@@ -76,7 +76,7 @@ TEST(DeviceMeshTest, TwoByTwoGroupsSlicesAndCaching) {
 }
 
 TEST(DeviceMeshTest, BadMeshesError) {
-  RunRanks(1, [](const RankContext& ctx) {
+  RunMeshRanks(1, [](const RankContext& ctx) {
     DeviceMeshEnv env = ctx.env;
     env.world_size = 4;
     absl::Status s = InitDeviceMesh("tpu", {3, 2}, {"dp", "tp"}, env).status();
@@ -91,7 +91,7 @@ TEST(DeviceMeshTest, BadMeshesError) {
 }
 
 TEST(DeviceMeshTest, FactoryErrorNamesDimAndRanks) {
-  RunRanks(2, [](const RankContext& ctx) {
+  RunMeshRanks(2, [](const RankContext& ctx) {
     DeviceMeshEnv env = ctx.env;
     env.group_factory = [](const c10::intrusive_ptr<c10d::Store>&, int, const std::vector<int>&)
         -> absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> {

@@ -29,15 +29,15 @@
 #include "absl/strings/str_join.h"
 #include "fsdp/dtensor.h"
 #include "fsdp/mesh_math.h"
-#include "fsdp/testing/oracle_fixture.h"
-#include "fsdp/testing/rank_threads.h"
+#include "testing/oracle_fixture.h"
+#include "testing/device_mesh_ranks.h"
 #include "gtest/gtest.h"
 
 namespace tpudist::fsdp {
 namespace {
 
-using testing::OracleFixture;
-using testing::RankContext;
+using test_support::OracleFixture;
+using test_support::RankContext;
 
 constexpr double kReductionRel = 1e-6;
 
@@ -162,13 +162,13 @@ class DTensorOracleTest : public ::testing::TestWithParam<std::vector<int64_t>> 
 
 TEST_P(DTensorOracleTest, RedistributeMatchesTorchLocalShards) {
   const std::vector<int64_t> mesh_shape = GetParam();
-  auto fixture = OracleFixture::Load(testing::OracleFixtureDir("dtensor"), "redistribute");
+  auto fixture = OracleFixture::Load(test_support::OracleFixtureDir("dtensor"), "redistribute");
   ASSERT_TRUE(fixture.ok()) << fixture.status();
   const OracleFixture& f = **fixture;
   const std::vector<OracleCase> cases = CasesOnMesh(f, mesh_shape);
   ASSERT_FALSE(cases.empty()) << "no cases for mesh " << absl::StrJoin(mesh_shape, "x");
   Report report;
-  testing::RunRanks(static_cast<int>(MeshNumel(mesh_shape)), [&](const RankContext& ctx) {
+  test_support::RunMeshRanks(static_cast<int>(MeshNumel(mesh_shape)), [&](const RankContext& ctx) {
     std::vector<std::string> names;
     for (size_t i = 0; i < mesh_shape.size(); ++i) names.push_back(absl::StrCat("d", i));
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", mesh_shape, names, ctx.env);
@@ -178,7 +178,7 @@ TEST_P(DTensorOracleTest, RedistributeMatchesTorchLocalShards) {
   std::printf(
       "mesh %s on %s: %zu cases from torch %s: %d bit-identical, %d from Partial (worst "
       "max|ours - torch| / max|torch| = %.3g, bound %.0e)\n",
-      absl::StrJoin(mesh_shape, "x").c_str(), testing::TestBackend().c_str(), cases.size(),
+      absl::StrJoin(mesh_shape, "x").c_str(), test_support::TestBackend().c_str(), cases.size(),
       f.manifest()["torch"].get<std::string>().c_str(), report.exact, report.reductions,
       report.worst_reduction_rel, kReductionRel);
   std::printf("  torch refuses, ours runs (logical value kept): %zu\n",

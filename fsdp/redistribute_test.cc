@@ -14,14 +14,14 @@
 #include "fsdp/dtensor.h"
 #include "fsdp/mesh_math.h"
 #include "fsdp/redistribute_plan.h"
-#include "fsdp/testing/rank_threads.h"
+#include "testing/device_mesh_ranks.h"
 #include "gtest/gtest.h"
 
 namespace tpudist::fsdp {
 namespace {
 
-using testing::RankContext;
-using testing::RunRanks;
+using test_support::RankContext;
+using test_support::RunMeshRanks;
 
 at::Tensor Random(std::vector<int64_t> shape, uint64_t seed) {
   return at::randn(shape, at::make_generator<at::CPUGeneratorImpl>(seed));
@@ -93,10 +93,10 @@ class RedistributeTest : public ::testing::TestWithParam<MeshCase> {};
 TEST_P(RedistributeTest, EveryTransitionForwardAndBackward) {
   const MeshCase c = GetParam();
   const int world = static_cast<int>(MeshNumel(c.mesh_shape));
-  const bool has_rs = testing::BackendHasReduceScatter(testing::TestBackend());
+  const bool has_rs = test_support::BackendHasReduceScatter(test_support::TestBackend());
   std::atomic<int> skipped{0};
   std::atomic<int> checked{0};
-  RunRanks(world, [&](const RankContext& ctx) {
+  RunMeshRanks(world, [&](const RankContext& ctx) {
     std::vector<std::string> names;
     for (size_t i = 0; i < c.mesh_shape.size(); ++i) names.push_back(absl::StrCat("d", i));
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", c.mesh_shape, names, ctx.env);
@@ -146,7 +146,7 @@ TEST_P(RedistributeTest, EveryTransitionForwardAndBackward) {
     }
   });
   std::printf("checked %d transitions, skipped %d needing reduce_scatter on %s\n", checked.load(),
-              skipped.load(), testing::TestBackend().c_str());
+              skipped.load(), test_support::TestBackend().c_str());
   EXPECT_GT(checked.load(), 0);
 }
 
@@ -158,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(
     CaseName);
 
 TEST(DTensorTest, DistributeAndFullTensorRoundTrip) {
-  RunRanks(3, [](const RankContext& ctx) {
+  RunMeshRanks(3, [](const RankContext& ctx) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {3}, {"tp"}, ctx.env);
     ASSERT_TRUE(mesh.ok());
     // Rank 1 and 2 pass garbage: src_data_rank 0 broadcasts rank 0's tensor.
@@ -177,7 +177,7 @@ TEST(DTensorTest, DistributeAndFullTensorRoundTrip) {
 }
 
 TEST(DTensorTest, ReplicateToPartialSumDividesLikePyTorch) {
-  RunRanks(4, [](const RankContext& ctx) {
+  RunMeshRanks(4, [](const RankContext& ctx) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {4}, {"tp"}, ctx.env);
     ASSERT_TRUE(mesh.ok());
     const at::Tensor x = Random({3}, 7);
@@ -198,7 +198,7 @@ TEST(DTensorTest, ReplicateToPartialSumDividesLikePyTorch) {
 }
 
 TEST(DTensorTest, ToLocalWithPartialGradAllReducesInBackward) {
-  RunRanks(3, [](const RankContext& ctx) {
+  RunMeshRanks(3, [](const RankContext& ctx) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {3}, {"tp"}, ctx.env);
     ASSERT_TRUE(mesh.ok());
     at::Tensor x = Random({4}, 3).requires_grad_(true);

@@ -40,16 +40,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "fsdp/parallelize_module.h"
-#include "fsdp/testing/oracle_fixture.h"
-#include "fsdp/testing/rank_threads.h"
+#include "testing/oracle_fixture.h"
+#include "testing/device_mesh_ranks.h"
 #include "gtest/gtest.h"
 #include "nn/layers.h"
 
 namespace tpudist::fsdp {
 namespace {
 
-using testing::OracleFixture;
-using testing::RankContext;
+using test_support::OracleFixture;
+using test_support::RankContext;
 
 constexpr double kTpRel = 1e-6;
 
@@ -122,7 +122,7 @@ class TensorParallelOracleTest : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(TensorParallelOracleTest, OutputAndGradsMatchTorch) {
   const TpCase tc = GetParam();
-  auto fixture = OracleFixture::Load(testing::OracleFixtureDir("dtensor"), "tensor_parallel");
+  auto fixture = OracleFixture::Load(test_support::OracleFixtureDir("dtensor"), "tensor_parallel");
   ASSERT_TRUE(fixture.ok()) << fixture.status();
   const OracleFixture& f = **fixture;
   ASSERT_TRUE(f.manifest()["models"].contains(tc.model)) << tc.model;
@@ -139,7 +139,7 @@ TEST_P(TensorParallelOracleTest, OutputAndGradsMatchTorch) {
   std::mutex mu;
   double worst = 0;
   std::string worst_what;
-  testing::RunRanks(tc.world, [&](const RankContext& ctx) {
+  test_support::RunMeshRanks(tc.world, [&](const RankContext& ctx) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {tc.world}, {"tp"}, ctx.env);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     std::shared_ptr<torch::nn::Module> model;

@@ -12,7 +12,7 @@
 
 #include "fsdp/mesh_math.h"
 #include "fsdp/parallelize_module.h"
-#include "fsdp/testing/rank_threads.h"
+#include "testing/device_mesh_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nn/layers.h"
@@ -21,8 +21,8 @@ namespace tpudist::fsdp {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::RankContext;
-using testing::RunRanks;
+using test_support::RankContext;
+using test_support::RunMeshRanks;
 
 at::Tensor Random(std::vector<int64_t> shape, uint64_t seed) {
   return at::randn(shape, at::make_generator<at::CPUGeneratorImpl>(seed));
@@ -76,7 +76,7 @@ class FeedForwardTpTest : public ::testing::TestWithParam<int> {};
 TEST_P(FeedForwardTpTest, ColwiseRowwiseMatchesSingleDevice) {
   const int world = GetParam();
   const int64_t hidden = 6;  // 4h = 24: uneven over 3 and... even over 2, 4
-  RunRanks(world, [&](const RankContext& ctx) {
+  RunMeshRanks(world, [&](const RankContext& ctx) {
     const at::Tensor x0 = Random({5, hidden}, 1);
     const at::Tensor g = Random({5, hidden}, 2);
     const FfnResult ref = Reference(hidden, x0, g);
@@ -114,7 +114,7 @@ TEST(TensorParallelTest, TwoDimMeshTpSliceMatchesSingleDevice) {
   slice.accelerator_type = "v6e";
   slice.num_hosts = 2;
   slice.devices_per_host = 2;
-  RunRanks(4, [&](const RankContext& ctx) {
+  RunMeshRanks(4, [&](const RankContext& ctx) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMeshForSlice("tpu", slice, 2, ctx.env);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     absl::StatusOr<DeviceMesh> tp = mesh->Slice("tp");
@@ -148,7 +148,7 @@ TEST(TensorParallelTest, TwoDimMeshTpSliceMatchesSingleDevice) {
 
 TEST(TensorParallelTest, WrongStyleIsDetected) {
   const int64_t hidden = 4;
-  RunRanks(2, [&](const RankContext& ctx) {
+  RunMeshRanks(2, [&](const RankContext& ctx) {
     const at::Tensor x0 = Random({3, hidden}, 1);
     const FfnResult ref = Reference(hidden, x0, at::ones({3, hidden}));
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {2}, {"tp"}, ctx.env);
@@ -174,7 +174,7 @@ TEST(TensorParallelTest, WrongStyleIsDetected) {
 }
 
 TEST(TensorParallelTest, PlanErrors) {
-  RunRanks(2, [&](const RankContext& ctx) {
+  RunMeshRanks(2, [&](const RankContext& ctx) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {2}, {"tp"}, ctx.env);
     ASSERT_TRUE(mesh.ok());
     FeedForward ffn(4);
@@ -216,7 +216,7 @@ TEST(TensorParallelTest, FqnWildcards) {
 // colwise (embedding-dim shard), forward and weight grads vs one device.
 TEST(TensorParallelTest, EmbeddingsMatchSingleDevice) {
   const int world = 3;
-  RunRanks(world, [&](const RankContext& ctx) {
+  RunMeshRanks(world, [&](const RankContext& ctx) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {world}, {"tp"}, ctx.env);
     ASSERT_TRUE(mesh.ok());
     const at::Tensor ids = at::tensor({0, 4, 9, 3, 9, 7}, at::kLong).reshape({2, 3});
@@ -261,7 +261,7 @@ TORCH_MODULE(Block);
 TEST(TensorParallelTest, PrepareModuleInputAndNestedPlan) {
   const int world = 2;
   const int64_t hidden = 4;
-  RunRanks(world, [&](const RankContext& ctx) {
+  RunMeshRanks(world, [&](const RankContext& ctx) {
     const at::Tensor x0 = Random({4, hidden}, 1);
     const at::Tensor g = Random({4, hidden}, 2);
     const FfnResult ref = Reference(hidden, x0, g);
@@ -303,12 +303,12 @@ struct SpBlockImpl : torch::nn::Module {
 TORCH_MODULE(SpBlock);
 
 TEST(TensorParallelTest, SequenceParallelMatchesSingleDevice) {
-  if (!testing::BackendHasReduceScatter(testing::TestBackend())) {
-    GTEST_SKIP() << "backend " << testing::TestBackend() << " has no reduce_scatter";
+  if (!test_support::BackendHasReduceScatter(test_support::TestBackend())) {
+    GTEST_SKIP() << "backend " << test_support::TestBackend() << " has no reduce_scatter";
   }
   const int world = 2;
   const int64_t hidden = 4, seq = 6;
-  RunRanks(world, [&](const RankContext& ctx) {
+  RunMeshRanks(world, [&](const RankContext& ctx) {
     const at::Tensor x0 = Random({2, seq, hidden}, 1);
     const at::Tensor g = Random({2, seq, hidden}, 2);
     SpBlock ref(hidden);
@@ -370,7 +370,7 @@ TORCH_MODULE(Mqa);
 TEST(TensorParallelTest, PartialGradStylesMatchSingleDevice) {
   const int world = 2;
   const int64_t h = 6, n = 4, d = 3;
-  RunRanks(world, [&](const RankContext& ctx) {
+  RunMeshRanks(world, [&](const RankContext& ctx) {
     const at::Tensor x0 = Random({5, h}, 1);
     const at::Tensor g = Random({5, h}, 2);
     Mqa ref(h, n, d);

@@ -11,16 +11,15 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "io/io_test_util.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 #include "io/safetensors.h"
+#include "testing/source_dir.h"
 
 namespace tpudist::io {
 namespace {
 
-std::string SourceDir() {
-  const char* src = std::getenv("TPU_DIST_SOURCE_DIR");
-  return src != nullptr ? src : TPU_DIST_SOURCE_DIR_DEFAULT;
-}
+using test_support::SourceDir;
 
 // Runs the oracle script; its exit status (0: agrees).
 int RunOracle(const std::string& mode, const std::string& path) {
@@ -53,14 +52,14 @@ std::vector<std::pair<std::string, at::Tensor>> Expected() {
 }
 
 TEST(SafetensorsOracle, PythonReadsWhatWeWrite) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("io_test");
   const std::string path = dir / "ours.safetensors";
   ASSERT_TRUE(WriteSafetensors(path, Expected(), {{"format", "pt"}, {"oracle", "safetensors"}}).ok());
   EXPECT_EQ(RunOracle("check", path), 0);
 }
 
 TEST(SafetensorsOracle, WeReadWhatPythonWrites) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("io_test");
   const std::string path = dir / "theirs.safetensors";
   ASSERT_EQ(RunOracle("write", path), 0);
   absl::StatusOr<SafetensorsContents> got = ReadSafetensors(path);
@@ -86,7 +85,7 @@ TEST(SafetensorsOracle, WeReadWhatPythonWrites) {
 // The oracle can fail: a file whose data differs from the formulas is
 // rejected by the script.
 TEST(SafetensorsOracle, OracleRejectsWrongData) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("io_test");
   auto tensors = Expected();
   tensors[1].second = tensors[1].second.add(1);  // "f32" off by one
   const std::string path = dir / "wrong.safetensors";

@@ -7,13 +7,14 @@
 
 #include <gtest/gtest.h>
 
-#include "io/io_test_util.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 
 namespace tpudist::io {
 namespace {
 
 TEST(Safetensors, RoundTripsAllDtypes) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("io_test");
   std::vector<std::pair<std::string, at::Tensor>> tensors = {
       {"f32", at::randn({3, 5})},
       {"bf16", at::randn({7}).to(at::kBFloat16)},
@@ -49,9 +50,9 @@ TEST(Safetensors, RoundTripsAllDtypes) {
 }
 
 TEST(Safetensors, HeaderIsPaddedAndLittleEndian) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("io_test");
   ASSERT_TRUE(WriteSafetensors(dir / "a.safetensors", {{"x", at::ones({1})}}).ok());
-  const std::string bytes = testing::ReadFile(dir / "a.safetensors");
+  const std::string bytes = test_support::ReadFile(dir / "a.safetensors");
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   EXPECT_EQ(n % 8, 0u);
@@ -67,7 +68,7 @@ std::string Header(const std::string& json) {
 }
 
 TEST(Safetensors, RejectsCorruptFiles) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("io_test");
   struct Case {
     const char* name;
     std::string bytes;
@@ -89,7 +90,7 @@ TEST(Safetensors, RejectsCorruptFiles) {
   };
   for (const auto& c : cases) {
     const std::string path = dir / (std::string(c.name) + ".safetensors");
-    testing::WriteFile(path, c.bytes);
+    test_support::WriteFile(path, c.bytes);
     auto f = SafetensorsFile::Open(path);
     ASSERT_FALSE(f.ok()) << c.name;
     EXPECT_NE(f.status().message().find(path), std::string::npos) << f.status();
@@ -110,14 +111,14 @@ TEST(Safetensors, DtypeTablesAgree) {
 }
 
 TEST(Safetensors, UnalignedDataIsCopied) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("io_test");
   // F32 tensor at data offset 1: not 4-aligned, must still read correctly.
   std::string json = R"({"p":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"t":{"dtype":"F32","shape":[1],"data_offsets":[1,5]}})";
   while ((json.size()) % 8 != 0) json.push_back(' ');
   float v = 3.25f;
   std::string data(5, '\0');
   std::memcpy(&data[1], &v, 4);
-  testing::WriteFile(dir / "u.safetensors", Header(json) + data);
+  test_support::WriteFile(dir / "u.safetensors", Header(json) + data);
   auto f = SafetensorsFile::Open(dir / "u.safetensors");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ((*f)->Get("t")->item<float>(), 3.25f);
@@ -126,7 +127,7 @@ TEST(Safetensors, UnalignedDataIsCopied) {
 // A full disk: the error says so (strerror of ENOSPC) and names the file.
 // <path>.tmp is a symlink to /dev/full, whose writes fail with ENOSPC.
 TEST(Safetensors, WriteErrorCarriesErrnoAndPath) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("io_test");
   const std::string path = dir / "m.safetensors";
   ASSERT_EQ(symlink("/dev/full", (path + ".tmp").c_str()), 0);
   absl::Status st = WriteSafetensors(path, {{"w", at::zeros({1024})}});
@@ -142,7 +143,7 @@ TEST(Safetensors, WriteErrorCarriesErrnoAndPath) {
 // ReadSafetensors: owned copies of everything, metadata, and the same
 // validation (and messages) as Open.
 TEST(Safetensors, ReadSafetensorsCopiesEverything) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("io_test");
   const std::string path = dir / "r.safetensors";
   const at::Tensor w = at::randn({3, 4});        // [3, 4]
   const at::Tensor b = at::arange(5, at::kInt);  // [5]
@@ -154,7 +155,7 @@ TEST(Safetensors, ReadSafetensorsCopiesEverything) {
   EXPECT_TRUE(at::equal(got->tensors.at("w"), w));
   EXPECT_TRUE(at::equal(got->tensors.at("b"), b));
   EXPECT_EQ(got->metadata.at("format"), "pt");
-  testing::WriteFile(path, Header(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})") + "1234");
+  test_support::WriteFile(path, Header(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})") + "1234");
   absl::Status st = ReadSafetensors(path).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
   EXPECT_NE(st.message().find(path), std::string::npos) << st;
@@ -164,7 +165,7 @@ TEST(Safetensors, ReadSafetensorsCopiesEverything) {
 
 // Bad input to the writer names the file and the tensor, and writes nothing.
 TEST(Safetensors, WriterRejectsDuplicatesAndUnsupportedDtypes) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("io_test");
   const std::string path = dir / "bad.safetensors";
   absl::Status st = WriteSafetensors(path, {{"a", at::ones({1})}, {"a", at::ones({1})}});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
@@ -173,7 +174,7 @@ TEST(Safetensors, WriterRejectsDuplicatesAndUnsupportedDtypes) {
   st = WriteSafetensors(path, {{"c", at::ones({2}, at::kComplexFloat)}});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("'c'"), std::string::npos) << st;
-  EXPECT_EQ(testing::CountEntries(dir.path()), 0);
+  EXPECT_EQ(test_support::CountEntries(dir.path()), 0);
 }
 
 }  // namespace

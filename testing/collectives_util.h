@@ -1,9 +1,10 @@
-// Test helpers for collectives_test: ranks as threads over a HashStore, ranks
-// as forked processes over a FileStore (both on the shared harnesses in
-// testing/), group factories (ours and Gloo's),
-// and /dev/shm inspection. Test-only; not part of the library.
-#ifndef TPU_DIST_COLLECTIVES_TEST_UTIL_H_
-#define TPU_DIST_COLLECTIVES_TEST_UTIL_H_
+// Test helpers for collectives_test: forked ranks over a FileStore (on
+// testing/forked_ranks.h; ranks as threads: testing/rank_threads.h), group
+// options and factories (ours and Gloo's), shm op specs and all_to_all
+// buffers, and /dev/shm inspection. Header-only. Test-only; not part of the
+// library.
+#ifndef TPU_DIST_TESTING_COLLECTIVES_UTIL_H_
+#define TPU_DIST_TESTING_COLLECTIVES_UTIL_H_
 
 #include <dirent.h>
 #include <signal.h>
@@ -29,7 +30,7 @@
 #include "testing/rank_threads.h"
 #include "testing/temp_dir.h"
 
-namespace tpudist::collectives::testing {
+namespace tpudist::test_support {
 
 // Runs work->wait(timeout) and returns the error message ("" if it
 // succeeded).
@@ -49,8 +50,8 @@ inline double SecondsSince(std::chrono::steady_clock::time_point t) {
 }
 
 // Small slots so that modest tensors exercise the chunked paths.
-inline ProcessGroupTpuDist::Options SmallOptions(const std::string& job) {
-  ProcessGroupTpuDist::Options o;
+inline collectives::ProcessGroupTpuDist::Options SmallOptions(const std::string& job) {
+  collectives::ProcessGroupTpuDist::Options o;
   o.timeout = std::chrono::seconds(20);
   o.job_id = job;
   o.shm_slot_bytes = 4096;
@@ -62,8 +63,9 @@ inline ProcessGroupTpuDist::Options SmallOptions(const std::string& job) {
 // The spec of an op named `name` on [count] elements of `type`, sequence
 // number `seq`, starting now with a 60 s timeout: for calling the shm
 // algorithms directly.
-inline OpSpec ShmOpSpec(uint32_t seq, const char* name, DataType type, int64_t count) {
-  OpSpec spec;
+inline collectives::OpSpec ShmOpSpec(uint32_t seq, const char* name, collectives::DataType type,
+                                     int64_t count) {
+  collectives::OpSpec spec;
   spec.ctx.name = name;
   spec.ctx.start = absl::Now();
   spec.ctx.timeout = absl::Seconds(60);
@@ -119,12 +121,6 @@ inline std::string UniqueJob(const std::string& tag) {
   return tag + std::to_string(getpid()) + "x" + std::to_string(++counter);
 }
 
-// Runs fn(rank) on `world` threads and joins them (testing/rank_threads.h:
-// an escaped exception fails the test naming the rank; a hang aborts).
-inline void RunThreads(int world, const std::function<void(int)>& fn) {
-  tpudist::testing::RunRankThreads(world, fn);
-}
-
 inline c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGloo(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world) {
   auto opts = c10d::ProcessGroupGloo::Options::create();
@@ -143,10 +139,10 @@ inline c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGloo(
 inline std::vector<int> RunForked(
     int world, const std::function<int(int)>& fn, std::chrono::seconds timeout,
     const std::function<void(const std::vector<pid_t>&)>& on_started = nullptr) {
-  tpudist::testing::ForkOptions options;
+  ForkOptions options;
   options.deadline = absl::Seconds(timeout.count());
   options.on_started = on_started;
-  const std::vector<tpudist::testing::ChildResult> results = tpudist::testing::RunForkedRanks(
+  const std::vector<ChildResult> results = RunForkedRanks(
       world,
       [&fn](int rank, std::string*) {
         // The parent may have run OpenMP regions (earlier tests in this
@@ -158,8 +154,8 @@ inline std::vector<int> RunForked(
       },
       options);
   std::vector<int> codes;
-  for (const tpudist::testing::ChildResult& r : results) {
-    codes.push_back(tpudist::testing::ExitStatusCode(r));
+  for (const ChildResult& r : results) {
+    codes.push_back(ExitStatusCode(r));
   }
   return codes;
 }
@@ -177,10 +173,6 @@ inline std::vector<std::string> ShmEntries(const std::string& prefix) {
   return out;
 }
 
-// A fresh tpud_test_XXXXXX directory (FileStores, logs) removed when the
-// process that made it exits normally; forked ranks may use it.
-inline std::string TempDir() { return ::tpudist::testing::ProcessTempDir("tpud_test"); }
+}  // namespace tpudist::test_support
 
-}  // namespace tpudist::collectives::testing
-
-#endif  // TPU_DIST_COLLECTIVES_TEST_UTIL_H_
+#endif  // TPU_DIST_TESTING_COLLECTIVES_UTIL_H_

@@ -1,8 +1,9 @@
-// Test helpers: child processes that re-execute this test binary in a
-// "child role" (fork + exec, so the child starts with fresh gRPC and Gloo
-// state instead of inheriting the parent's threads), and bounded waits.
-#ifndef TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_TEST_UTIL_H_
-#define TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_TEST_UTIL_H_
+// Test helpers for coordination_test: child processes that re-execute this
+// test binary in a "child role" (fork + exec, so the child starts with fresh
+// gRPC and Gloo state instead of inheriting the parent's threads), and bounded
+// waits. Header-only, torch-free and GoogleTest-free (tpu_dist::testing_base).
+#ifndef TPU_DIST_TESTING_COORDINATION_CHILD_H_
+#define TPU_DIST_TESTING_COORDINATION_CHILD_H_
 
 #include <signal.h>
 #include <sys/types.h>
@@ -20,7 +21,7 @@
 
 extern char** environ;
 
-namespace tpudist::tpu_runtime::coordination::testing {
+namespace tpudist::test_support {
 
 // The gtest filter of the test that runs child roles (defined in
 // coordination_store_test.cc); the role and its arguments travel in env.
@@ -94,10 +95,6 @@ inline std::string EnvOr(const char* name, const std::string& fallback) {
   return v != nullptr ? std::string(v) : fallback;
 }
 
-// Child role "serve" (service_faults_test.cc): hosts a CoordinationService
-// configured from the environment until killed.
-int RunServeChild();
+}  // namespace tpudist::test_support
 
-}  // namespace tpudist::tpu_runtime::coordination::testing
-
-#endif  // TPU_DIST_TPU_RUNTIME_COORDINATION_COORDINATION_TEST_UTIL_H_
+#endif  // TPU_DIST_TESTING_COORDINATION_CHILD_H_

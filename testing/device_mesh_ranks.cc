@@ -1,4 +1,4 @@
-#include "fsdp/testing/rank_threads.h"
+#include "testing/device_mesh_ranks.h"
 
 #include <cstdlib>
 
@@ -15,9 +15,9 @@
 #include "gtest/gtest.h"
 #include "testing/rank_threads.h"
 
-namespace tpudist::fsdp::testing {
+namespace tpudist::test_support {
 
-GroupFactory MakeGroupFactory(const std::string& backend, absl::Duration timeout) {
+fsdp::GroupFactory MakeGroupFactory(const std::string& backend, absl::Duration timeout) {
   // Groups by the one rule of distributed/group_config.h. Threads of one
   // process share a host: tpu_dist uses shared memory, whose segment names
   // must be unique per concurrent group: a job id per run.
@@ -49,14 +49,14 @@ std::string TestBackend() {
 #endif
 }
 
-void RunRanks(int world_size, const std::function<void(const RankContext&)>& body,
+void RunMeshRanks(int world_size, const std::function<void(const RankContext&)>& body,
               absl::Duration deadline) {
   at::set_num_threads(1);  // ranks are threads on a 2-core machine
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string backend = TestBackend();
   // One factory per run (its job id names the run's shm segments).
-  const GroupFactory factory = MakeGroupFactory(backend, absl::Seconds(30));
-  ::tpudist::testing::RunRankThreads(
+  const fsdp::GroupFactory factory = MakeGroupFactory(backend, absl::Seconds(30));
+  RunRankThreads(
       world_size,
       [&](int r) {
         RankContext ctx;
@@ -73,4 +73,4 @@ void RunRanks(int world_size, const std::function<void(const RankContext&)>& bod
       deadline);
 }
 
-}  // namespace tpudist::fsdp::testing
+}  // namespace tpudist::test_support

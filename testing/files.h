@@ -1,32 +1,37 @@
-// Test helpers shared by the gemma_test sources: a fresh temp directory.
-#ifndef TPU_DIST_MODELS_GEMMA_GEMMA_TEST_UTIL_H_
-#define TPU_DIST_MODELS_GEMMA_GEMMA_TEST_UTIL_H_
+// Whole-file I/O for tests, bypassing the code under test (io/, models/gemma/
+// tests), and a count of a directory's entries. Header-only, torch-free and
+// GoogleTest-free. Scratch directories: testing/temp_dir.h.
+// Thread-safety: thread-safe (no shared state).
+#ifndef TPU_DIST_TESTING_FILES_H_
+#define TPU_DIST_TESTING_FILES_H_
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
-#include "testing/temp_dir.h"
+namespace tpudist::test_support {
 
-namespace tpudist::models::gemma::testing {
-
-// A fresh gemma_test_XXXXXX directory under $TMPDIR (or /tmp); removed on
-// destruction.
-class TempDir : public ::tpudist::testing::ScopedTempDir {
- public:
-  TempDir() : ScopedTempDir("gemma_test") {}
-};
-
-inline void WriteFile(const std::string& path, const std::string& text) {
+// Writes `bytes` to `path` (replacing it); errors are not reported: the test
+// reads the file back through the code under test.
+inline void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
-  out << text;
+  out << bytes;
 }
 
+// The whole file; "" if it cannot be read.
 inline std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-}  // namespace tpudist::models::gemma::testing
+// The number of entries in `dir` (for "no temp file left behind").
+inline int CountEntries(const std::string& dir) {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
+  return n;
+}
 
-#endif  // TPU_DIST_MODELS_GEMMA_GEMMA_TEST_UTIL_H_
+}  // namespace tpudist::test_support
+
+#endif  // TPU_DIST_TESTING_FILES_H_

@@ -1,150 +1,21 @@
+// ForkRanks, WaitForRanks and ExitStatusCode (testing/forked_ranks.h): the
+// GoogleTest-free half of the forked ranks (tpu_dist::testing_base), which the
+// bench/ programs link.
 #include "testing/forked_ranks.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <exception>
+#include <cstdlib>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "gtest/gtest.h"
 
-namespace tpudist::testing {
-namespace {
-
-struct Child {
-  pid_t pid = -1;
-  int fd = -1;  // read end of the report pipe; -1 once at EOF
-  bool reaped = false;
-  ChildResult result;
-};
-
-// The child's side: never returns.
-[[noreturn]] void RunChild(int rank, int write_fd, pid_t parent, const ChildBody& body) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(97);  // the parent died before prctl
-  std::string report;
-  int code = 99;
-  try {
-    code = body(rank, &report);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d threw: %s\n", rank, e.what());
-    code = 98;
-  } catch (...) {
-    std::fprintf(stderr, "rank %d threw a non-std::exception\n", rank);
-    code = 98;
-  }
-  size_t done = 0;
-  while (done < report.size()) {
-    const ssize_t n = write(write_fd, report.data() + done, report.size() - done);
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  _exit(code);
-}
-
-// Reads what is available now; closes the pipe at EOF.
-void Drain(Child& c) {
-  if (c.fd < 0) return;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(c.fd, buf, sizeof(buf))) > 0) c.result.report.append(buf, n);
-  if (n == 0) {
-    close(c.fd);
-    c.fd = -1;
-  }
-}
-
-void Record(Child& c, int status) {
-  c.reaped = true;
-  c.result.exited = WIFEXITED(status);
-  if (WIFEXITED(status)) c.result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) c.result.signal = WTERMSIG(status);
-}
-
-}  // namespace
-
-std::vector<ChildResult> RunForkedRanks(const std::vector<int>& ranks, const ChildBody& body,
-                                        const ForkOptions& options) {
-  const pid_t parent = getpid();
-  std::vector<Child> children(ranks.size());
-  std::vector<pid_t> pids;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    Child& c = children[i];
-    c.result.rank = ranks[i];
-    int fds[2];
-    if (pipe(fds) != 0) {
-      ADD_FAILURE() << "RunForkedRanks: pipe failed for rank " << ranks[i];
-      c.reaped = true;
-      continue;
-    }
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[0]);
-      RunChild(ranks[i], fds[1], parent, body);
-    }
-    close(fds[1]);
-    if (pid < 0) {
-      ADD_FAILURE() << "RunForkedRanks: fork failed for rank " << ranks[i];
-      close(fds[0]);
-      c.reaped = true;
-      continue;
-    }
-    fcntl(fds[0], F_SETFL, O_NONBLOCK);
-    c.pid = pid;
-    c.fd = fds[0];
-    c.result.pid = pid;
-    pids.push_back(pid);
-  }
-  if (options.on_started) options.on_started(pids);
-
-  const absl::Time deadline = absl::Now() + options.deadline;
-  auto all_reaped = [&] {
-    for (const Child& c : children) {
-      if (!c.reaped) return false;
-    }
-    return true;
-  };
-  while (!all_reaped() && absl::Now() < deadline) {
-    std::vector<pollfd> pfds;
-    for (const Child& c : children) {
-      if (c.fd >= 0) pfds.push_back({c.fd, POLLIN, 0});
-    }
-    poll(pfds.data(), pfds.size(), 10);  // at most 10 ms between reaping passes
-    for (Child& c : children) {
-      Drain(c);
-      if (c.reaped) continue;
-      int status = 0;
-      if (waitpid(c.pid, &status, WNOHANG) == c.pid) Record(c, status);
-    }
-  }
-  for (Child& c : children) {
-    if (!c.reaped) {
-      kill(c.pid, SIGKILL);
-      int status = 0;
-      waitpid(c.pid, &status, 0);  // bounded: SIGKILL cannot be caught
-      Record(c, status);
-      c.result.killed_at_deadline = true;
-    }
-    Drain(c);  // the child is gone: what it wrote is all there is
-    if (c.fd >= 0) close(c.fd);
-  }
-  std::vector<ChildResult> results;
-  results.reserve(children.size());
-  for (Child& c : children) results.push_back(std::move(c.result));
-  return results;
-}
-
-std::vector<ChildResult> RunForkedRanks(int world, const ChildBody& body,
-                                        const ForkOptions& options) {
-  std::vector<int> ranks(world);
-  for (int r = 0; r < world; ++r) ranks[r] = r;
-  return RunForkedRanks(ranks, body, options);
-}
+namespace tpudist::test_support {
 
 int ExitStatusCode(const ChildResult& result) {
   if (result.killed_at_deadline) return -1;
@@ -152,4 +23,55 @@ int ExitStatusCode(const ChildResult& result) {
   return 128 + result.signal;
 }
 
-}  // namespace tpudist::testing
+ForkedRanks ForkRanks(int world, bool quiet_followers) {
+  ForkedRanks ranks;
+  ranks.world = world;
+  for (int r = 1; r < world; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("fork");
+      std::abort();
+    }
+    if (pid == 0) {
+      ranks.rank = r;
+      ranks.children.clear();
+      if (quiet_followers) {
+        const int null_fd = open("/dev/null", O_WRONLY);
+        if (null_fd >= 0) dup2(null_fd, STDOUT_FILENO);
+      }
+      return ranks;
+    }
+    ranks.children.push_back(pid);
+  }
+  return ranks;
+}
+
+absl::Status WaitForRanks(const ForkedRanks& ranks, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string errors;
+  for (size_t i = 0; i < ranks.children.size(); ++i) {
+    const pid_t pid = ranks.children[i];
+    const int rank = static_cast<int>(i) + 1;
+    int status = 0;
+    pid_t got = 0;
+    while ((got = waitpid(pid, &status, WNOHANG)) == 0 && absl::Now() < deadline) {
+      usleep(5000);
+    }
+    if (got == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      absl::StrAppend(&errors, " rank ", rank, " still running after ",
+                      absl::FormatDuration(timeout), ", killed;");
+    } else if (got < 0) {
+      absl::StrAppend(&errors, " rank ", rank, " waitpid failed;");
+    } else if (WIFSIGNALED(status)) {
+      absl::StrAppend(&errors, " rank ", rank, " died on signal ", WTERMSIG(status), ";");
+    } else if (WEXITSTATUS(status) != 0) {
+      absl::StrAppend(&errors, " rank ", rank, " exited ", WEXITSTATUS(status), ";");
+    }
+  }
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("forked ranks (world ", ranks.world, "):", errors));
+}
+
+}  // namespace tpudist::test_support

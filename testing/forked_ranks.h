@@ -1,5 +1,7 @@
-// Test harness: N ranks as forked child processes. Test-only (GoogleTest);
-// not part of any installed library.
+// Ranks as forked processes, two ways. Test-only scaffolding; not part of any
+// installed library.
+//
+// 1. RunForkedRanks (tests; target tpu_dist::testing, reports to GoogleTest):
 //
 //   std::vector<ChildResult> results = RunForkedRanks(
 //       {0, 1, 2, 3}, [&](int rank, std::string* report) { ...; return 0; },
@@ -18,7 +20,19 @@
 // with _exit: no atexit handlers, no gtest teardown, no stdio flush (write
 // diagnostics to stderr, which is unbuffered).
 //
-// Thread-safety: call from one thread at a time.
+// 2. ForkRanks / WaitForRanks (the bench/ programs; target
+//    tpu_dist::testing_base, GoogleTest-free): the caller itself goes on as
+//    rank 0, like real use (tpurun) without a launcher.
+//
+//   ForkedRanks ranks = ForkRanks(world);   // before any libtorch threads
+//   ... every process runs the benchmark as ranks.rank ...
+//   if (ranks.rank != 0) _exit(0);
+//   absl::Status s = WaitForRanks(ranks, absl::Seconds(60));  // rank 0
+//
+// Fork before libtorch starts its thread pools (no at:: ops before
+// ForkRanks): a forked child only keeps the calling thread.
+//
+// Thread-safety: call from one thread at a time (ForkRanks: the main thread).
 #ifndef TPU_DIST_TESTING_FORKED_RANKS_H_
 #define TPU_DIST_TESTING_FORKED_RANKS_H_
 
@@ -28,9 +42,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 
-namespace tpudist::testing {
+namespace tpudist::test_support {
 
 // How one child ended.
 struct ChildResult {
@@ -66,6 +81,24 @@ std::vector<ChildResult> RunForkedRanks(int world, const ChildBody& body,
 // when the harness killed it at the deadline.
 int ExitStatusCode(const ChildResult& result);
 
-}  // namespace tpudist::testing
+// What ForkRanks hands each process.
+struct ForkedRanks {
+  int rank = 0;                 // this process
+  int world = 1;
+  std::vector<pid_t> children;  // ranks 1..world-1, only filled in rank 0
+};
+
+// Forks world - 1 children (ranks 1..world-1); the caller stays rank 0.
+// Children have stdout redirected to /dev/null when quiet_followers (their
+// stderr stays, so a failing rank still explains itself).
+// REQUIRES: world >= 1. Aborts if fork fails (a benchmark cannot go on).
+ForkedRanks ForkRanks(int world, bool quiet_followers = true);
+
+// Rank 0: waits for every child to exit, at most `timeout` in all. Children
+// still running then are killed (SIGKILL). Error names each rank that was
+// killed, exited non-zero or died on a signal.
+absl::Status WaitForRanks(const ForkedRanks& ranks, absl::Duration timeout);
+
+}  // namespace tpudist::test_support
 
 #endif  // TPU_DIST_TESTING_FORKED_RANKS_H_

@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tpudist::testing {
+namespace tpudist::test_support {
 namespace {
 
 TEST(ForkedRanksTest, ExitCodesAndReportsComeBackPerRank) {
@@ -101,5 +101,25 @@ TEST(ForkedRanksTest, OnStartedSeesEveryPidAndMayKillOne) {
   EXPECT_EQ(results[1].exit_code, 7);
 }
 
+// ForkRanks / WaitForRanks (the bench/ programs' way): the caller goes on as
+// rank 0; non-zero exits and stragglers are named, stragglers killed.
+TEST(ForkedRanksTest, ForkRanksReportsExitCodesAndKillsHangs) {
+  ForkedRanks ok = ForkRanks(3);
+  if (ok.rank != 0) _exit(0);
+  EXPECT_EQ(ok.children.size(), 2u);
+  EXPECT_TRUE(WaitForRanks(ok, absl::Seconds(10)).ok());
+
+  ForkedRanks bad = ForkRanks(3);
+  if (bad.rank == 1) _exit(3);
+  if (bad.rank == 2) {
+    sleep(30);  // killed by the deadline below
+    _exit(0);
+  }
+  const absl::Status s = WaitForRanks(bad, absl::Milliseconds(300));
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("rank 1 exited 3"));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("rank 2 still running"));
+}
+
 }  // namespace
-}  // namespace tpudist::testing
+}  // namespace tpudist::test_support

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-namespace tpudist::testing {
+namespace tpudist::test_support {
 
 // The port, or 0 when no socket could be bound.
 inline int FreePort() {
@@ -25,6 +25,6 @@ inline int FreePort() {
   return ok ? ntohs(a.sin_port) : 0;
 }
 
-}  // namespace tpudist::testing
+}  // namespace tpudist::test_support
 
 #endif  // TPU_DIST_TESTING_FREE_PORT_H_

@@ -1,4 +1,4 @@
-#include "fsdp/fully_shard/testing/fsdp_test_util.h"
+#include "testing/fsdp_util.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -8,10 +8,10 @@
 
 #include "gtest/gtest.h"
 
-namespace tpudist::fsdp::testing {
+namespace tpudist::test_support {
 
-DeviceMesh MakeMesh(const Rank& r) {
-  absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {r.world_size}, {"dp"}, r.env);
+fsdp::DeviceMesh MakeMesh(const Rank& r) {
+  absl::StatusOr<fsdp::DeviceMesh> mesh = fsdp::InitDeviceMesh("cpu", {r.world_size}, {"dp"}, r.env);
   if (!mesh.ok()) {
     ADD_FAILURE() << mesh.status();
     std::abort();
@@ -86,4 +86,4 @@ double RelErr(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / denom;
 }
 
-}  // namespace tpudist::fsdp::testing
+}  // namespace tpudist::test_support

@@ -1,9 +1,10 @@
-// Test harness for fully_shard_test: N ranks as threads over one HashStore,
+// Test harness for fully_shard_test (and the checkpoint tests): N ranks as
+// threads over one HashStore,
 // each with a 1-D DeviceMesh whose group is a ProcessGroupTpuDist (shared
 // memory; it implements _reduce_scatter_base, which Gloo 1.13 lacks), plus
 // small HookableModule models. Test-only.
-#ifndef TPU_DIST_FSDP_FULLY_SHARD_TESTING_FSDP_TEST_UTIL_H_
-#define TPU_DIST_FSDP_FULLY_SHARD_TESTING_FSDP_TEST_UTIL_H_
+#ifndef TPU_DIST_TESTING_FSDP_UTIL_H_
+#define TPU_DIST_TESTING_FSDP_UTIL_H_
 
 #include <functional>
 #include <string>
@@ -16,17 +17,17 @@
 
 #include "absl/time/time.h"
 #include "fsdp/device_mesh.h"
-#include "fsdp/testing/rank_threads.h"
+#include "testing/device_mesh_ranks.h"
 #include "nn/module_hooks.h"
 
-namespace tpudist::fsdp::testing {
+namespace tpudist::test_support {
 
-// Ranks run as threads through fsdp/testing/rank_threads.h (on tpu_dist,
+// Ranks run as threads through testing/device_mesh_ranks.h (on tpu_dist,
 // which implements _reduce_scatter_base; Gloo 1.13 does not).
 using Rank = RankContext;
 
 // The 1-D mesh over all ranks; fails the test on error.
-DeviceMesh MakeMesh(const Rank& r);
+fsdp::DeviceMesh MakeMesh(const Rank& r);
 
 // A two-layer perceptron block: fc2(tanh(fc1(x))). x: [B, in] -> [B, out].
 class MlpImpl : public nn::HookableModule {
@@ -76,6 +77,6 @@ void CopyParams(torch::nn::Module& src, torch::nn::Module& dst);
 // max |a - b| / max(|b|, tiny) over all elements.
 double RelErr(const at::Tensor& a, const at::Tensor& b);
 
-}  // namespace tpudist::fsdp::testing
+}  // namespace tpudist::test_support
 
-#endif  // TPU_DIST_FSDP_FULLY_SHARD_TESTING_FSDP_TEST_UTIL_H_
+#endif  // TPU_DIST_TESTING_FSDP_UTIL_H_

@@ -1,4 +1,4 @@
-#include "fsdp/testing/oracle_fixture.h"
+#include "testing/oracle_fixture.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -6,8 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "io/safetensors.h"
+#include "testing/source_dir.h"
 
-namespace tpudist::fsdp::testing {
+namespace tpudist::test_support {
 namespace {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -23,8 +24,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 std::string OracleFixtureDir(absl::string_view name) {
   const char* fresh = std::getenv("TPU_DIST_ORACLE_FIXTURES");
   if (fresh != nullptr && *fresh != '\0') return absl::StrCat(fresh, "/", name);
-  const char* src = std::getenv("TPU_DIST_SOURCE_DIR");
-  return absl::StrCat(src ? src : TPU_DIST_SOURCE_DIR_DEFAULT, "/tests/oracles/fixtures/", name);
+  return absl::StrCat(SourceDir(), "/tests/oracles/fixtures/", name);
 }
 
 absl::StatusOr<std::shared_ptr<const OracleFixture>> OracleFixture::Load(const std::string& dir,
@@ -75,4 +75,4 @@ absl::StatusOr<std::vector<at::Tensor>> OracleFixture::Pieces(const std::string&
   return out;
 }
 
-}  // namespace tpudist::fsdp::testing
+}  // namespace tpudist::test_support

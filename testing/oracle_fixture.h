@@ -16,8 +16,8 @@
 //
 // Thread-safety: immutable after Load; Get/Pieces may run from every rank
 // thread at once.
-#ifndef TPU_DIST_FSDP_TESTING_ORACLE_FIXTURE_H_
-#define TPU_DIST_FSDP_TESTING_ORACLE_FIXTURE_H_
+#ifndef TPU_DIST_TESTING_ORACLE_FIXTURE_H_
+#define TPU_DIST_TESTING_ORACLE_FIXTURE_H_
 
 #include <map>
 #include <memory>
@@ -30,12 +30,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace tpudist::fsdp::testing {
+namespace tpudist::test_support {
 
 // "$TPU_DIST_ORACLE_FIXTURES/<name>" when that is set (ctest regenerates the
 // fixtures on the machine that runs the tests: entry oracle_fixtures), else
-// $TPU_DIST_SOURCE_DIR (set by ctest) or the configured source tree, then
-// "/tests/oracles/fixtures/<name>" (the committed ones, exact for the kernel
+// SourceDir() (testing/source_dir.h) + "/tests/oracles/fixtures/<name>" (the committed ones, exact for the kernel
 // path of their cpu.json).
 std::string OracleFixtureDir(absl::string_view name);
 
@@ -64,6 +63,6 @@ class OracleFixture {
   std::map<std::string, at::Tensor> tensors_;
 };
 
-}  // namespace tpudist::fsdp::testing
+}  // namespace tpudist::test_support
 
-#endif  // TPU_DIST_FSDP_TESTING_ORACLE_FIXTURE_H_
+#endif  // TPU_DIST_TESTING_ORACLE_FIXTURE_H_

@@ -13,7 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 
-namespace tpudist::testing {
+namespace tpudist::test_support {
 
 std::vector<RankError> RunRankThreads(int world, const std::function<void(int rank)>& body,
                                       absl::Duration deadline) {
@@ -66,4 +66,4 @@ std::vector<RankError> RunRankThreads(int world, const std::function<void(int ra
   return errors;
 }
 
-}  // namespace tpudist::testing
+}  // namespace tpudist::test_support

@@ -2,7 +2,7 @@
 // not part of any installed library.
 //
 //   auto store = c10::make_intrusive<c10d::HashStore>();   // the caller's store
-//   tpudist::testing::RunRankThreads(4, [&](int rank) { ... store ... });
+//   tpudist::test_support::RunRankThreads(4, [&](int rank) { ... store ... });
 //
 // Each rank runs body(rank) on its own thread. gtest assertions inside body
 // report themselves (they are thread-safe); an exception escaping body is
@@ -14,7 +14,7 @@
 //
 // Torch-free on purpose: the rendezvous store (a c10d::HashStore, an
 // in-memory transport, ...) belongs to the caller and is captured by body.
-// fsdp/testing/rank_threads.h builds DeviceMesh ranks on top of this.
+// testing/device_mesh_ranks.h builds DeviceMesh ranks on top of this.
 //
 // Thread-safety: RunRankThreads may be called from any one thread at a time;
 // body must be safe to run concurrently with itself.
@@ -27,7 +27,7 @@
 
 #include "absl/time/time.h"
 
-namespace tpudist::testing {
+namespace tpudist::test_support {
 
 // One rank's escaped exception.
 struct RankError {
@@ -43,6 +43,6 @@ struct RankError {
 std::vector<RankError> RunRankThreads(int world, const std::function<void(int rank)>& body,
                                       absl::Duration deadline = absl::Seconds(300));
 
-}  // namespace tpudist::testing
+}  // namespace tpudist::test_support
 
 #endif  // TPU_DIST_TESTING_RANK_THREADS_H_

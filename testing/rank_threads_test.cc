@@ -10,7 +10,7 @@
 #include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
 
-namespace tpudist::testing {
+namespace tpudist::test_support {
 namespace {
 
 TEST(RankThreadsTest, EveryRankRunsOnItsOwnThreadAndIsJoined) {
@@ -69,4 +69,4 @@ TEST(RankThreadsDeathTest, HangAbortsNamingTheRank) {
 }
 
 }  // namespace
-}  // namespace tpudist::testing
+}  // namespace tpudist::test_support

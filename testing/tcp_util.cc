@@ -1,4 +1,4 @@
-#include "collectives/tcp/test_util.h"
+#include "testing/tcp_util.h"
 
 #include <unistd.h>
 
@@ -9,18 +9,15 @@
 #include "absl/synchronization/mutex.h"
 #include "testing/rank_threads.h"
 
-namespace tpudist::collectives::tcp::testing {
+namespace tpudist::test_support {
 
-void RunRanks(int world, const std::function<void(int rank)>& fn) {
-  tpudist::testing::RunRankThreads(world, fn);
-}
-
-absl::StatusOr<std::vector<std::unique_ptr<TcpMesh>>> ConnectAll(c10d::Store& store, int world,
-                                                                 const TcpMeshOptions& options) {
+absl::StatusOr<std::vector<std::unique_ptr<collectives::tcp::TcpMesh>>> ConnectAll(
+    c10d::Store& store, int world, const collectives::tcp::TcpMeshOptions& options) {
+  using collectives::tcp::TcpMesh;
   std::vector<std::unique_ptr<TcpMesh>> meshes(world);
   absl::Mutex mu;
   absl::Status first;
-  RunRanks(world, [&](int rank) {
+  RunRankThreads(world, [&](int rank) {
     absl::StatusOr<std::unique_ptr<TcpMesh>> mesh = TcpMesh::Connect(store, rank, world, options);
     absl::MutexLock lock(&mu);
     if (mesh.ok()) {
@@ -38,4 +35,4 @@ std::string UniqueKey(const std::string& prefix) {
   return absl::StrCat(prefix, "-", getpid(), "-", counter++);
 }
 
-}  // namespace tpudist::collectives::tcp::testing
+}  // namespace tpudist::test_support

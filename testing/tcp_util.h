@@ -1,9 +1,8 @@
-// Helpers shared by the tcp_test files: run W ranks as threads, connect W
-// TcpMeshes concurrently over one store, element-wise sum reducers, and
-// deterministic test data. Test-only; not part of the library.
-
-#ifndef TPU_DIST_COLLECTIVES_TCP_TEST_UTIL_H_
-#define TPU_DIST_COLLECTIVES_TCP_TEST_UTIL_H_
+// Helpers shared by the tcp_test files: connect W TcpMeshes concurrently over
+// one store (ranks as threads: testing/rank_threads.h), element-wise sum
+// reducers, and deterministic test data. Test-only; not part of the library.
+#ifndef TPU_DIST_TESTING_TCP_UTIL_H_
+#define TPU_DIST_TESTING_TCP_UTIL_H_
 
 #include <cstdint>
 #include <functional>
@@ -12,31 +11,27 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "collectives/tcp/ring_algorithms.h"
 #include "collectives/tcp/tcp_mesh.h"
+#include "testing/rank_threads.h"  // the tcp tests run their ranks through it
 
 namespace c10d {
 class Store;
 }
 
-namespace tpudist::collectives::tcp::testing {
-
-// Runs fn(rank) for rank in [0, world) on `world` threads and joins them
-// (testing/rank_threads.h: a rank still running after 300 s aborts the
-// binary). Every fn must itself be bounded by deadlines (all transport calls
-// are).
-void RunRanks(int world, const std::function<void(int rank)>& fn);
+namespace tpudist::test_support {
 
 // Connects `world` meshes over `store` concurrently (one thread per rank).
 // Returns the first error if any rank fails.
-absl::StatusOr<std::vector<std::unique_ptr<TcpMesh>>> ConnectAll(c10d::Store& store, int world,
-                                                                 const TcpMeshOptions& options);
+absl::StatusOr<std::vector<std::unique_ptr<collectives::tcp::TcpMesh>>> ConnectAll(
+    c10d::Store& store, int world, const collectives::tcp::TcpMeshOptions& options);
 
 // A group key unique within this process run: "<prefix>-<pid>-<n>".
 std::string UniqueKey(const std::string& prefix);
 
 template <typename T>
-ReduceFn SumReducer() {
+collectives::ReduceFn SumReducer() {
   return [](void* inout, const void* in, size_t count) {
     T* a = static_cast<T*>(inout);
     const T* b = static_cast<const T*>(in);
@@ -63,6 +58,6 @@ absl::Span<uint8_t> AsBytes(std::vector<T>& v) {
   return absl::MakeSpan(reinterpret_cast<uint8_t*>(v.data()), v.size() * sizeof(T));
 }
 
-}  // namespace tpudist::collectives::tcp::testing
+}  // namespace tpudist::test_support
 
-#endif  // TPU_DIST_COLLECTIVES_TCP_TEST_UTIL_H_
+#endif  // TPU_DIST_TESTING_TCP_UTIL_H_

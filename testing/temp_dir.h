@@ -28,7 +28,7 @@
 #include <system_error>
 #include <vector>
 
-namespace tpudist::testing {
+namespace tpudist::test_support {
 
 // "<$TMPDIR or /tmp>/<prefix>_XXXXXX" made by mkdtemp; "" if that fails.
 inline std::string MakeTempDirPath(std::string_view prefix) {
@@ -107,6 +107,6 @@ inline std::string ProcessTempDir(std::string_view prefix) {
   return path;
 }
 
-}  // namespace tpudist::testing
+}  // namespace tpudist::test_support
 
 #endif  // TPU_DIST_TESTING_TEMP_DIR_H_

@@ -11,7 +11,7 @@
 
 #include "gtest/gtest.h"
 
-namespace tpudist::testing {
+namespace tpudist::test_support {
 namespace {
 
 namespace fs = std::filesystem;
@@ -116,4 +116,4 @@ TEST(ProcessTempDirTest, AChildExitingLeavesTheParentsDirectory) {
 }
 
 }  // namespace
-}  // namespace tpudist::testing
+}  // namespace tpudist::test_support

@@ -25,7 +25,7 @@
 #include "collectives/shm/algorithms.h"
 #include "collectives/shm/communicator.h"
 #include "collectives/shm/phases.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "gtest/gtest.h"
 #include "torch/csrc/distributed/c10d/HashStore.hpp"
 
@@ -90,7 +90,7 @@ double Expected(ReduceKind kind, int world, int64_t i) {
 
 // The spec of an all_reduce of [count] elements of `type`, 60 s timeout.
 OpSpec AllReduceSpec(uint32_t seq, DataType type, int64_t count) {
-  return testing::ShmOpSpec(seq, "allreduce", type, count);
+  return test_support::ShmOpSpec(seq, "allreduce", type, count);
 }
 
 struct Case {
@@ -108,13 +108,13 @@ class ShmAllReduceTest : public ::testing::TestWithParam<Case> {};
 TEST_P(ShmAllReduceTest, MatchesTheReferenceOnEveryRank) {
   const Case param = GetParam();
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("shmar");
+  const std::string job = test_support::UniqueJob("shmar");
   const std::vector<ReduceKind> all = {ReduceKind::kSum, ReduceKind::kAvg, ReduceKind::kProduct,
                                        ReduceKind::kMin, ReduceKind::kMax, ReduceKind::kBand,
                                        ReduceKind::kBor, ReduceKind::kBxor};
   const std::vector<DataType> types = {DataType::kFloat32, DataType::kBFloat16,
                                        DataType::kInt32, DataType::kFloat64};
-  testing::RunThreads(param.world, [&](int rank) {
+  test_support::RunRankThreads(param.world, [&](int rank) {
     CommOptions options;
     options.job_id = job;
     options.slot_bytes = param.slot_bytes;
@@ -167,8 +167,8 @@ TEST_P(ShmAllReduceTest, MatchesTheReferenceOnEveryRank) {
 TEST(ShmAllReduceLargeTest, StreamedResultMatchesTheReference) {
   constexpr int kWorld = 3;
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("shmarl");
-  testing::RunThreads(kWorld, [&](int rank) {
+  const std::string job = test_support::UniqueJob("shmarl");
+  test_support::RunRankThreads(kWorld, [&](int rank) {
     CommOptions options;
     options.job_id = job;
     options.slot_bytes = 64 << 10;
@@ -201,8 +201,8 @@ TEST(ShmAllReduceLargeTest, StreamedResultMatchesTheReference) {
 TEST(ShmReduceScatterTest, OwnBlockInPlaceMatchesTheReference) {
   constexpr int kWorld = 3;
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("shmrs");
-  testing::RunThreads(kWorld, [&](int rank) {
+  const std::string job = test_support::UniqueJob("shmrs");
+  test_support::RunRankThreads(kWorld, [&](int rank) {
     CommOptions options;
     options.job_id = job;
     options.slot_bytes = 4096;
@@ -250,8 +250,8 @@ TEST(ShmReduceScatterTest, OwnBlockInPlaceMatchesTheReference) {
 TEST(ShmAllToAllTest, UnevenBlocksOverSeveralPhasesArriveIntact) {
   for (int world : {1, 2, 3, 4}) {
     auto store = c10::make_intrusive<c10d::HashStore>();
-    const std::string job = testing::UniqueJob("shma2a");
-    testing::RunThreads(world, [&](int rank) {
+    const std::string job = test_support::UniqueJob("shma2a");
+    test_support::RunRankThreads(world, [&](int rank) {
       CommOptions options;
       options.job_id = job;
       options.slot_bytes = 64 * 4 * 4;  // 1 KiB: 256..1024 B per pair and phase
@@ -266,7 +266,7 @@ TEST(ShmAllToAllTest, UnevenBlocksOverSeveralPhasesArriveIntact) {
           return (src * 5 + dst * 3) % 4 == 0 ? 0 : 97 * (src + 2 * dst + 1) + (src == dst ? 2100 : 0);
         };
         auto value = [](int src, int dst, int64_t i) { return static_cast<char>(src * 31 + dst * 7 + i * 13); };
-        const testing::AllToAllBuffers b = testing::MakeAllToAllBuffers(world, rank, bytes, value);
+        const test_support::AllToAllBuffers b = test_support::MakeAllToAllBuffers(world, rank, bytes, value);
         OpSpec spec = AllReduceSpec(round + 1, DataType::kUInt8, 0);
         spec.ctx.name = "alltoall";
         const absl::Status s = AllToAll(**comm, spec, b.ins, b.in_bytes, b.outs, b.out_bytes);
@@ -291,8 +291,8 @@ TEST(ShmBroadcastTest, StreamedChunksArriveIntactFromEveryRoot) {
     for (int slots : {2, 3}) {
       for (bool stream : {true, false}) {
         auto store = c10::make_intrusive<c10d::HashStore>();
-        const std::string job = testing::UniqueJob("shmbc");
-        testing::RunThreads(world, [&](int rank) {
+        const std::string job = test_support::UniqueJob("shmbc");
+        test_support::RunRankThreads(world, [&](int rank) {
           CommOptions options;
           options.job_id = job;
           options.slot_bytes = 1024;
@@ -365,9 +365,9 @@ absl::Status SlowReader(Communicator& comm, const OpSpec& spec, char* data, int6
 // against a reader that lags, every chunk still arrives intact.
 TEST(ShmBroadcastTest, RootWaitsForALaggingReader) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("shmbcslow");
+  const std::string job = test_support::UniqueJob("shmbcslow");
   constexpr int64_t kBytes = 12 * 1024 + 5;  // 13 chunks of 1 KiB
-  testing::RunThreads(2, [&](int rank) {
+  test_support::RunRankThreads(2, [&](int rank) {
     CommOptions options;
     options.job_id = job;
     options.slot_bytes = 1024;

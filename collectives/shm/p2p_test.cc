@@ -16,7 +16,7 @@
 #include "collectives/shm/p2p.h"
 #include "collectives/shm/p2p_ring.h"
 #include "collectives/shm/wait.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "torch/csrc/distributed/c10d/HashStore.hpp"
@@ -65,9 +65,9 @@ TEST(ShmP2pTest, EveryRankSendsFirstAndAllArriveInOrderPerTag) {
   constexpr int kWorld = 3;
   const std::vector<size_t> sizes = {0, 1, 15, 16, 17, 4095, 4096, 4097, 100000, 3};
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("shmp2p");
+  const std::string job = test_support::UniqueJob("shmp2p");
   std::atomic<int> done{0};
-  testing::RunThreads(kWorld, [&](int rank) {
+  test_support::RunRankThreads(kWorld, [&](int rank) {
     std::unique_ptr<Communicator> comm = Create(*store, job, rank, kWorld);
     ASSERT_NE(comm, nullptr);
     ShmP2p p2p(comm.get());
@@ -102,9 +102,9 @@ TEST(ShmP2pTest, EveryRankSendsFirstAndAllArriveInOrderPerTag) {
 // already queued goes first (the second Recv gets the second message).
 TEST(ShmP2pTest, RecvPostedFirstIsFilledAndQueuedMessagesKeepTheirOrder) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("shmp2pp");
+  const std::string job = test_support::UniqueJob("shmp2pp");
   std::atomic<bool> posted{false}, received{false};
-  testing::RunThreads(2, [&](int rank) {
+  test_support::RunRankThreads(2, [&](int rank) {
     std::unique_ptr<Communicator> comm = Create(*store, job, rank, 2);
     ASSERT_NE(comm, nullptr);
     ShmP2p p2p(comm.get());
@@ -142,9 +142,9 @@ TEST(ShmP2pTest, RecvPostedFirstIsFilledAndQueuedMessagesKeepTheirOrder) {
 // and the tag; Abort ends a waiting Recv with its status.
 TEST(ShmP2pTest, WrongSizeAndDeadlineNameThePeer) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("shmp2pw");
+  const std::string job = test_support::UniqueJob("shmp2pw");
   std::atomic<bool> finished{false};
-  testing::RunThreads(2, [&](int rank) {
+  test_support::RunRankThreads(2, [&](int rank) {
     std::unique_ptr<Communicator> comm = Create(*store, job, rank, 2);
     ASSERT_NE(comm, nullptr);
     ShmP2p p2p(comm.get());
@@ -186,9 +186,9 @@ TEST(ShmP2pTest, WrongSizeAndDeadlineNameThePeer) {
 // deadline, and every later call.
 TEST(ShmP2pTest, SendsToAFullRingFailAtTheDeadlineOrOnAbort) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("shmp2pf");
+  const std::string job = test_support::UniqueJob("shmp2pf");
   std::atomic<bool> finished{false};
-  testing::RunThreads(3, [&](int rank) {
+  test_support::RunRankThreads(3, [&](int rank) {
     std::unique_ptr<Communicator> comm = Create(*store, job, rank, 3);
     ASSERT_NE(comm, nullptr);
     if (rank != 0) {
@@ -226,14 +226,14 @@ TEST(ShmP2pTest, SendsToAFullRingFailAtTheDeadlineOrOnAbort) {
 // Recvs from rank 0 fail saying so.
 TEST(ShmP2pTest, StalledFramesFailTheirRecvAndABrokenStreamClosesThePeer) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  const std::string job = testing::UniqueJob("shmp2ps");
+  const std::string job = test_support::UniqueJob("shmp2ps");
   std::atomic<bool> stalled_failed{false}, finished{false};
   struct Header {
     uint32_t magic;
     int32_t tag;
     uint64_t bytes;
   };
-  testing::RunThreads(2, [&](int rank) {
+  test_support::RunRankThreads(2, [&](int rank) {
     std::unique_ptr<Communicator> comm = Create(*store, job, rank, 2);
     ASSERT_NE(comm, nullptr);
     if (rank == 0) {

@@ -17,7 +17,7 @@
 #include "collectives/shm/algorithms.h"
 #include "collectives/shm/communicator.h"
 #include "collectives/shm/phases.h"
-#include "collectives/test_util.h"
+#include "testing/collectives_util.h"
 #include "gtest/gtest.h"
 #include "torch/csrc/distributed/c10d/HashStore.hpp"
 
@@ -25,7 +25,7 @@ namespace tpudist::collectives::shm {
 namespace {
 
 OpSpec Spec(uint32_t seq, const char* name, DataType type, int64_t count) {
-  return testing::ShmOpSpec(seq, name, type, count);
+  return test_support::ShmOpSpec(seq, name, type, count);
 }
 
 std::unique_ptr<Communicator> Create(c10d::Store& store, const std::string& job, int rank, int world,
@@ -56,11 +56,11 @@ TEST(RunAheadTest, FastRankGetsAheadOfASlowReaderByTheLeadAndNoFurther) {
       SCOPED_TRACE(::testing::Message() << slots << " slots" << (load ? ", foreign load" : ", idle"));
       const int lead = load && slots >= 4 ? slots / 2 : 1;
       auto store = c10::make_intrusive<c10d::HashStore>();
-      const std::string job = testing::UniqueJob("shmahead");
+      const std::string job = test_support::UniqueJob("shmahead");
       std::atomic<int64_t> reads_done[2] = {0, 0};
       std::atomic<int64_t> max_gap{0};
       std::atomic<int64_t> bad{0};
-      testing::RunThreads(2, [&](int rank) {
+      test_support::RunRankThreads(2, [&](int rank) {
         std::unique_ptr<Communicator> comm = Create(*store, job, rank, 2, kSlotBytes, slots, load);
         ASSERT_NE(comm, nullptr);
         for (uint32_t round = 1; round <= 2; ++round) {
@@ -107,8 +107,8 @@ TEST(RunAheadTest, OpsMatchTheReferenceWithALaggingRank) {
   for (int world : {2, 3, 4}) {
     SCOPED_TRACE(::testing::Message() << "world " << world);
     auto store = c10::make_intrusive<c10d::HashStore>();
-    const std::string job = testing::UniqueJob("shmaheadops");
-    testing::RunThreads(world, [&](int rank) {
+    const std::string job = test_support::UniqueJob("shmaheadops");
+    test_support::RunRankThreads(world, [&](int rank) {
       std::unique_ptr<Communicator> comm = Create(*store, job, rank, world, 1024, 8, true);
       ASSERT_NE(comm, nullptr);
       uint32_t seq = 0;
@@ -191,7 +191,7 @@ TEST(RunAheadTest, OpsMatchTheReferenceWithALaggingRank) {
       {
         auto bytes = [](int src, int dst) { return int64_t{(src + dst + 1) * 3000 + 5}; };
         auto value = [](int src, int dst, int64_t i) { return static_cast<char>(src * 13 + dst * 7 + i); };
-        const testing::AllToAllBuffers b = testing::MakeAllToAllBuffers(world, rank, bytes, value);
+        const test_support::AllToAllBuffers b = test_support::MakeAllToAllBuffers(world, rank, bytes, value);
         lag();
         ASSERT_TRUE(AllToAll(*comm, Spec(++seq, "alltoall", DataType::kUInt8, 0), b.ins, b.in_bytes, b.outs,
                              b.out_bytes)

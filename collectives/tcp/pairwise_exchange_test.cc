@@ -13,14 +13,14 @@
 #include "absl/time/clock.h"
 #include "collectives/tcp/in_memory_transport.h"
 #include "collectives/tcp/tcp_mesh.h"
-#include "collectives/tcp/test_util.h"
+#include "testing/tcp_util.h"
 #include "gtest/gtest.h"
 
 namespace tpudist::collectives::tcp {
 namespace {
 
-using testing::ByteInput;
-using testing::RunRanks;
+using test_support::ByteInput;
+using test_support::RunRankThreads;
 
 enum class Kind { kInMemory, kTcp };
 
@@ -43,9 +43,9 @@ class PairwiseExchangeTest
     if (std::get<0>(GetParam()) == Kind::kTcp) {
       store_ = c10::make_intrusive<c10d::HashStore>();
       TcpMeshOptions options;
-      options.group_key = testing::UniqueKey("pairwise");
+      options.group_key = test_support::UniqueKey("pairwise");
       options.connect_timeout = absl::Seconds(20);
-      auto meshes = testing::ConnectAll(*store_, world_, options);
+      auto meshes = test_support::ConnectAll(*store_, world_, options);
       ASSERT_TRUE(meshes.ok()) << meshes.status();
       meshes_ = std::move(*meshes);
       for (auto& m : meshes_) transports_.push_back(m.get());
@@ -65,7 +65,7 @@ class PairwiseExchangeTest
 TEST_P(PairwiseExchangeTest, MovesIncludedBlocksOnly) {
   const bool cross_host_only = std::get<2>(GetParam());
   const size_t count = std::get<3>(GetParam());
-  RunRanks(world_, [&](int r) {
+  RunRankThreads(world_, [&](int r) {
     // One separate buffer per peer, as tensors' blocks would be.
     std::vector<std::vector<uint8_t>> in(world_), out(world_);  // world x [bytes]
     std::vector<absl::Span<const uint8_t>> send(world_);
@@ -125,14 +125,14 @@ TEST(PairwiseExchangeArgsTest, RejectsWrongBlockCount) {
 TEST(TcpExchangeTest, SizeMismatchAndRepeatedPeerAreReported) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   TcpMeshOptions options;
-  options.group_key = testing::UniqueKey("exchange");
-  auto meshes = testing::ConnectAll(*store, 3, options);
+  options.group_key = test_support::UniqueKey("exchange");
+  auto meshes = test_support::ConnectAll(*store, 3, options);
   ASSERT_TRUE(meshes.ok()) << meshes.status();
   std::vector<uint8_t> a(64, 1), b(64, 2);  // [64] each
   const SendBlock twice[2] = {{1, a}, {1, b}};
   absl::Status s = (*meshes)[0]->Exchange(twice, {}, absl::Now() + absl::Seconds(5));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  RunRanks(3, [&](int r) {
+  RunRankThreads(3, [&](int r) {
     std::vector<uint8_t> out(r == 2 ? 32 : 100);  // rank 2 expects 32 of rank 0's 100 bytes
     std::vector<uint8_t> in(100, static_cast<uint8_t>(r));
     std::vector<SendBlock> sends;

@@ -13,18 +13,18 @@
 #include "absl/time/clock.h"
 #include "collectives/tcp/in_memory_transport.h"
 #include "collectives/tcp/tcp_mesh.h"
-#include "collectives/tcp/test_util.h"
+#include "testing/tcp_util.h"
 #include "gtest/gtest.h"
 
 namespace tpudist::collectives::tcp {
 namespace {
 
-using testing::AsBytes;
-using testing::ByteInput;
-using testing::FloatInput;
-using testing::IntInput;
-using testing::RunRanks;
-using testing::SumReducer;
+using test_support::AsBytes;
+using test_support::ByteInput;
+using test_support::FloatInput;
+using test_support::IntInput;
+using test_support::RunRankThreads;
+using test_support::SumReducer;
 
 enum class Kind { kInMemory, kTcp };
 
@@ -39,9 +39,9 @@ class RingAlgorithmsTest : public ::testing::TestWithParam<std::tuple<Kind, int,
     if (std::get<0>(GetParam()) == Kind::kTcp) {
       store_ = c10::make_intrusive<c10d::HashStore>();
       TcpMeshOptions options;
-      options.group_key = testing::UniqueKey("ring");
+      options.group_key = test_support::UniqueKey("ring");
       options.connect_timeout = absl::Seconds(20);
-      auto meshes = testing::ConnectAll(*store_, world_, options);
+      auto meshes = test_support::ConnectAll(*store_, world_, options);
       ASSERT_TRUE(meshes.ok()) << meshes.status();
       meshes_ = std::move(*meshes);
       for (auto& m : meshes_) transports_.push_back(m.get());
@@ -65,7 +65,7 @@ TEST_P(RingAlgorithmsTest, AllReduceFloatSum) {
   std::vector<float> expected(count_, 0.f);  // [count]
   for (int r = 0; r < world_; ++r)
     for (size_t i = 0; i < count_; ++i) expected[i] += FloatInput(r, i);
-  RunRanks(world_, [&](int r) {
+  RunRankThreads(world_, [&](int r) {
     std::vector<float> data(count_);  // [count]
     for (size_t i = 0; i < count_; ++i) data[i] = FloatInput(r, i);
     absl::Status s = RingAllReduce(*transports_[r], AsBytes(data), sizeof(float),
@@ -79,7 +79,7 @@ TEST_P(RingAlgorithmsTest, AllReduceIntSumExact) {
   std::vector<int64_t> expected(count_, 0);  // [count]
   for (int r = 0; r < world_; ++r)
     for (size_t i = 0; i < count_; ++i) expected[i] += IntInput(r, i);
-  RunRanks(world_, [&](int r) {
+  RunRankThreads(world_, [&](int r) {
     std::vector<int64_t> data(count_);  // [count]
     for (size_t i = 0; i < count_; ++i) data[i] = IntInput(r, i);
     absl::Status s = RingAllReduce(*transports_[r], AsBytes(data), sizeof(int64_t),
@@ -94,7 +94,7 @@ TEST_P(RingAlgorithmsTest, ReduceScatterEqualBlocks) {
   std::vector<int32_t> expected(world_ * block, 0);  // [world, block]
   for (int r = 0; r < world_; ++r)
     for (size_t i = 0; i < expected.size(); ++i) expected[i] += IntInput(r, i) % 100000;
-  RunRanks(world_, [&](int r) {
+  RunRankThreads(world_, [&](int r) {
     std::vector<int32_t> data(world_ * block);  // [world, block]
     for (size_t i = 0; i < data.size(); ++i) data[i] = IntInput(r, i) % 100000;
     absl::Status s = RingReduceScatter(*transports_[r], AsBytes(data), sizeof(int32_t),
@@ -108,7 +108,7 @@ TEST_P(RingAlgorithmsTest, ReduceScatterEqualBlocks) {
 
 TEST_P(RingAlgorithmsTest, AllGatherEqualBlocks) {
   const size_t block = count_;  // bytes per rank
-  RunRanks(world_, [&](int r) {
+  RunRankThreads(world_, [&](int r) {
     std::vector<uint8_t> data(world_ * block, 0xEE);  // [world, block]
     for (size_t i = 0; i < block; ++i) data[r * block + i] = ByteInput(r, i);
     absl::Status s = RingAllGather(*transports_[r], absl::MakeSpan(data), Deadline());
@@ -123,7 +123,7 @@ TEST_P(RingAlgorithmsTest, AllGatherUnequalBlocks) {
   std::vector<size_t> lengths(world_);  // bytes of each rank's block; some are 0
   for (int i = 0; i < world_; ++i) lengths[i] = i % 3 == 1 ? 0 : count_ / (i + 1) + i;
   const std::vector<Range> blocks = BlocksFromLengths(lengths);
-  RunRanks(world_, [&](int r) {
+  RunRankThreads(world_, [&](int r) {
     std::vector<uint8_t> data(TotalLength(lengths), 0xEE);  // [sum(lengths)]
     for (size_t i = 0; i < lengths[r]; ++i) data[blocks[r].begin + i] = ByteInput(r, i);
     absl::Status s = RingAllGatherV(*transports_[r], absl::MakeSpan(data), lengths, Deadline());
@@ -136,7 +136,7 @@ TEST_P(RingAlgorithmsTest, AllGatherUnequalBlocks) {
 
 TEST_P(RingAlgorithmsTest, BroadcastFromRoot) {
   const int root = world_ / 2;
-  RunRanks(world_, [&](int r) {
+  RunRankThreads(world_, [&](int r) {
     std::vector<uint8_t> data(count_, 0xEE);  // [count]
     if (r == root)
       for (size_t i = 0; i < count_; ++i) data[i] = ByteInput(root, i);
@@ -152,7 +152,7 @@ size_t PairBytes(int src, int dst, size_t count) {
 }
 
 TEST_P(RingAlgorithmsTest, AllToAllUneven) {
-  RunRanks(world_, [&](int r) {
+  RunRankThreads(world_, [&](int r) {
     std::vector<size_t> send(world_), recv(world_);  // [world] bytes per peer
     for (int j = 0; j < world_; ++j) {
       send[j] = PairBytes(r, j, count_);
@@ -190,15 +190,15 @@ TEST(RingAlgorithmsSegmentsTest, SmallSegmentsAllReduceAndBroadcast) {
   constexpr int kWorld = 3;
   auto store = c10::make_intrusive<c10d::HashStore>();
   TcpMeshOptions options;
-  options.group_key = testing::UniqueKey("seg");
-  auto meshes = testing::ConnectAll(*store, kWorld, options);
+  options.group_key = test_support::UniqueKey("seg");
+  auto meshes = test_support::ConnectAll(*store, kWorld, options);
   ASSERT_TRUE(meshes.ok()) << meshes.status();
   RingOptions ring;
   ring.max_segment_bytes = 60;               // 15 floats, not a divisor of anything here
   std::vector<float> expected(kPrime, 0.f);  // [kPrime]
   for (int r = 0; r < kWorld; ++r)
     for (size_t i = 0; i < kPrime; ++i) expected[i] += FloatInput(r, i);
-  RunRanks(kWorld, [&](int r) {
+  RunRankThreads(kWorld, [&](int r) {
     std::vector<float> data(kPrime);  // [kPrime]
     for (size_t i = 0; i < kPrime; ++i) data[i] = FloatInput(r, i);
     absl::Time deadline = absl::Now() + absl::Seconds(30);

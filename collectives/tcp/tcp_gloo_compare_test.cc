@@ -16,7 +16,7 @@
 #include "absl/time/clock.h"
 #include "collectives/tcp/ring_algorithms.h"
 #include "collectives/tcp/tcp_mesh.h"
-#include "collectives/tcp/test_util.h"
+#include "testing/tcp_util.h"
 #include "gtest/gtest.h"
 
 namespace tpudist::collectives::tcp {
@@ -41,8 +41,8 @@ double Median(std::vector<double> v) {
 TEST(TcpGlooCompareTest, AllReduce16MiBAnd8BytesMatchesGloo) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   TcpMeshOptions options;
-  options.group_key = testing::UniqueKey("gloo-compare");
-  auto meshes = testing::ConnectAll(*store, kWorld, options);
+  options.group_key = test_support::UniqueKey("gloo-compare");
+  auto meshes = test_support::ConnectAll(*store, kWorld, options);
   ASSERT_TRUE(meshes.ok()) << meshes.status();
 
   constexpr int64_t kNumel = (16 << 20) / 4;  // 16 MiB of fp32
@@ -55,9 +55,9 @@ TEST(TcpGlooCompareTest, AllReduce16MiBAnd8BytesMatchesGloo) {
   std::vector<at::Tensor> ours(kWorld), gloo(kWorld);  // each [kNumel]
   std::vector<Samples> tcp_t(kWorld), gloo_t(kWorld);
 
-  testing::RunRanks(kWorld, [&](int r) {
+  test_support::RunRankThreads(kWorld, [&](int r) {
     TcpMesh& mesh = *(*meshes)[r];
-    auto reduce = testing::SumReducer<float>();
+    auto reduce = test_support::SumReducer<float>();
     auto run_tcp = [&](at::Tensor& t) {
       absl::Span<uint8_t> bytes(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
       absl::Status s =

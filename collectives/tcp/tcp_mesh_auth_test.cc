@@ -13,7 +13,7 @@
 #include "absl/time/clock.h"
 #include "collectives/tcp/ring_algorithms.h"
 #include "collectives/tcp/tcp_mesh.h"
-#include "collectives/tcp/test_util.h"
+#include "testing/tcp_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tpu_runtime/hmac.h"
@@ -23,7 +23,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using testing::RunRanks;
+using test_support::RunRankThreads;
 
 const std::string kSecret = "0123456789abcdef-the-job-secret";
 
@@ -90,7 +90,7 @@ class TcpMeshAuthTest : public ::testing::Test {
  protected:
   TcpMeshOptions Options(const std::string& prefix) {
     TcpMeshOptions options;
-    options.group_key = testing::UniqueKey(prefix);
+    options.group_key = test_support::UniqueKey(prefix);
     options.connect_timeout = absl::Seconds(20);
     options.secret = kSecret;
     return options;
@@ -108,18 +108,18 @@ class TcpMeshAuthTest : public ::testing::Test {
     const int world = static_cast<int>(meshes.size());
     std::vector<std::vector<float>> data(world, std::vector<float>(1009));
     for (int r = 0; r < world; ++r) {
-      for (size_t i = 0; i < data[r].size(); ++i) data[r][i] = testing::FloatInput(r, i);
+      for (size_t i = 0; i < data[r].size(); ++i) data[r][i] = test_support::FloatInput(r, i);
     }
     std::vector<absl::Status> status(world);
-    RunRanks(world, [&](int r) {
-      status[r] = RingAllReduce(*meshes[r], testing::AsBytes(data[r]), sizeof(float),
-                                testing::SumReducer<float>(), absl::Now() + absl::Seconds(20));
+    RunRankThreads(world, [&](int r) {
+      status[r] = RingAllReduce(*meshes[r], test_support::AsBytes(data[r]), sizeof(float),
+                                test_support::SumReducer<float>(), absl::Now() + absl::Seconds(20));
     });
     for (int r = 0; r < world; ++r) {
       ASSERT_TRUE(status[r].ok()) << status[r];
       for (size_t i = 0; i < data[r].size(); i += 97) {
         float want = 0;
-        for (int q = 0; q < world; ++q) want += testing::FloatInput(q, i);
+        for (int q = 0; q < world; ++q) want += test_support::FloatInput(q, i);
         EXPECT_EQ(data[r][i], want) << "rank " << r << " element " << i;
       }
     }
@@ -130,7 +130,7 @@ class TcpMeshAuthTest : public ::testing::Test {
 
 TEST_F(TcpMeshAuthTest, SameSecretConnectsAndRunsCollectives) {
   TcpMeshOptions options = Options("auth-ok");
-  auto meshes = testing::ConnectAll(*store_, 3, options);
+  auto meshes = test_support::ConnectAll(*store_, 3, options);
   ASSERT_TRUE(meshes.ok()) << meshes.status();
   ExpectRingAllReduceWorks(*meshes);
 }
@@ -308,7 +308,7 @@ TEST_F(TcpMeshAuthTest, DifferentSecretsFailNamingTheSecret) {
   options.connect_timeout = absl::Seconds(2);
   std::vector<absl::Status> status(2);
   StderrCapture capture;
-  RunRanks(2, [&](int r) {
+  RunRankThreads(2, [&](int r) {
     TcpMeshOptions mine = options;
     if (r == 1) mine.secret = "a different secret of 32 bytes!!";
     status[r] = TcpMesh::Connect(*store_, r, 2, mine).status();
@@ -333,7 +333,7 @@ TEST_F(TcpMeshAuthTest, HandshakeCostPerConnection) {
     TcpMeshOptions options = Options("cost");
     if (!with_secret) options.secret.clear();
     const absl::Time start = absl::Now();
-    auto meshes = testing::ConnectAll(*store_, 2, options);
+    auto meshes = test_support::ConnectAll(*store_, 2, options);
     micros[with_secret].push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
     ASSERT_TRUE(meshes.ok()) << meshes.status();
   }

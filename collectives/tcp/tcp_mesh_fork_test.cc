@@ -17,7 +17,7 @@
 #include "absl/time/clock.h"
 #include "collectives/tcp/ring_algorithms.h"
 #include "collectives/tcp/tcp_mesh.h"
-#include "collectives/tcp/test_util.h"
+#include "testing/tcp_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/forked_ranks.h"
@@ -43,10 +43,10 @@ struct ChildResult {
 std::vector<ChildResult> RunForked(const std::vector<int>& ranks,
                                    const std::function<std::string(int rank)>& body,
                                    absl::Duration limit) {
-  ::tpudist::testing::ForkOptions options;
+  ::tpudist::test_support::ForkOptions options;
   options.deadline = limit;
   std::vector<ChildResult> results;
-  for (const ::tpudist::testing::ChildResult& c : ::tpudist::testing::RunForkedRanks(
+  for (const ::tpudist::test_support::ChildResult& c : ::tpudist::test_support::RunForkedRanks(
            ranks,
            [&body](int rank, std::string* report) {
              *report = body(rank);
@@ -100,8 +100,8 @@ TEST_F(TcpMeshForkTest, KilledPeerFailsSurvivorsFastNamingIt) {
         absl::SleepFor(absl::Milliseconds(100));
         std::vector<float> data(1 << 20, 1.f);  // [1M]
         const absl::Time start = absl::Now();
-        absl::Status s = RingAllReduce(**mesh, testing::AsBytes(data), sizeof(float),
-                                       testing::SumReducer<float>(), start + absl::Seconds(20));
+        absl::Status s = RingAllReduce(**mesh, test_support::AsBytes(data), sizeof(float),
+                                       test_support::SumReducer<float>(), start + absl::Seconds(20));
         return absl::StrCat("elapsed_ms=", absl::ToInt64Milliseconds(absl::Now() - start), " ",
                             StatusText(s));
       },

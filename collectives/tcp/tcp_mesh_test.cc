@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "collectives/tcp/test_util.h"
+#include "testing/tcp_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -22,17 +22,17 @@ namespace tpudist::collectives::tcp {
 namespace {
 
 using ::testing::AllOf;
-using testing::ByteInput;
+using test_support::ByteInput;
 using ::testing::HasSubstr;
-using testing::RunRanks;
+using test_support::RunRankThreads;
 
 class TcpMeshTest : public ::testing::Test {
  protected:
   std::vector<std::unique_ptr<TcpMesh>> Mesh(int world) {
     TcpMeshOptions options;
-    options.group_key = testing::UniqueKey("mesh");
+    options.group_key = test_support::UniqueKey("mesh");
     options.connect_timeout = absl::Seconds(20);
-    auto meshes = testing::ConnectAll(*store_, world, options);
+    auto meshes = test_support::ConnectAll(*store_, world, options);
     EXPECT_TRUE(meshes.ok()) << meshes.status();
     return meshes.ok() ? std::move(*meshes) : std::vector<std::unique_ptr<TcpMesh>>();
   }
@@ -52,7 +52,7 @@ TEST_F(TcpMeshTest, SizeOneNeedsNoPeers) {
 TEST_F(TcpMeshTest, SendRecvInOrderIncludingEmptyMessages) {
   auto m = Mesh(2);
   ASSERT_EQ(m.size(), 2u);
-  RunRanks(2, [&](int r) {
+  RunRankThreads(2, [&](int r) {
     if (r == 0) {
       for (size_t n : {0u, 1u, 7u, 0u, 100000u}) {
         std::vector<uint8_t> msg(n);
@@ -78,7 +78,7 @@ TEST_F(TcpMeshTest, RingSendRecvOfLargeBuffersDoesNotDeadlock) {
     auto m = Mesh(world);
     ASSERT_EQ(m.size(), static_cast<size_t>(world));
     constexpr size_t kBytes = 8u << 20;
-    RunRanks(world, [&](int r) {
+    RunRankThreads(world, [&](int r) {
       std::vector<uint8_t> out(kBytes), in(kBytes, 0);
       for (size_t i = 0; i < kBytes; i += 4093) out[i] = ByteInput(r, i);
       const int next = (r + 1) % world, prev = (r + world - 1) % world;
@@ -92,7 +92,7 @@ TEST_F(TcpMeshTest, RingSendRecvOfLargeBuffersDoesNotDeadlock) {
 TEST_F(TcpMeshTest, SizeMismatchIsReportedAndPoisons) {
   auto m = Mesh(2);
   ASSERT_EQ(m.size(), 2u);
-  RunRanks(2, [&](int r) {
+  RunRankThreads(2, [&](int r) {
     if (r == 0) {
       std::vector<uint8_t> msg(16);
       ASSERT_TRUE(m[0]->Send(1, msg, Soon()).ok());
@@ -164,12 +164,12 @@ TEST_F(TcpMeshTest, WorksOverIpv6Loopback) {
   auto probe = ListenTcp("::1", 0, 1);
   if (!probe.ok()) GTEST_SKIP() << "no IPv6 loopback: " << probe.status();
   TcpMeshOptions options;
-  options.group_key = testing::UniqueKey("v6");
+  options.group_key = test_support::UniqueKey("v6");
   options.bind_address = "::1";
   options.connect_timeout = absl::Seconds(10);
-  auto m = testing::ConnectAll(*store_, 2, options);
+  auto m = test_support::ConnectAll(*store_, 2, options);
   ASSERT_TRUE(m.ok()) << m.status();
-  RunRanks(2, [&](int r) {
+  RunRankThreads(2, [&](int r) {
     std::vector<uint8_t> out(1000, static_cast<uint8_t>(r + 1)), in(1000);
     absl::Status s = (*m)[r]->SendRecv(1 - r, out, 1 - r, absl::MakeSpan(in), Soon());
     ASSERT_TRUE(s.ok()) << s;
@@ -181,7 +181,7 @@ TEST_F(TcpMeshTest, SendRecvOverlappedRunsWorkExactlyOnce) {
   auto m = Mesh(2);
   ASSERT_EQ(m.size(), 2u);
   std::vector<int> runs(2, 0);
-  RunRanks(2, [&](int r) {
+  RunRankThreads(2, [&](int r) {
     std::vector<uint8_t> out(3u << 20, static_cast<uint8_t>(r + 1)), in(3u << 20);
     absl::Status s = m[r]->SendRecvOverlapped(
         1 - r, out, 1 - r, absl::MakeSpan(in), [&] { ++runs[r]; }, Soon());
@@ -216,19 +216,19 @@ TEST_F(TcpMeshTest, InvalidPeerIsRejectedWithoutPoisoning) {
 
 TEST_F(TcpMeshTest, ConnectTimesOutNamingMissingRanks) {
   TcpMeshOptions options;
-  options.group_key = testing::UniqueKey("missing");
+  options.group_key = test_support::UniqueKey("missing");
   options.connect_timeout = absl::Milliseconds(1500);
   // Ranks 0 and 1 of 3 show up; rank 2 never does.
   std::vector<absl::Status> status(2);
   const absl::Time start = absl::Now();
-  RunRanks(2, [&](int r) { status[r] = TcpMesh::Connect(*store_, r, 3, options).status(); });
+  RunRankThreads(2, [&](int r) { status[r] = TcpMesh::Connect(*store_, r, 3, options).status(); });
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(status[r].code(), absl::StatusCode::kDeadlineExceeded) << status[r];
     EXPECT_THAT(status[r].message(), HasSubstr("peer rank(s) 2 did not connect"));
   }
   // A rank whose lower ranks never publish an address.
-  options.group_key = testing::UniqueKey("alone");
+  options.group_key = test_support::UniqueKey("alone");
   absl::Status alone = TcpMesh::Connect(*store_, 2, 3, options).status();
   EXPECT_EQ(alone.code(), absl::StatusCode::kDeadlineExceeded) << alone;
   EXPECT_THAT(alone.message(), HasSubstr("peer rank 0 never published its address"));
@@ -236,10 +236,10 @@ TEST_F(TcpMeshTest, ConnectTimesOutNamingMissingRanks) {
 
 TEST_F(TcpMeshTest, HandshakeRejectsWorldSizeMismatch) {
   TcpMeshOptions options;
-  options.group_key = testing::UniqueKey("size");
+  options.group_key = test_support::UniqueKey("size");
   options.connect_timeout = absl::Seconds(3);
   std::vector<absl::Status> status(2);
-  RunRanks(2, [&](int r) {
+  RunRankThreads(2, [&](int r) {
     status[r] = TcpMesh::Connect(*store_, r, r == 0 ? 2 : 3, options).status();
   });
   for (int r = 0; r < 2; ++r) {
@@ -253,7 +253,7 @@ TEST_F(TcpMeshTest, HandshakeRejectsImpostor) {
   auto listener = ListenTcp("127.0.0.1", 0, 4);
   ASSERT_TRUE(listener.ok()) << listener.status();
   TcpMeshOptions options;
-  options.group_key = testing::UniqueKey("impostor");
+  options.group_key = test_support::UniqueKey("impostor");
   options.connect_timeout = absl::Seconds(3);
   const std::string addr = absl::StrCat("127.0.0.1:", listener->port);
   store_->set(options.group_key + "/tcp_mesh/addr/0",

@@ -22,7 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "collectives/tcp/tcp_p2p.h"
-#include "collectives/tcp/test_util.h"
+#include "testing/tcp_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -143,7 +143,7 @@ class TcpP2pStrangerTest : public ::testing::Test {
  protected:
   void StartRanks(absl::Duration handshake_timeout) {
     TcpP2pOptions options;
-    options.group_key = testing::UniqueKey("p2p-strangers");
+    options.group_key = test_support::UniqueKey("p2p-strangers");
     options.secret = kSecret;
     options.handshake_timeout = handshake_timeout;
     for (int r = 0; r < 2; ++r) {

@@ -20,7 +20,7 @@
 #include "fsdp/fully_shard/state_dict.h"
 #include "fsdp/global_layout.h"
 #include "fsdp/shard_math.h"
-#include "fsdp/fully_shard/testing/fsdp_test_util.h"
+#include "testing/fsdp_util.h"
 #include "io/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -29,15 +29,15 @@
 namespace tpudist::fsdp {
 namespace {
 
-using testing::MlpStack;
-using testing::Rank;
-using testing::RunRanks;
+using test_support::MlpStack;
+using test_support::Rank;
+using test_support::RunMeshRanks;
 
 bool fs_exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
 
 // Removed when this test process exits (the tests that can also remove
 // theirs early still do).
-std::string TempDir() { return ::tpudist::testing::ProcessTempDir("fsdp_ckpt"); }
+std::string TempDir() { return ::tpudist::test_support::ProcessTempDir("fsdp_ckpt"); }
 
 FsdpModule Shard(const MlpStack& m, const DeviceMesh& mesh) {
   for (auto b : {m->b0, m->b1, m->b2}) EXPECT_TRUE(FullyShard(b.ptr(), mesh).ok());
@@ -64,11 +64,11 @@ StateDict PlainDict(torch::nn::Module& m) {
 // Get returns them; a missing key is rejected on every rank.
 // Loads `dir` on `world` ranks of plain (1-D) FullyShard into a model that
 // starts from `start`'s weights; rank 0's full state dict must equal `want`.
-void ExpectReloadsOnPlainFsdp(const std::string& dir, int world, testing::MlpStackImpl& start, const StateDict& want) {
-  RunRanks(world, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+void ExpectReloadsOnPlainFsdp(const std::string& dir, int world, test_support::MlpStackImpl& start, const StateDict& want) {
+  RunMeshRanks(world, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(start, *model);
+    test_support::CopyParams(start, *model);
     Shard(model, mesh);
     absl::Status s = LoadShardedCheckpoint(model.ptr(), mesh, dir);
     ASSERT_TRUE(s.ok()) << s;
@@ -82,10 +82,10 @@ TEST(StateDictTest, FullRoundTripOnThreeRanks) {
   torch::manual_seed(8);
   MlpStack a, b;
   const StateDict want_a = PlainDict(*a), want_b = PlainDict(*b);
-  RunRanks(3, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(3, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(*a, *model);
+    test_support::CopyParams(*a, *model);
     Shard(model, mesh);
     absl::StatusOr<StateDict> got = GetModelStateDict(model.ptr(), mesh);
     ASSERT_TRUE(got.ok()) << got.status();
@@ -126,10 +126,10 @@ TEST(ShardedCheckpointTest, ReshardOnLoadFourToTwo) {
   const at::Tensor x = torch::randn({4, 5}), y = torch::randn({4, 3});
   const std::string dir = TempDir();
   StateDict saved;
-  RunRanks(4, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(4, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(*init, *model);
+    test_support::CopyParams(*init, *model);
     model->b2->fc1->weight.set_requires_grad(false);  // frozen: skipped below
     Shard(model, mesh);
     torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-2));
@@ -154,10 +154,10 @@ TEST(ShardedCheckpointTest, ReshardOnLoadFourToTwo) {
 
   torch::manual_seed(10);
   MlpStack other;  // different initial weights
-  RunRanks(2, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(*other, *model);
+    test_support::CopyParams(*other, *model);
     Shard(model, mesh);
     EXPECT_EQ(LoadShardedCheckpoint(model.ptr(), mesh, "/nonexistent").code(), absl::StatusCode::kNotFound);
     absl::Status s = LoadShardedCheckpoint(model.ptr(), mesh, dir);
@@ -194,11 +194,11 @@ TEST(OptimizerCheckpointTest, ResumeIsBitIdentical) {
   };
   std::mutex mu;
   std::map<std::string, StateDict> finals;  // "straight" / "resumed" / "no_optim"
-  RunRanks(2, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     auto run = [&](const std::string& mode) {
       MlpStack m;
-      testing::CopyParams(*init, *m);
+      test_support::CopyParams(*init, *m);
       Shard(m, mesh);
       torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.01));
       if (mode == "straight") {
@@ -274,11 +274,11 @@ TEST(ShardedCheckpointTest, TpFsdpTwoDimReloadsOnOneDimFsdp) {
     std::vector<std::pair<std::string, at::Tensor>> full(want.begin(), want.end());
     ASSERT_TRUE(io::WriteSafetensors(dir + "/expected.safetensors", full).ok());
   }
-  RunRanks(4, [&](const Rank& r) {
+  RunMeshRanks(4, [&](const Rank& r) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {2, 2}, {"dp", "tp"}, r.env);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     MlpStack model;
-    testing::CopyParams(*init, *model);
+    test_support::CopyParams(*init, *model);
     ApplyTpThenFsdp(model, mesh->LocalRank(1), *mesh->Slice("dp"));
     absl::Status s = SaveShardedCheckpoint(model.ptr(), *mesh, dir);
     ASSERT_TRUE(s.ok()) << s;
@@ -300,12 +300,12 @@ TEST(ShardedCheckpointTest, TpFsdpTwoDimReloadsOnOneDimFsdp) {
   // full tensors that its records and dp chunk name.
   torch::manual_seed(7);
   MlpStack other;
-  RunRanks(4, [&](const Rank& r) {
+  RunMeshRanks(4, [&](const Rank& r) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {2, 2}, {"dp", "tp"}, r.env);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     MlpStack model, expect;
-    testing::CopyParams(*other, *model);
-    testing::CopyParams(*init, *expect);
+    test_support::CopyParams(*other, *model);
+    test_support::CopyParams(*init, *expect);
     ApplyTpThenFsdp(model, mesh->LocalRank(1), *mesh->Slice("dp"));
     ApplyTpThenFsdp(expect, mesh->LocalRank(1), *mesh->Slice("dp"));
     ASSERT_TRUE(LoadShardedCheckpoint(model.ptr(), *mesh, dir).ok());
@@ -329,11 +329,11 @@ TEST(ShardedCheckpointTest, DcpTpFsdpTwoDimReloadsOnOneDimFsdp) {
   const StateDict want = PlainDict(*init);
   const std::string dir = TempDir() + "/dcp_tp";
   std::filesystem::create_directories(dir);
-  RunRanks(4, [&](const Rank& r) {
+  RunMeshRanks(4, [&](const Rank& r) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {2, 2}, {"dp", "tp"}, r.env);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     MlpStack model;
-    testing::CopyParams(*init, *model);
+    test_support::CopyParams(*init, *model);
     ApplyTpThenFsdp(model, mesh->LocalRank(1), *mesh->Slice("dp"));
     absl::Status s = SaveDcpCheckpoint(model.ptr(), *mesh, dir);
     ASSERT_TRUE(s.ok()) << s;
@@ -350,10 +350,10 @@ TEST(ShardedCheckpointTest, DcpTpFsdpTwoDimReloadsOnOneDimFsdp) {
   for (int world : {1, 2, 3}) {
     torch::manual_seed(200 + world);
     MlpStack other;
-    RunRanks(world, [&](const Rank& r) {
-      DeviceMesh mesh = testing::MakeMesh(r);
+    RunMeshRanks(world, [&](const Rank& r) {
+      DeviceMesh mesh = test_support::MakeMesh(r);
       MlpStack model;
-      testing::CopyParams(*other, *model);
+      test_support::CopyParams(*other, *model);
       Shard(model, mesh);
       absl::Status s = LoadDcpCheckpoint(model.ptr(), mesh, dir);
       ASSERT_TRUE(s.ok()) << s;
@@ -401,10 +401,10 @@ TEST(ShardedCheckpointTest, CorruptBlockDescriptionNamesTheTensor) {
   torch::manual_seed(41);
   MlpStack init;
   const std::string dir = TempDir();
-  RunRanks(2, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(*init, *model);
+    test_support::CopyParams(*init, *model);
     Shard(model, mesh);
     ASSERT_TRUE(SaveShardedCheckpoint(model.ptr(), mesh, dir).ok());
   });
@@ -413,8 +413,8 @@ TEST(ShardedCheckpointTest, CorruptBlockDescriptionNamesTheTensor) {
   auto load_with = [&](const nlohmann::json& meta) {
     std::ofstream(dir + "/metadata.json", std::ios::trunc) << meta.dump(1);
     absl::Status result;
-    RunRanks(1, [&](const Rank& r) {
-      DeviceMesh mesh = testing::MakeMesh(r);
+    RunMeshRanks(1, [&](const Rank& r) {
+      DeviceMesh mesh = test_support::MakeMesh(r);
       MlpStack model;
       Shard(model, mesh);
       result = LoadShardedCheckpoint(model.ptr(), mesh, dir);

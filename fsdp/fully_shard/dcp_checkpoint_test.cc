@@ -21,23 +21,21 @@
 #include "absl/strings/str_cat.h"
 #include "fsdp/fully_shard/dcp_layout.h"
 #include "fsdp/fully_shard/fully_shard.h"
-#include "fsdp/fully_shard/testing/fsdp_test_util.h"
+#include "testing/fsdp_util.h"
 #include "io/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/temp_dir.h"
+#include "testing/source_dir.h"
 
 namespace tpudist::fsdp {
 namespace {
 
-using testing::MlpStack;
-using testing::Rank;
-using testing::RunRanks;
+using test_support::MlpStack;
+using test_support::Rank;
+using test_support::RunMeshRanks;
 
-std::string SourceDir() {
-  const char* src = std::getenv("TPU_DIST_SOURCE_DIR");
-  return src != nullptr ? src : TPU_DIST_SOURCE_DIR_DEFAULT;
-}
+using test_support::SourceDir;
 
 // tests/oracles/dcp_oracle.py <mode> <dir> <world> <expected>; its exit
 // status (0: done / bit-identical), at most 300 s.
@@ -109,13 +107,13 @@ class FullState {
 
 // Trains on `world` ranks from `init`, saves a DCP checkpoint into `dir`;
 // returns the full tensors it saved.
-std::vector<std::pair<std::string, at::Tensor>> TrainAndSave(int world, testing::MlpStackImpl& init,
+std::vector<std::pair<std::string, at::Tensor>> TrainAndSave(int world, test_support::MlpStackImpl& init,
                                                              const std::string& dir) {
   FullState state;
-  RunRanks(world, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(world, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(init, *model);
+    test_support::CopyParams(init, *model);
     Shard(model, mesh);
     torch::optim::AdamW opt(model->parameters(), Adam());
     Train(model, opt, r.rank);
@@ -128,12 +126,12 @@ std::vector<std::pair<std::string, at::Tensor>> TrainAndSave(int world, testing:
 
 // Loads `dir` on `world` ranks into a model from `init` (other values) and
 // checks every rank's shards and AdamW state against `want` bit for bit.
-void LoadAndExpect(int world, testing::MlpStackImpl& init, const std::string& dir,
+void LoadAndExpect(int world, test_support::MlpStackImpl& init, const std::string& dir,
                    const std::map<std::string, at::Tensor>& want) {
-  RunRanks(world, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(world, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(init, *model);
+    test_support::CopyParams(init, *model);
     Shard(model, mesh);
     torch::optim::AdamW opt(model->parameters(), Adam());
     absl::Status s = LoadDcpCheckpoint(model.ptr(), mesh, dir, &opt);
@@ -163,7 +161,7 @@ class DcpRoundTripTest : public ::testing::TestWithParam<std::pair<int, int>> {}
 
 TEST_P(DcpRoundTripTest, OurReaderLoadsAtAnotherWorldSize) {
   const auto [save_world, load_world] = GetParam();
-  ::tpudist::testing::ScopedTempDir tmp;
+  ::tpudist::test_support::ScopedTempDir tmp;
   torch::manual_seed(3);
   MlpStack init, other;
   const auto saved = TrainAndSave(save_world, *init, tmp.path());
@@ -178,14 +176,14 @@ INSTANTIATE_TEST_SUITE_P(Worlds, DcpRoundTripTest,
                          ::testing::Values(std::pair{4, 2}, std::pair{2, 4}, std::pair{4, 3}, std::pair{1, 4}));
 
 TEST(DcpCheckpointTest, RefusesADirectoryHoldingSafetensors) {
-  ::tpudist::testing::ScopedTempDir tmp;
+  ::tpudist::test_support::ScopedTempDir tmp;
   torch::manual_seed(4);
   MlpStack init;
   TrainAndSave(2, *init, tmp.path());
-  RunRanks(2, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(*init, *model);
+    test_support::CopyParams(*init, *model);
     Shard(model, mesh);
     absl::Status s = SaveDcpCheckpoint(model.ptr(), mesh, tmp.path());
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
@@ -194,20 +192,20 @@ TEST(DcpCheckpointTest, RefusesADirectoryHoldingSafetensors) {
 }
 
 TEST(DcpCheckpointTest, MissingStateAndKeysAreNamedOnEveryRank) {
-  ::tpudist::testing::ScopedTempDir weights_only, empty;
+  ::tpudist::test_support::ScopedTempDir weights_only, empty;
   torch::manual_seed(5);
   MlpStack init;
-  RunRanks(2, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(*init, *model);
+    test_support::CopyParams(*init, *model);
     Shard(model, mesh);
     ASSERT_TRUE(SaveDcpCheckpoint(model.ptr(), mesh, weights_only.path()).ok());
   });
-  RunRanks(2, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(*init, *model);
+    test_support::CopyParams(*init, *model);
     Shard(model, mesh);
     torch::optim::AdamW opt(model->parameters(), Adam());
     absl::Status s = LoadDcpCheckpoint(model.ptr(), mesh, weights_only.path(), &opt);
@@ -220,8 +218,8 @@ TEST(DcpCheckpointTest, MissingStateAndKeysAreNamedOnEveryRank) {
   });
   // DCP's default layout (torch's FileSystemWriter) is named as such.
   { std::ofstream(empty / ".metadata") << "pickle"; }
-  RunRanks(2, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
     Shard(model, mesh);
     absl::Status s = LoadDcpCheckpoint(model.ptr(), mesh, empty.path());
@@ -229,9 +227,9 @@ TEST(DcpCheckpointTest, MissingStateAndKeysAreNamedOnEveryRank) {
     EXPECT_THAT(s.message(), ::testing::HasSubstr("HuggingFaceStorageWriter(path, save_distributed=True)")) << s;
   });
   // Another model's checkpoint: its keys are named.
-  RunRanks(2, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
-    testing::Mlp model(5, 8, 6);
+  RunMeshRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
+    test_support::Mlp model(5, 8, 6);
     ASSERT_TRUE(FullyShard(model.ptr(), mesh).ok());
     absl::Status s = LoadDcpCheckpoint(model.ptr(), mesh, weights_only.path());
     EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
@@ -240,16 +238,16 @@ TEST(DcpCheckpointTest, MissingStateAndKeysAreNamedOnEveryRank) {
 }
 
 TEST(DcpCheckpointTest, AnotherShapeIsRefusedNamingBoth) {
-  ::tpudist::testing::ScopedTempDir tmp;
-  RunRanks(2, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
-    testing::Mlp nine(5, 9, 6);
+  ::tpudist::test_support::ScopedTempDir tmp;
+  RunMeshRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
+    test_support::Mlp nine(5, 9, 6);
     ASSERT_TRUE(FullyShard(nine.ptr(), mesh).ok());
     ASSERT_TRUE(SaveDcpCheckpoint(nine.ptr(), mesh, tmp.path()).ok());
   });
-  RunRanks(2, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
-    testing::Mlp eight(5, 8, 6);
+  RunMeshRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
+    test_support::Mlp eight(5, 8, 6);
     ASSERT_TRUE(FullyShard(eight.ptr(), mesh).ok());
     absl::Status s = LoadDcpCheckpoint(eight.ptr(), mesh, tmp.path());
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
@@ -264,7 +262,7 @@ class DcpOracle : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(DcpOracle, TorchLoadsWhatWeSave) {
   const auto [ours, theirs] = GetParam();
-  ::tpudist::testing::ScopedTempDir tmp;
+  ::tpudist::test_support::ScopedTempDir tmp;
   const std::string dir = tmp / "dcp", expected = tmp / "expected.safetensors";
   std::filesystem::create_directory(dir);
   torch::manual_seed(6);
@@ -276,7 +274,7 @@ TEST_P(DcpOracle, TorchLoadsWhatWeSave) {
 
 TEST_P(DcpOracle, WeLoadWhatTorchSaves) {
   const auto [ours, theirs] = GetParam();
-  ::tpudist::testing::ScopedTempDir tmp;
+  ::tpudist::test_support::ScopedTempDir tmp;
   const std::string dir = tmp / "dcp", expected = tmp / "expected.safetensors";
   ASSERT_EQ(RunOracle("save", dir, theirs, expected), 0) << "torch on " << theirs << " ranks";
   absl::StatusOr<io::SafetensorsContents> want = io::ReadSafetensors(expected);

@@ -10,7 +10,7 @@
 
 #include "fsdp/fully_shard/fully_shard.h"
 #include "fsdp/fully_shard/grad_clip.h"
-#include "fsdp/fully_shard/testing/fsdp_test_util.h"
+#include "testing/fsdp_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -18,11 +18,11 @@ namespace tpudist::fsdp {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::MlpStack;
-using testing::MlpStackImpl;
-using testing::Rank;
-using testing::RelErr;
-using testing::RunRanks;
+using test_support::MlpStack;
+using test_support::MlpStackImpl;
+using test_support::Rank;
+using test_support::RelErr;
+using test_support::RunMeshRanks;
 
 FsdpModule ShardStack(const MlpStack& m, const DeviceMesh& mesh, FullyShardOptions o = {}) {
   const char* names[] = {"b0", "b1", "b2"};
@@ -62,10 +62,10 @@ TEST(FullyShardMemoryTest, ShardedBytesAreOneOverWorld) {
   }
   std::mutex mu;
   int64_t sum_over_ranks = 0;
-  RunRanks(kWorld, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(kWorld, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(*init, *model);
+    test_support::CopyParams(*init, *model);
     FsdpModule root = ShardStack(model, mesh);
     torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-2));
     for (int s = 0; s < 2; ++s) {
@@ -107,7 +107,7 @@ TEST(FullyShardMixedPrecisionTest, Bf16ComputeFp32ReduceMatchesOracle) {
   std::map<std::string, at::Tensor> oracle;  // averaged fp32 grads
   for (int r = 0; r < kWorld; ++r) {
     MlpStack m;
-    testing::CopyParams(*init, *m);
+    test_support::CopyParams(*init, *m);
     m->to(at::kBFloat16);
     at::mse_loss(m->forward(x.narrow(0, 2 * r, 2).to(at::kBFloat16)).to(at::kFloat), y.narrow(0, 2 * r, 2))
         .backward();
@@ -116,10 +116,10 @@ TEST(FullyShardMixedPrecisionTest, Bf16ComputeFp32ReduceMatchesOracle) {
       oracle[item.key()] = oracle.count(item.key()) ? oracle[item.key()] + g : g;
     }
   }
-  RunRanks(kWorld, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(kWorld, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(*init, *model);
+    test_support::CopyParams(*init, *model);
     FullyShardOptions o;
     o.mp_policy.param_dtype = at::kBFloat16;
     o.mp_policy.reduce_dtype = at::kFloat;
@@ -174,7 +174,7 @@ TEST(FullyShardAccumulationTest, NoSyncThenSyncAndClipMatchSingleProcess) {
   MlpStack init;
   const at::Tensor x = torch::randn({2, 4, 5}), y = torch::randn({2, 4, 3});
   MlpStack oracle;
-  testing::CopyParams(*init, *oracle);
+  test_support::CopyParams(*init, *oracle);
   torch::optim::AdamW oopt(oracle->parameters(), torch::optim::AdamWOptions(1e-2));
   std::vector<double> norms;
   for (int s = 0; s < kSteps; ++s) {
@@ -184,10 +184,10 @@ TEST(FullyShardAccumulationTest, NoSyncThenSyncAndClipMatchSingleProcess) {
     oopt.step();
   }
   EXPECT_GT(norms[0], kMaxNorm);  // clipping is active
-  RunRanks(kWorld, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(kWorld, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
-    testing::CopyParams(*init, *model);
+    test_support::CopyParams(*init, *model);
     FsdpModule root = ShardStack(model, mesh);
     torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-2));
     for (int s = 0; s < kSteps; ++s) {
@@ -223,14 +223,14 @@ TEST(FullyShardAccumulationTest, NoSyncThenSyncAndClipMatchSingleProcess) {
 TEST(FullyShardFrozenTest, FrozenAndIgnoredParams) {
   constexpr int kWorld = 3;
   torch::manual_seed(6);
-  testing::Block init(11, 8);
-  auto freeze = [](testing::Block& b) {
+  test_support::Block init(11, 8);
+  auto freeze = [](test_support::Block& b) {
     b->embed.set_requires_grad(false);
     b->mlp->fc1->weight.set_requires_grad(false);
   };
   const at::Tensor tok = torch::randint(0, 11, {6, 4}, at::kLong), y = torch::randn({6, 4, 8});
-  testing::Block oracle(11, 8);
-  testing::CopyParams(*init, *oracle);
+  test_support::Block oracle(11, 8);
+  test_support::CopyParams(*init, *oracle);
   freeze(oracle);
   torch::optim::AdamW oopt(oracle->parameters(), torch::optim::AdamWOptions(1e-2));
   for (int s = 0; s < 5; ++s) {
@@ -238,10 +238,10 @@ TEST(FullyShardFrozenTest, FrozenAndIgnoredParams) {
     at::mse_loss(oracle->forward(tok), y).backward();
     oopt.step();
   }
-  RunRanks(kWorld, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
-    testing::Block model(11, 8);
-    testing::CopyParams(*init, *model);
+  RunMeshRanks(kWorld, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
+    test_support::Block model(11, 8);
+    test_support::CopyParams(*init, *model);
     freeze(model);
     EXPECT_TRUE(FullyShard(model->attn.ptr(), mesh).ok());
     EXPECT_TRUE(FullyShard(model->mlp.ptr(), mesh).ok());
@@ -286,8 +286,8 @@ size_t IndexOf(const std::vector<std::string>& trace, const std::string& event, 
 TEST(FullyShardPrefetchTest, NextAllGatherIssuedBeforeCurrentCompute) {
   torch::manual_seed(7);
   const at::Tensor x = torch::randn({4, 5}), y = torch::randn({4, 3});
-  RunRanks(2, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
     FsdpModule root = ShardStack(model, mesh);
     for (int it = 0; it < 3; ++it) {
@@ -320,8 +320,8 @@ TEST(FullyShardPrefetchTest, NextAllGatherIssuedBeforeCurrentCompute) {
 TEST(FullyShardStatsTest, PhaseTimesCountEveryCollectiveOnlyWhenOn) {
   torch::manual_seed(8);
   const at::Tensor x = torch::randn({4, 5}), y = torch::randn({4, 3});
-  RunRanks(2, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(2, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     MlpStack model;
     FsdpModule root = ShardStack(model, mesh);
     at::mse_loss(model->forward(x), y).backward();
@@ -364,8 +364,8 @@ class Holder : public nn::HookableModule {
 };
 
 TEST(FullyShardErrorsTest, SharedParamWrongMeshAndNonHookable) {
-  RunRanks(4, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(4, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     at::Tensor shared = torch::randn({4, 4}).requires_grad_();
     auto a = std::make_shared<Holder>(shared);
     auto b = std::make_shared<Holder>(shared);

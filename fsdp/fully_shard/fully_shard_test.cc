@@ -9,16 +9,16 @@
 
 #include <torch/torch.h>
 
-#include "fsdp/fully_shard/testing/fsdp_test_util.h"
+#include "testing/fsdp_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace tpudist::fsdp {
 namespace {
 
-using testing::Rank;
-using testing::RelErr;
-using testing::RunRanks;
+using test_support::Rank;
+using test_support::RelErr;
+using test_support::RunMeshRanks;
 
 constexpr int kSteps = 20;
 constexpr int64_t kBatch = 12;  // divisible by 1, 2, 3, 4
@@ -45,7 +45,7 @@ torch::optim::AdamW MakeAdamW(torch::nn::Module& m) {
 
 Trace TrainOracle(const Problem& p, const std::shared_ptr<torch::nn::Module>& init) {
   auto model = p.make();
-  testing::CopyParams(*init, *model);
+  test_support::CopyParams(*init, *model);
   auto opt = MakeAdamW(*model);
   Trace t;
   for (int s = 0; s < kSteps; ++s) {
@@ -82,10 +82,10 @@ double AvgOverRanks(const DeviceMesh& mesh, double v) {
 void ExpectParity(const Problem& p, int world) {
   auto init = p.make();
   const Trace oracle = TrainOracle(p, init);
-  RunRanks(world, [&](const Rank& r) {
-    DeviceMesh mesh = testing::MakeMesh(r);
+  RunMeshRanks(world, [&](const Rank& r) {
+    DeviceMesh mesh = test_support::MakeMesh(r);
     auto model = p.make();
-    testing::CopyParams(*init, *model);
+    test_support::CopyParams(*init, *model);
     FsdpModule root = p.shard(model, mesh);
     auto opt = MakeAdamW(*model);
     const int64_t rows = kBatch / world;
@@ -127,12 +127,12 @@ void ExpectParity(const Problem& p, int world) {
 Problem MlpProblem() {
   Problem p;
   torch::manual_seed(1);
-  p.make = [] { return std::static_pointer_cast<torch::nn::Module>(testing::MlpStack().ptr()); };
+  p.make = [] { return std::static_pointer_cast<torch::nn::Module>(test_support::MlpStack().ptr()); };
   p.forward = [](torch::nn::Module& m, const at::Tensor& x) {
-    return static_cast<testing::MlpStackImpl&>(m).forward(x);
+    return static_cast<test_support::MlpStackImpl&>(m).forward(x);
   };
   p.shard = [](const std::shared_ptr<torch::nn::Module>& m, const DeviceMesh& mesh) {
-    auto& stack = static_cast<testing::MlpStackImpl&>(*m);
+    auto& stack = static_cast<test_support::MlpStackImpl&>(*m);
     for (auto b : {stack.b0, stack.b1, stack.b2}) EXPECT_TRUE(FullyShard(b.ptr(), mesh).ok());
     auto root = FullyShard(m, mesh);
     EXPECT_TRUE(root.ok()) << root.status();
@@ -146,12 +146,12 @@ Problem MlpProblem() {
 Problem BlockProblem() {
   Problem p;
   torch::manual_seed(2);
-  p.make = [] { return std::static_pointer_cast<torch::nn::Module>(testing::Block(11, 8).ptr()); };
+  p.make = [] { return std::static_pointer_cast<torch::nn::Module>(test_support::Block(11, 8).ptr()); };
   p.forward = [](torch::nn::Module& m, const at::Tensor& x) {
-    return static_cast<testing::BlockImpl&>(m).forward(x);
+    return static_cast<test_support::BlockImpl&>(m).forward(x);
   };
   p.shard = [](const std::shared_ptr<torch::nn::Module>& m, const DeviceMesh& mesh) {
-    auto& block = static_cast<testing::BlockImpl&>(*m);
+    auto& block = static_cast<test_support::BlockImpl&>(*m);
     EXPECT_TRUE(FullyShard(block.attn.ptr(), mesh).ok());
     EXPECT_TRUE(FullyShard(block.mlp.ptr(), mesh).ok());
     auto root = FullyShard(m, mesh);

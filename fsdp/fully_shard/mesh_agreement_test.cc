@@ -4,17 +4,17 @@
 
 #include <string>
 
-#include "fsdp/fully_shard/testing/fsdp_test_util.h"
+#include "testing/fsdp_util.h"
 #include "gtest/gtest.h"
 
 namespace tpudist::fsdp {
 namespace {
 
-using testing::Rank;
-using testing::RunRanks;
+using test_support::Rank;
+using test_support::RunMeshRanks;
 
 TEST(MeshAgreementTest, GatherAndAgreeOverTwoDims) {
-  RunRanks(6, [&](const Rank& r) {
+  RunMeshRanks(6, [&](const Rank& r) {
     absl::StatusOr<DeviceMesh> mesh = InitDeviceMesh("cpu", {2, 3}, {"dp", "tp"}, r.env);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     const int64_t me = MeshFlatRank(*mesh);

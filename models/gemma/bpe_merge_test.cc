@@ -18,16 +18,14 @@
 #include "models/gemma/bpe_tokenizer.h"
 #include "models/gemma/tokenizer.h"
 #include "models/gemma/utf8.h"
+#include "testing/source_dir.h"
 
 namespace tpudist::models::gemma {
 namespace {
 
 using nlohmann::json;
 
-std::string SourceDir() {
-  const char* env = std::getenv("TPU_DIST_SOURCE_DIR");
-  return env != nullptr ? env : TPU_DIST_SOURCE_DIR_DEFAULT;
-}
+using test_support::SourceDir;
 
 std::vector<int64_t> Head(std::vector<int64_t> ids, int64_t n) {
   if (static_cast<int64_t>(ids.size()) > n) ids.resize(n);

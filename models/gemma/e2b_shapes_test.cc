@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "models/gemma/gemma_decoder_layer.h"
 #include "models/gemma/hf_checkpoint.h"
+#include "testing/source_dir.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -39,8 +40,7 @@ std::map<std::string, std::vector<int64_t>> ReadTsv(const std::string& path) {
 }
 
 TEST(E2BShapes, LayersAndTopLevelMatchHfListing) {
-  const char* src = std::getenv("TPU_DIST_SOURCE_DIR");
-  const auto want = ReadTsv(std::string(src ? src : TPU_DIST_SOURCE_DIR_DEFAULT) + "/models/gemma/testdata/gemma4-e2b-text-tensors.tsv");
+  const auto want = ReadTsv(test_support::SourceDir() + "/models/gemma/testdata/gemma4-e2b-text-tensors.tsv");
   ASSERT_EQ(want.size(), 540u);
   const GemmaConfig c = GemmaE2BConfig();
   // Sliding, full, last sliding/full non-shared, first shared, shared full.

@@ -56,12 +56,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "fsdp/fully_shard/state_dict.h"
-#include "fsdp/testing/rank_threads.h"
+#include "testing/device_mesh_ranks.h"
 #include "gtest/gtest.h"
 #include "models/gemma/gemma_model.h"
 #include "models/gemma/hf_checkpoint.h"
 #include "models/gemma/parallelize_gemma.h"
 #include "io/safetensors.h"
+#include "testing/source_dir.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -76,10 +77,7 @@ constexpr double kBf16FinalRel = 3e-2;
 constexpr double kBf16TrainedRel = 0.15;
 constexpr double kWorldSlack = 3.0;
 
-std::string SourceDir() {
-  const char* src = std::getenv("TPU_DIST_SOURCE_DIR");
-  return src ? src : TPU_DIST_SOURCE_DIR_DEFAULT;
-}
+using test_support::SourceDir;
 
 // $TPU_DIST_ORACLE_FIXTURES (ctest's regeneration on this CPU) when set, else
 // the committed fixtures.
@@ -168,9 +166,9 @@ OurRun RunOurs(const TorchRun& t, int world, bool bf16) {
   OurRun ours;
   std::mutex mu;
   const int64_t rows = t.input_ids.size(1) / world;
-  fsdp::testing::RunRanks(
+  test_support::RunMeshRanks(
       world,
-      [&](const fsdp::testing::RankContext& ctx) {
+      [&](const test_support::RankContext& ctx) {
         absl::StatusOr<fsdp::DeviceMesh> mesh = fsdp::InitDeviceMesh("cpu", {ctx.world_size}, {"dp"}, ctx.env);
         ASSERT_TRUE(mesh.ok()) << mesh.status();
         absl::StatusOr<GemmaForCausalLM> model = LoadGemmaFromHf(SourceDir() + "/data/tiny_gemma");

@@ -3,7 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "models/gemma/gemma_test_util.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -131,8 +132,8 @@ TEST(GemmaConfig, ErrorsNameFileAndField) {
   st = GemmaConfigFromJson(no_text, "c").status();
   EXPECT_NE(st.message().find("text_config"), std::string::npos) << st;
 
-  testing::TempDir dir;
-  testing::WriteFile(dir / "config.json", "{ not json");
+  test_support::ScopedTempDir dir("gemma_test");
+  test_support::WriteFile(dir / "config.json", "{ not json");
   st = LoadGemmaConfig(dir / "config.json").status();
   EXPECT_NE(st.message().find(dir / "config.json"), std::string::npos) << st;
   EXPECT_FALSE(LoadGemmaConfig(dir / "absent.json").ok());

@@ -8,7 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 
-#include "models/gemma/gemma_test_util.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 #include "io/safetensors.h"
 
 namespace tpudist::models::gemma {
@@ -52,7 +53,7 @@ TEST(HfNames, MapsBothWays) {
 }
 
 TEST(HfCheckpoint, SaveLoadRoundTrip) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("gemma_test");
   GemmaForCausalLM a = Tiny(1);
   ASSERT_TRUE(SaveGemmaAsHf(*a, dir.path()).ok());
   EXPECT_TRUE(std::filesystem::exists(dir / "config.json"));
@@ -74,7 +75,7 @@ TEST(HfCheckpoint, SaveLoadRoundTrip) {
   auto c = LoadGemmaFromHf(dir.path(), {at::kBFloat16});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ((*c)->model->norm->weight().scalar_type(), at::kBFloat16);
-  testing::TempDir dir2;
+  test_support::ScopedTempDir dir2("gemma_test");
   SaveOptions bf16;
   bf16.dtype = at::kBFloat16;
   ASSERT_TRUE(SaveGemmaAsHf(**c, dir2.path(), bf16).ok());
@@ -82,7 +83,7 @@ TEST(HfCheckpoint, SaveLoadRoundTrip) {
   EXPECT_EQ((*f)->entries().at("model.language_model.norm.weight").dtype, "BF16");
 
   // Text-only layout ("model.layers...") loads too.
-  testing::TempDir dir3;
+  test_support::ScopedTempDir dir3("gemma_test");
   SaveOptions text_only;
   text_only.multimodal_wrapper = false;
   ASSERT_TRUE(SaveGemmaAsHf(*a, dir3.path(), text_only).ok());
@@ -92,7 +93,7 @@ TEST(HfCheckpoint, SaveLoadRoundTrip) {
 }
 
 TEST(HfCheckpoint, ShardedIndexAndSkippedTensors) {
-  testing::TempDir src;
+  test_support::ScopedTempDir src("gemma_test");
   GemmaForCausalLM a = Tiny(2);
   ASSERT_TRUE(SaveGemmaAsHf(*a, src.path()).ok());
   auto all = ReadAll(src / "model.safetensors");
@@ -102,21 +103,21 @@ TEST(HfCheckpoint, ShardedIndexAndSkippedTensors) {
   s2.emplace_back("model.language_model.layers.4.self_attn.k_proj.weight", at::zeros({16, 64}));
   s2.emplace_back("model.vision_tower.patch.weight", at::zeros({3}));
   s2.emplace_back("lm_head.weight", at::zeros({512, 64}));
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("gemma_test");
   std::filesystem::copy_file(src / "config.json", dir / "config.json");
   ASSERT_TRUE(io::WriteSafetensors(dir / "model-00001-of-00002.safetensors", s1).ok());
   ASSERT_TRUE(io::WriteSafetensors(dir / "model-00002-of-00002.safetensors", s2).ok());
   nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
   for (const auto& [n, t] : s1) index["weight_map"][n] = "model-00001-of-00002.safetensors";
   for (const auto& [n, t] : s2) index["weight_map"][n] = "model-00002-of-00002.safetensors";
-  testing::WriteFile(dir / "model.safetensors.index.json", index.dump());
+  test_support::WriteFile(dir / "model.safetensors.index.json", index.dump());
   auto b = LoadGemmaFromHf(dir.path());
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_TRUE(at::equal(Logits(a), Logits(*b)));
 }
 
 TEST(HfCheckpoint, ErrorsNameFileAndTensor) {
-  testing::TempDir src;
+  test_support::ScopedTempDir src("gemma_test");
   GemmaForCausalLM a = Tiny(3);
   ASSERT_TRUE(SaveGemmaAsHf(*a, src.path()).ok());
   auto all = ReadAll(src / "model.safetensors");
@@ -149,7 +150,7 @@ TEST(HfCheckpoint, ErrorsNameFileAndTensor) {
     EXPECT_NE(st.message().find("mystery"), std::string::npos) << st;
   }
   {  // corrupt file
-    testing::WriteFile(st_path, "garbage-garbage");
+    test_support::WriteFile(st_path, "garbage-garbage");
     auto st = LoadGemmaFromHf(src.path()).status();
     EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
     EXPECT_NE(st.message().find(st_path), std::string::npos) << st;
@@ -166,7 +167,7 @@ TEST(HfCheckpoint, ErrorsNameFileAndTensor) {
 // Dtypes are strict: I32 bytes where the model holds F32 (same size, so the
 // byte-size check passes) are rejected, not value-cast into ~1e9 weights.
 TEST(HfCheckpoint, IntegerTensorForFloatWeightIsRejected) {
-  testing::TempDir src;
+  test_support::ScopedTempDir src("gemma_test");
   GemmaForCausalLM a = Tiny(4);
   ASSERT_TRUE(SaveGemmaAsHf(*a, src.path()).ok());
   auto all = ReadAll(src / "model.safetensors");
@@ -185,7 +186,7 @@ TEST(HfCheckpoint, IntegerTensorForFloatWeightIsRejected) {
 
 // Float-to-float is an explicit cast, reported once per load with its count.
 TEST(HfCheckpoint, FloatCastsAreCountedAndLoggedOnce) {
-  testing::TempDir src;
+  test_support::ScopedTempDir src("gemma_test");
   GemmaForCausalLM a = Tiny(5);
   ASSERT_TRUE(SaveGemmaAsHf(*a, src.path()).ok());  // F32
   const int64_t n = static_cast<int64_t>(ReadAll(src / "model.safetensors").size());
@@ -214,17 +215,17 @@ TEST(HfCheckpoint, FloatCastsAreCountedAndLoggedOnce) {
 }
 
 TEST(HfCheckpoint, MissingModelDirectoryIsNamed) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("gemma_test");
   auto st = LoadGemmaFromHf(dir / "no_such_model").status();
   EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(st.message(), absl::StrCat("model directory ", dir / "no_such_model", " does not exist"));
-  testing::WriteFile(dir / "file", "x");
+  test_support::WriteFile(dir / "file", "x");
   st = LoadGemmaFromHf(dir / "file").status();
   EXPECT_EQ(st.message(), absl::StrCat("model directory ", dir / "file", " is not a directory"));
 }
 
 TEST(HfCheckpoint, SaveErrorCarriesErrno) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("gemma_test");
   GemmaForCausalLM a = Tiny(6);
   ASSERT_EQ(symlink("/dev/full", (dir / "config.json").c_str()), 0);  // writes fail with ENOSPC
   auto st = SaveGemmaAsHf(*a, dir.path());

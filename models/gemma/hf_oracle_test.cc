@@ -27,6 +27,7 @@
 #include "models/gemma/hf_checkpoint.h"
 #include "models/gemma/rope.h"
 #include "io/safetensors.h"
+#include "testing/source_dir.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -50,8 +51,7 @@ constexpr double kLossRelTol = 1e-6;
 std::string FixtureDir() {
   const char* fresh = std::getenv("TPU_DIST_ORACLE_FIXTURES");
   if (fresh != nullptr && *fresh != '\0') return std::string(fresh) + "/gemma";
-  const char* src = std::getenv("TPU_DIST_SOURCE_DIR");
-  return std::string(src ? src : TPU_DIST_SOURCE_DIR_DEFAULT) + "/tests/oracles/fixtures/gemma";
+  return test_support::SourceDir() + "/tests/oracles/fixtures/gemma";
 }
 
 json ReadJson(const std::string& path) {

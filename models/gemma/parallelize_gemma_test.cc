@@ -20,12 +20,13 @@
 #include "fsdp/fully_shard/sharded_checkpoint.h"
 #include "fsdp/fully_shard/state_dict.h"
 #include "fsdp/parallelize_module.h"
-#include "fsdp/testing/rank_threads.h"
+#include "testing/device_mesh_ranks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/gemma/gemma_config.h"
 #include "models/gemma/gemma_model.h"
-#include "models/gemma/gemma_test_util.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -138,7 +139,7 @@ void ExpectParity(std::optional<at::ScalarType> compute, double loss_tol, double
   std::map<int, std::vector<double>> losses;  // rank -> per step
   std::map<std::string, at::Tensor> full;
   at::Tensor ple_before = PleWeight(*TinyModel()).detach().clone();
-  fsdp::testing::RunRanks(kWorld, [&](const fsdp::testing::RankContext& ctx) {
+  test_support::RunMeshRanks(kWorld, [&](const test_support::RankContext& ctx) {
     absl::StatusOr<fsdp::DeviceMesh> mesh = fsdp::InitDeviceMesh("cpu", {ctx.world_size}, {"dp"}, ctx.env);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     GemmaForCausalLM model = TinyModel();
@@ -248,8 +249,8 @@ TEST(ParallelizeGemmaTest, DpTp2x2Fp32MatchesSingleProcess) {
   std::mutex mu;
   std::map<int, std::vector<double>> losses;  // global rank -> per step
   fsdp::StateDict trained;                    // rank 0's full dict after training
-  const testing::TempDir ckpt;
-  fsdp::testing::RunRanks(kDp * kTp, [&](const fsdp::testing::RankContext& ctx) {
+  const test_support::ScopedTempDir ckpt("gemma_test");
+  test_support::RunMeshRanks(kDp * kTp, [&](const test_support::RankContext& ctx) {
     absl::StatusOr<fsdp::DeviceMesh> mesh = fsdp::InitDeviceMesh("cpu", {kDp, kTp}, {"dp", "tp"}, ctx.env);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     const int dp = static_cast<int>(mesh->LocalRank(0));
@@ -345,7 +346,7 @@ TEST(ParallelizeGemmaTest, DpTp2x2Fp32MatchesSingleProcess) {
   });
   // The TP x FSDP checkpoint loads on plain FullyShard over 2 ranks (no TP):
   // the reloaded full weights are bit for bit the ones the 2x2 run held.
-  fsdp::testing::RunRanks(2, [&](const fsdp::testing::RankContext& ctx) {
+  test_support::RunMeshRanks(2, [&](const test_support::RankContext& ctx) {
     absl::StatusOr<fsdp::DeviceMesh> mesh = fsdp::InitDeviceMesh("cpu", {2}, {"dp"}, ctx.env);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     GemmaForCausalLM model = TinyModel();

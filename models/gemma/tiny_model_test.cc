@@ -9,26 +9,27 @@
 
 #include "models/gemma/bpe_tokenizer.h"
 #include "models/gemma/generation.h"
-#include "models/gemma/gemma_test_util.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 #include "models/gemma/hf_checkpoint.h"
 #include "models/gemma/tokenizer.h"
+#include "testing/source_dir.h"
 
 namespace tpudist::models::gemma {
 namespace {
 
 std::string BundledDir() {
-  const char* src = std::getenv("TPU_DIST_SOURCE_DIR");
-  return std::string(src ? src : TPU_DIST_SOURCE_DIR_DEFAULT) + "/data/tiny_gemma";
+  return test_support::SourceDir() + "/data/tiny_gemma";
 }
 
 TEST(TinyModel, BundledFilesAreWhatTheGeneratorWrites) {
   const std::string bundled = BundledDir();
   ASSERT_TRUE(std::filesystem::exists(bundled + "/model.safetensors")) << bundled;
-  testing::TempDir dir;
-  ASSERT_TRUE(WriteTinyGemmaDir(dir.path(), testing::ReadFile(bundled + "/tokenizer_corpus.txt")).ok());
+  test_support::ScopedTempDir dir("gemma_test");
+  ASSERT_TRUE(WriteTinyGemmaDir(dir.path(), test_support::ReadFile(bundled + "/tokenizer_corpus.txt")).ok());
   for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                         "generation_config.json"}) {
-    EXPECT_EQ(testing::ReadFile(dir / f), testing::ReadFile(bundled + "/" + f)) << f;
+    EXPECT_EQ(test_support::ReadFile(dir / f), test_support::ReadFile(bundled + "/" + f)) << f;
   }
   EXPECT_LT(std::filesystem::file_size(bundled + "/model.safetensors"), 4u << 20);
 }

@@ -27,6 +27,7 @@
 #include "models/gemma/gemma_model.h"
 #include "io/safetensors.h"
 #endif
+#include "testing/source_dir.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -34,8 +35,7 @@ namespace {
 using nlohmann::json;
 
 std::string FixtureDir() {
-  const char* src = std::getenv("TPU_DIST_SOURCE_DIR");
-  return std::string(src ? src : TPU_DIST_SOURCE_DIR_DEFAULT) + "/tests/oracles/fixtures/tokenizer";
+  return test_support::SourceDir() + "/tests/oracles/fixtures/tokenizer";
 }
 
 json ReadJson(const std::string& path) {
@@ -149,8 +149,7 @@ TEST_F(TokenizerOracle, OneMegabyteInput) {
 // real tokens (no BOS/EOS); the fixture's batch pins the padding (left, as
 // tokenizer_config.json says) and labels (every pad-id token -> -100).
 TEST(TokenizerOracleData, FineTuneRowsTokenizeLikeTransformers) {
-  const std::string src = std::string(std::getenv("TPU_DIST_SOURCE_DIR") ? std::getenv("TPU_DIST_SOURCE_DIR")
-                                                                          : TPU_DIST_SOURCE_DIR_DEFAULT);
+  const std::string src = test_support::SourceDir();
   const json meta = ReadJson(FixtureDir() + "/finetune.json");
   auto file = io::SafetensorsFile::Open(FixtureDir() + "/finetune.safetensors");
   ASSERT_TRUE(file.ok()) << file.status();

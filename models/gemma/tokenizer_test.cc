@@ -6,7 +6,8 @@
 
 #include "models/gemma/bpe_tokenizer.h"
 #include "models/gemma/bpe_trainer.h"
-#include "models/gemma/gemma_test_util.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 #include "models/gemma/sentencepiece_tokenizer.h"
 #include "models/gemma/tokenizer.h"
 #include "models/gemma/utf8.h"
@@ -188,22 +189,22 @@ TEST(BpeTrainer, TrainsGemmaStyleTokenizerThatRoundTrips) {
 }
 
 TEST(Tokenizer, LoadTokenizerPicksJsonThenSentencePiece) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("gemma_test");
   EXPECT_EQ(LoadTokenizer(dir.path()).status().code(), absl::StatusCode::kNotFound);
-  testing::WriteFile(dir / "tokenizer.json", HandTokenizer(false).dump());
-  testing::WriteFile(dir / "tokenizer_config.json", json{{"add_bos_token", true}}.dump());
+  test_support::WriteFile(dir / "tokenizer.json", HandTokenizer(false).dump());
+  test_support::WriteFile(dir / "tokenizer_config.json", json{{"add_bos_token", true}}.dump());
   auto t = LoadTokenizer(dir.path());
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ((*t)->Encode("hello"), (std::vector<int64_t>{2, 272}));
-  testing::WriteFile(dir / "tokenizer.json", "{broken");
+  test_support::WriteFile(dir / "tokenizer.json", "{broken");
   EXPECT_FALSE(LoadTokenizer(dir.path()).ok());
 }
 
 TEST(SentencePiece, TrainLoadEncodeDecode) {
-  testing::TempDir dir;
+  test_support::ScopedTempDir dir("gemma_test");
   std::string corpus;
   for (int i = 0; i < 20; ++i) corpus += kCorpus;
-  testing::WriteFile(dir / "corpus.txt", corpus);
+  test_support::WriteFile(dir / "corpus.txt", corpus);
   auto st = SentencePieceTokenizer::Train("--input=" + (dir / "corpus.txt") + " --model_prefix=" + (dir / "tokenizer") +
                                           " --vocab_size=60 --model_type=bpe --hard_vocab_limit=false"
                                           " --pad_id=0 --eos_id=1 --bos_id=2 --unk_id=3 --character_coverage=1.0");

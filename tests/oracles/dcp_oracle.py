@@ -14,7 +14,7 @@ State dict keys (what fsdp/fully_shard/dcp_checkpoint.h writes and reads):
 ``param_groups`` (lr, betas, ...: not tensors) are not in the checkpoint: safetensors holds tensors
 only, and the HF writer would write a bytes item as raw bytes in front of the safetensors data.
 
-The model is fsdp/fully_shard/testing's MlpStack (b0 5->7->6, b1 6->9->6, b2 6->3->6, head 6->3,
+The model is testing/fsdp_util.h's MlpStack (b0 5->7->6, b1 6->9->6, b2 6->3->6, head 6->3,
 tanh, biases): uneven Shard(0) over 2 and 4 ranks and an empty shard on rank 3 (3 rows over 4).
 ``fully_shard`` on b0, b1, b2, then the root, CPU, Gloo ranks (gloo_ranks.py), AdamW.
 

@@ -1,9 +1,15 @@
-"""Runs a function on N ranks as spawned processes (the way torchrun would).
+"""The Python tests' one helper module: ranks, free ports, the test model.
+
+run_ranks runs a function on N ranks as spawned processes (the way torchrun
+would).
 
 Each rank gets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT for env://, a
 fresh free port per run, one intra-op thread, and a deadline: a rank still
 running at the deadline is killed and the run fails naming it. Results come
-back through a queue, one per rank.
+back through a queue, one per rank. free_port() picks a free TCP port;
+thread_names() lists this process's threads; FeedForward is the seed's
+tensor-parallel check model. Tests import it as `ranks` (conftest.py puts
+this folder on sys.path, also for spawned ranks).
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ import socket
 import traceback
 from typing import Any, Callable
 
+import torch
 import torch.multiprocessing as mp
+from torch import nn
 
 
 def free_port() -> int:
@@ -93,3 +101,15 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any,
     missing = sorted(set(range(world)) - set(got))
     assert not missing, f"ranks {missing} did not finish within {timeout_s} s"
     return [got[r] for r in range(world)]
+
+
+class FeedForward(nn.Module):
+    """The seed's TP check model: x + w2(silu(w1(x)))."""
+
+    def __init__(self, hidden: int = 128) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(hidden, 4 * hidden, bias=False)
+        self.w2 = nn.Linear(4 * hidden, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [batch, hidden]
+        return x + self.w2(nn.functional.silu(self.w1(x)))

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ranks import run_ranks
+from ranks import FeedForward, run_ranks
 
 TIMEOUT = datetime.timedelta(seconds=90)
 
@@ -92,18 +92,6 @@ def test_fsdp2_training_matches_gloo(bf16: bool) -> None:
         bound = 1e-2 if bf16 else 1e-6
         assert rel <= bound, f"rank {rank}: rel diff {rel} > {bound}\n{a}\n{b}"
         assert a[-1] < a[0], f"rank {rank}: loss did not fall: {a}"
-
-
-class FeedForward(nn.Module):
-    """The seed's TP check model: x + w2(silu(w1(x)))."""
-
-    def __init__(self, hidden: int = 128) -> None:
-        super().__init__()
-        self.w1 = nn.Linear(hidden, 4 * hidden, bias=False)
-        self.w2 = nn.Linear(4 * hidden, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [batch, hidden]
-        return x + self.w2(nn.functional.silu(self.w1(x)))
 
 
 def _tp(rank: int, world: int) -> float:

@@ -49,7 +49,7 @@ class MotoServer {
   static MotoServer* Start() {
     if (RunPython("import moto.server, flask", /*quiet=*/true) != 0) return nullptr;
     auto* m = new MotoServer;
-    m->port_ = ::tpudist::testing::FreePort();
+    m->port_ = ::tpudist::test_support::FreePort();
     const std::string port = std::to_string(m->port_);
     const char* argv[] = {kPython, "-m", "moto.server", "-H", "127.0.0.1", "-p", port.c_str(), nullptr};
     posix_spawn_file_actions_t fa;

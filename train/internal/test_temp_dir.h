@@ -7,7 +7,7 @@
 
 namespace tpudist::train::internal {
 
-class TestTempDir : public ::tpudist::testing::ScopedTempDir {
+class TestTempDir : public ::tpudist::test_support::ScopedTempDir {
  public:
   TestTempDir() : ScopedTempDir("finetune_test") {}
 };
