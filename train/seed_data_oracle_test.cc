@@ -27,6 +27,7 @@
 #include "train/hf_tokenizer_call.h"
 #include "train/tokenized_dataset.h"
 #include "io/safetensors.h"
+#include "models/gemma/model_dir.h"
 #include "models/gemma/tokenizer.h"
 
 namespace tpudist::train {

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/gemma/bpe_tokenizer.h"
+#include "models/gemma/model_dir.h"
 #include "models/gemma/tokenizer.h"
 #include "models/gemma/utf8.h"
 #include "testing/source_dir.h"

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "models/gemma/generation.h"
 #include "models/gemma/hf_checkpoint.h"
+#include "models/gemma/model_dir.h"
 #include "models/gemma/tokenizer.h"
 
 ABSL_FLAG(std::string, model_dir, "", "HF model directory (config.json, model.safetensors, tokenizer)");

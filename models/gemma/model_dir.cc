@@ -4,7 +4,9 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "models/gemma/bpe_tokenizer.h"
 #include "models/gemma/gemma_config.h"
+#include "models/gemma/sentencepiece_tokenizer.h"
 
 namespace tpudist::models::gemma {
 
@@ -21,6 +23,24 @@ absl::Status CheckModelDir(const std::string& dir) {
     return absl::FailedPreconditionError(absl::StrCat("model directory ", dir, " is not a directory"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir, const TokenizerOptions& options) {
+  if (absl::Status st = CheckModelDir(dir); !st.ok()) return st;
+  const fs::path root(dir);
+  if (fs::exists(root / "tokenizer.json")) {
+    auto t = BpeTokenizer::FromFiles((root / "tokenizer.json").string(), (root / "tokenizer_config.json").string(),
+                                     options.add_bos);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<Tokenizer>(std::move(*t));
+  }
+  if (fs::exists(root / "tokenizer.model")) {
+    auto t = SentencePieceTokenizer::Load((root / "tokenizer.model").string(), options.add_bos,
+                                          options.sentencepiece_shim);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<Tokenizer>(std::move(*t));
+  }
+  return absl::NotFoundError(absl::StrCat(dir, ": no tokenizer.json or tokenizer.model"));
 }
 
 std::string TokenizerPath(const std::string& dir) {

@@ -33,6 +33,15 @@ namespace tpudist::models::gemma {
 // OK when `dir` is an existing directory (or a symlink to one).
 absl::Status CheckModelDir(const std::string& dir);
 
+// Loads the tokenizer in model directory `dir`: BpeTokenizer from
+// tokenizer.json (+ tokenizer_config.json) when present, else
+// SentencePieceTokenizer from tokenizer.model. NotFound "model directory <dir>
+// does not exist" when it does not (CheckModelDir); NotFound naming `dir`
+// when it holds neither file. (Here, not in tokenizer.h: the implementations
+// include tokenizer.h, the interface.)
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir,
+                                                         const TokenizerOptions& options = {});
+
 // The file LoadTokenizer reads in `dir`: <dir>/tokenizer.json when present,
 // else <dir>/tokenizer.model. Names the tokenizer in errors.
 std::string TokenizerPath(const std::string& dir);

@@ -12,6 +12,7 @@
 #include "testing/files.h"
 #include "testing/temp_dir.h"
 #include "models/gemma/hf_checkpoint.h"
+#include "models/gemma/model_dir.h"
 #include "models/gemma/tokenizer.h"
 #include "testing/source_dir.h"
 

@@ -60,11 +60,6 @@ struct TokenizerOptions {
   std::string sentencepiece_shim;
 };
 
-// Loads the tokenizer in model directory `dir`. NotFound "model directory
-// <dir> does not exist" when it does not (model_dir.h CheckModelDir).
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir,
-                                                         const TokenizerOptions& options = {});
-
 }  // namespace tpudist::models::gemma
 
 #endif  // TPU_DIST_MODELS_GEMMA_TOKENIZER_H_

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "models/gemma/bpe_tokenizer.h"
+#include "models/gemma/model_dir.h"
 #include "models/gemma/tokenizer.h"
 
 #ifndef TPU_DIST_ORACLE_NO_TORCH

@@ -6,6 +6,7 @@
 
 #include "models/gemma/bpe_tokenizer.h"
 #include "models/gemma/bpe_trainer.h"
+#include "models/gemma/model_dir.h"
 #include "testing/files.h"
 #include "testing/temp_dir.h"
 #include "models/gemma/sentencepiece_tokenizer.h"
