@@ -88,7 +88,7 @@ namespace dist = tpudist::distributed;
 // (the dict that rank_info() returned before RankInfo was a type).
 constexpr const char* kRankInfoKeys[] = {
     "rank", "world_size", "local_rank", "local_world_size", "host_index", "num_hosts",
-    "master_addr", "master_port", "hostnames", "slicebuilder_addresses", "accelerator_type",
+    "slice_index", "num_slices", "megascale_coordinator", "master_addr", "master_port", "hostnames", "slicebuilder_addresses", "accelerator_type",
     "chip_topology", "devices_per_host", "source", "restart_count", "job_id", "summary"};
 
 // tpu_dist.RankInfo: tpu_runtime::RankInfo, read-only.
@@ -105,6 +105,13 @@ and job id from it instead of the environment.)")
       .def_readonly("local_world_size", &RankInfo::local_world_size)
       .def_readonly("host_index", &RankInfo::host_index)
       .def_readonly("num_hosts", &RankInfo::num_hosts)
+      .def_readonly("slice_index", &RankInfo::slice_index)
+      .def_readonly("num_slices", &RankInfo::num_slices)
+      .def_readonly("megascale_coordinator", &RankInfo::megascale_coordinator)
+      .def_property_readonly("devices_per_slice", &RankInfo::devices_per_slice)
+      .def_property_readonly("rank_in_slice", &RankInfo::rank_in_slice)
+      .def_property_readonly("host_in_slice", &RankInfo::host_in_slice)
+      .def_property_readonly("hostname", &RankInfo::hostname)
       .def_readonly("master_addr", &RankInfo::master_addr)
       .def_readonly("master_port", &RankInfo::master_port)
       .def_readonly("hostnames", &RankInfo::hostnames)

@@ -26,9 +26,11 @@ def rank_info() -> RankInfo:
     (the C++ tpu_runtime::RankInfo, read-only).
 
     Properties (also readable as info["name"]): rank, world_size, local_rank,
-    local_world_size, host_index, num_hosts, master_addr, master_port,
-    hostnames, slicebuilder_addresses, accelerator_type, chip_topology,
-    devices_per_host, source, restart_count, job_id, summary. Raises
+    local_world_size, host_index, num_hosts, slice_index, num_slices,
+    megascale_coordinator, master_addr, master_port, hostnames (this
+    slice's), slicebuilder_addresses, accelerator_type, chip_topology,
+    devices_per_host, source, restart_count, job_id, summary; and
+    devices_per_slice, rank_in_slice, host_in_slice, hostname. Raises
     ValueError naming the variable on bad input.
     """
     return _C.rank_info()
