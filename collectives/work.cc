@@ -21,19 +21,18 @@ void TpuDistWork::Finish(const absl::Status& status, CallbackThreads* callbacks)
         std::runtime_error(std::string("tpu_dist: ") + status.ToString()));
   }
   {
-    std::unique_lock<std::mutex> lock(future_mu_);
-    if (future_handed_out_ && callbacks != nullptr) {
-      lock.unlock();
-      callbacks->Post([self = c10::intrusive_ptr<TpuDistWork>::unsafe_reclaim_from_nonowning(this),
-                       error] { self->Complete(error); });
-      return;
-    }
+    absl::MutexLock lock(&future_mu_);
     if (!future_handed_out_) {
       // No holder, so no callbacks: complete it before getFuture() can hand
       // it out pending (callbacks added later run on their adder's thread).
       Complete(error);
       return;
     }
+  }
+  if (callbacks != nullptr) {
+    callbacks->Post([self = c10::intrusive_ptr<TpuDistWork>::unsafe_reclaim_from_nonowning(this),
+                     error] { self->Complete(error); });
+    return;
   }
   Complete(error);  // handed out, no callback threads: here
 }
@@ -73,7 +72,7 @@ bool TpuDistWork::wait(std::chrono::milliseconds timeout) {
 std::vector<at::Tensor> TpuDistWork::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> TpuDistWork::getFuture() {
-  std::lock_guard<std::mutex> lock(future_mu_);
+  absl::MutexLock lock(&future_mu_);
   future_handed_out_ = true;
   return future_;
 }

@@ -32,7 +32,9 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "collectives/callback_threads.h"
 #include "collectives/op_worker.h"
 #include "torch/csrc/distributed/c10d/Work.hpp"
@@ -48,14 +50,15 @@ class TpuDistWork : public c10d::Work {
   // Completes the work; `status` non-OK makes it fail with that message.
   // The future completes on `callbacks` if it has been handed out (null:
   // here, callbacks included).
-  void Finish(const absl::Status& status, CallbackThreads* callbacks = nullptr);
+  void Finish(const absl::Status& status, CallbackThreads* callbacks = nullptr)
+      ABSL_LOCKS_EXCLUDED(future_mu_);
   // The queued op that Finish()es this work, for wait() to run on the
   // waiter. Set once by the issuer before the work is handed out.
   void set_queued_op(OpWorker::QueuedOp op) { queued_op_ = std::move(op); }
 
   bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
   std::vector<at::Tensor> result() override;
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override ABSL_LOCKS_EXCLUDED(future_mu_);
 
  private:
   // Completes future_ with `error` or outputs_ (running its callbacks),
@@ -66,8 +69,8 @@ class TpuDistWork : public c10d::Work {
   std::chrono::milliseconds op_timeout_;
   OpWorker::QueuedOp queued_op_;  // empty: the op ran inline
   c10::intrusive_ptr<c10::ivalue::Future> future_;
-  std::mutex future_mu_;
-  bool future_handed_out_ = false;  // getFuture() was called; GUARDED_BY(future_mu_)
+  absl::Mutex future_mu_;
+  bool future_handed_out_ ABSL_GUARDED_BY(future_mu_) = false;  // getFuture() was called
 };
 
 }  // namespace tpudist::collectives
