@@ -13,14 +13,12 @@
 #include "train/dolly_dataset.h"
 #include "train/internal/fs_util.h"
 #include "train/internal/test_temp_dir.h"
+#include "testing/source_dir.h"
 
 namespace tpudist::train {
 namespace {
 
-std::string SourceDir() {
-  const char* env = std::getenv("TPU_DIST_SOURCE_DIR");
-  return env != nullptr ? env : TPU_DIST_SOURCE_DIR_DEFAULT;
-}
+using test_support::SourceDir;
 
 TEST(BundledDataTest, LoadsAndIsVaried) {
   const std::string path = SourceDir() + "/data/instructions/train.jsonl";

@@ -35,6 +35,7 @@
 #include "gtest/gtest.h"
 #include "models/gemma/hf_checkpoint.h"
 #include "io/safetensors.h"
+#include "testing/source_dir.h"
 
 namespace tpudist::train {
 namespace {
@@ -44,10 +45,7 @@ using ::testing::HasSubstr;
 
 constexpr int kWorld = 4;
 
-std::string SourceDir() {
-  const char* env = std::getenv("TPU_DIST_SOURCE_DIR");
-  return env != nullptr ? env : TPU_DIST_SOURCE_DIR_DEFAULT;
-}
+using test_support::SourceDir;
 
 using internal::RunOutput;
 

@@ -1,4 +1,5 @@
 #include "train/hf_tokenizer_call.h"
+#include "testing/source_dir.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -83,8 +84,7 @@ TEST(HfTokenizerCallTest, ToTokenizeOptions) {
 }
 
 TEST(HfTokenizerCallTest, BundledTinyGemma) {
-  const char* env = std::getenv("TPU_DIST_SOURCE_DIR");
-  const std::string dir = std::string(env != nullptr ? env : TPU_DIST_SOURCE_DIR_DEFAULT) + "/data/tiny_gemma";
+  const std::string dir = test_support::SourceDir() + "/data/tiny_gemma";
   auto call = ReadHfTokenizerCall(dir);
   ASSERT_TRUE(call.ok()) << call.status();
   EXPECT_EQ(call->padding_side, Side::kLeft);

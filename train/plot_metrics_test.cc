@@ -13,14 +13,12 @@
 #include "train/internal/fs_util.h"
 #include "train/internal/test_temp_dir.h"
 #include "train/metrics_log.h"
+#include "testing/source_dir.h"
 
 namespace tpudist::train {
 namespace {
 
-std::string SourceDir() {
-  const char* env = std::getenv("TPU_DIST_SOURCE_DIR");
-  return env != nullptr ? env : TPU_DIST_SOURCE_DIR_DEFAULT;
-}
+using test_support::SourceDir;
 
 uint32_t BigEndian32(const std::string& s, size_t at) {
   return (static_cast<uint32_t>(static_cast<unsigned char>(s[at])) << 24) |

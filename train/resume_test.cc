@@ -18,6 +18,7 @@
 #include "train/internal/test_temp_dir.h"
 #include "train/metrics_log.h"
 #include "train/tokenized_dataset.h"
+#include "testing/source_dir.h"
 
 namespace tpudist::train {
 namespace {
@@ -27,10 +28,7 @@ constexpr int64_t kBatch = 2;
 constexpr int64_t kEpochs = 2;
 constexpr int64_t kEvery = 5;  // checkpoint every kEvery steps
 
-std::string SourceDir() {
-  const char* env = std::getenv("TPU_DIST_SOURCE_DIR");
-  return env != nullptr ? env : TPU_DIST_SOURCE_DIR_DEFAULT;
-}
+using test_support::SourceDir;
 
 absl::StatusOr<std::vector<int>> ByteEncode(absl::string_view text) {
   std::vector<int> ids;

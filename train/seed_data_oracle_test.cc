@@ -29,6 +29,7 @@
 #include "io/safetensors.h"
 #include "models/gemma/model_dir.h"
 #include "models/gemma/tokenizer.h"
+#include "testing/source_dir.h"
 
 namespace tpudist::train {
 namespace {
@@ -36,10 +37,7 @@ namespace {
 namespace gemma = ::tpudist::models::gemma;
 using json = nlohmann::json;
 
-std::string SourceDir() {
-  const char* env = std::getenv("TPU_DIST_SOURCE_DIR");
-  return env != nullptr ? env : TPU_DIST_SOURCE_DIR_DEFAULT;
-}
+using test_support::SourceDir;
 
 std::string FixtureDir() { return SourceDir() + "/tests/oracles/fixtures/tokenizer"; }
 
