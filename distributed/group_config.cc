@@ -39,15 +39,11 @@ absl::StatusOr<std::string> ResolveJobId(const tr::RankInfo* info, const tr::Env
   return info->job_id;
 }
 
-// This host's entry of the slice's host list: RankInfo's
-// hostnames[host_index], "" when unknown (no RankInfo, or a host list that
-// does not name it).
+// This host's entry of its slice's host list (RankInfo::hostname(), which
+// indexes by the host's place in its slice), "" when unknown (no RankInfo,
+// or a host list that does not name it).
 std::string ResolveWorkerHostname(const tr::RankInfo* info) {
-  if (info != nullptr && info->host_index >= 0 &&
-      info->host_index < static_cast<int>(info->hostnames.size())) {
-    return info->hostnames[info->host_index];
-  }
-  return std::string();
+  return info != nullptr ? info->hostname() : std::string();
 }
 
 absl::StatusOr<TcpStoreSpec> ResolveTcpStore(const tr::RankInfo* info, const tr::EnvMap& env) {

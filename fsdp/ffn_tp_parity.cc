@@ -71,10 +71,7 @@ double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b, bool* ok) {
 }
 
 std::string Hostname(const tr::RankInfo& info) {
-  if (info.host_index >= 0 && info.host_index < static_cast<int>(info.hostnames.size())) {
-    return info.hostnames[info.host_index];
-  }
-  return info.master_addr;
+  return info.hostname().empty() ? info.master_addr : info.hostname();
 }
 
 }  // namespace
