@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
 from tpu_dist import _C
-from tpu_dist.env import rank_info_or_none
+from tpu_dist.env import host_placement_without_rank_info, rank_info_or_none
 
 BACKEND_NAME = "tpu_dist"
 
@@ -40,6 +40,22 @@ def _group_timeout(timeout: datetime.timedelta) -> datetime.timedelta:
     return timeout
 
 
+def _options_from_host_place() -> Optional[_C.ProcessGroupTpuDist.Options]:
+    """Without a RankInfo (Ray Train's workers: see
+    env.host_placement_without_rank_info), the options a group would get,
+    placed on the TPU host that tpu_dist.env reads (TPU_DIST_HOST_ID still
+    wins); None off a TPU host."""
+    place = host_placement_without_rank_info()
+    if place is None:
+        return None
+    options = _C.ProcessGroupTpuDist.Options()
+    if not options.host_id:
+        options.host_id = place[0]
+    if not options.worker_hostname:
+        options.worker_hostname = place[1]
+    return options
+
+
 def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGroupTpuDist:
     """torch.distributed's extended-API creator for "tpu_dist".
 
@@ -66,6 +82,9 @@ def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGr
     group_id = str(dist_backend_opts.group_id) or "default"
     # This process's RankInfo, discovered once here: the group takes its host
     # placement and job id from it and reads no TPU_* variable again.
+    info = rank_info_or_none()
+    if info is None and backend_options is None:
+        backend_options = _options_from_host_place()
     return _C.ProcessGroupTpuDist(
         dist_backend_opts.store,
         dist_backend_opts.group_rank,
@@ -73,7 +92,7 @@ def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGr
         timeout,
         group_name=f"py_{group_id}",
         options=backend_options,
-        info=rank_info_or_none(),
+        info=info,
         # The flight recorder's dumps name the group's members by global rank.
         global_ranks=list(getattr(dist_backend_opts, "global_ranks_in_group", None) or []),
     )

@@ -73,6 +73,35 @@ def tpu_host_place(environ: Optional[Mapping[str, str]] = None) -> Tuple[int, Li
     return index, hosts
 
 
+def host_placement_without_rank_info(
+        environ: Optional[Mapping[str, str]] = None) -> Optional[Tuple[str, str]]:
+    """The host id and this host's name for a group when discovery finds no
+    RankInfo but the TPU host's variables are there (Ray Train numbers its
+    workers without regard to hosts, which discovery refuses as a RANK that
+    disagrees with TPU_WORKER_ID): ("slice_host_<global host index>", this
+    host's TPU_WORKER_HOSTNAMES entry or ""), by tpu_host_place. The global
+    index is MEGASCALE_SLICE_ID x hosts per slice + TPU_WORKER_ID, as
+    discovery numbers hosts slice-major, so that hosts of two slices (each
+    with a TPU_WORKER_ID 0) never share an id; without a host list a slice
+    > 0 gives "slice_<s>_host_<id>". None without TPU_WORKER_ID. ValueError
+    naming a malformed variable.
+    """
+    env = os.environ if environ is None else environ
+    if not env.get("TPU_WORKER_ID", "").strip():
+        return None
+    index, hosts = tpu_host_place(env)
+    raw_slice = env.get("MEGASCALE_SLICE_ID", "").strip()
+    if raw_slice and not raw_slice.isdigit():
+        raise ValueError(f'MEGASCALE_SLICE_ID="{raw_slice}": expected an integer >= 0')
+    slice_id = int(raw_slice) if raw_slice else 0
+    name = hosts[index] if index < len(hosts) else ""
+    if slice_id == 0:
+        return f"slice_host_{index}", name
+    if hosts:
+        return f"slice_host_{slice_id * len(hosts) + index}", name
+    return f"slice_{slice_id}_host_{index}", name
+
+
 def fill_torchrun_env_from_tpu() -> bool:
     """Sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
     MASTER_PORT from the TPU variables when RANK or WORLD_SIZE is absent and

@@ -298,3 +298,38 @@ def test_the_actor_class_ships_by_value_without_torch(tmp_path: Path) -> None:
                          timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "(1, ['a', 'b']) False False"
+
+
+def test_a_group_without_rank_info_is_placed_on_the_tpu_host(monkeypatch) -> None:
+    # Ray Train numbers its workers without regard to hosts: discovery refuses
+    # RANK=0 on TPU_WORKER_ID=1, and the group is placed by tpu_dist.env
+    # (slice_host_<id>, this host's entry) as the C++ rule without a RankInfo
+    # used to do; TPU_DIST_HOST_ID still wins.
+    from tpu_dist import backend
+    from tpu_dist.env import host_placement_without_rank_info, rank_info_or_none
+
+    env = {"TPU_WORKER_ID": "1", "TPU_WORKER_HOSTNAMES": "10.0.0.1,10.0.0.2",
+           "TPU_ACCELERATOR_TYPE": "v4-16", "TPU_TOPOLOGY": "2x2x2", "RANK": "0",
+           "WORLD_SIZE": "8", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    for name in ("TPU_DIST_HOST_ID", "MEGASCALE_SLICE_ID", "MEGASCALE_NUM_SLICES"):
+        monkeypatch.delenv(name, raising=False)
+    assert rank_info_or_none() is None
+    assert host_placement_without_rank_info() == ("slice_host_1", "10.0.0.2")
+    options = backend._options_from_host_place()
+    assert (options.host_id, options.worker_hostname) == ("slice_host_1", "10.0.0.2")
+    monkeypatch.setenv("TPU_DIST_HOST_ID", "127.0.1.2")
+    assert backend._options_from_host_place().host_id == "127.0.1.2"
+    # Slice 1 of 2: its host 1 is the job's host 3, never slice 0's host 1.
+    monkeypatch.setenv("MEGASCALE_SLICE_ID", "1")
+    assert host_placement_without_rank_info() == ("slice_host_3", "10.0.0.2")
+    monkeypatch.delenv("TPU_WORKER_HOSTNAMES")
+    assert host_placement_without_rank_info() == ("slice_1_host_1", "")
+    monkeypatch.setenv("MEGASCALE_SLICE_ID", "x")
+    with pytest.raises(ValueError, match="MEGASCALE_SLICE_ID"):
+        host_placement_without_rank_info()
+    monkeypatch.delenv("MEGASCALE_SLICE_ID")
+    monkeypatch.delenv("TPU_WORKER_ID")
+    assert host_placement_without_rank_info() is None
+    assert backend._options_from_host_place() is None
