@@ -1,7 +1,10 @@
 // Links against an installed TpuDist (built on the torch wheel's libtorch): a
 // RankInfo round trip through the public headers, then a multi-rank tpu_dist
 // process group from the one-call factory (ranks as threads over a
-// HashStore) doing an allreduce. Exit 0 on success.
+// HashStore) doing an allreduce, then TpuDist::train's DistributedSampler
+// sharding 10 rows over 3 ranks as torch.utils.data.DistributedSampler does.
+// Exit 0 on success.
+#include <cstdint>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -11,6 +14,7 @@
 
 #include "collectives/process_group_factory.h"
 #include "tpu_runtime/rank_info.h"
+#include "train/distributed_sampler.h"
 
 int main() {
   tpudist::tpu_runtime::RankInfo info;
@@ -52,5 +56,25 @@ int main() {
   for (int v : ok) {
     if (!v) return 1;
   }
+
+  // torch's DistributedSampler(range(10), num_replicas=3, rank=1,
+  // shuffle=False): indices 0..9 padded with 0, 1 to 12, rank 1 takes
+  // positions 1, 4, 7, 10.
+  tpudist::train::SamplerOptions sampler_options;
+  sampler_options.dataset_size = 10;
+  sampler_options.world_size = 3;
+  sampler_options.rank = 1;
+  sampler_options.shuffle = false;
+  absl::StatusOr<tpudist::train::DistributedSampler> sampler =
+      tpudist::train::DistributedSampler::Create(sampler_options);
+  if (!sampler.ok()) {
+    std::cerr << "consumer: " << sampler.status() << "\n";
+    return 1;
+  }
+  const std::vector<int64_t> rows = sampler->Indices();
+  std::cout << "consumer: DistributedSampler rank 1/3 of 10 rows:";
+  for (int64_t r : rows) std::cout << " " << r;
+  std::cout << "\n";
+  if (rows != std::vector<int64_t>{1, 4, 7, 0}) return 1;
   return 0;
 }
