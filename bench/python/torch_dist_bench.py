@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/python/torch_dist_bench.py [--worlds 2 4 16] [--quick]
         [--json-out FILE]
+    .venv/bin/python bench/python/torch_dist_bench.py --latency [--worlds 2 4]
+        [--ab OLD_PKG_DIR] [--rounds 3] [--cxx-bench build/bench/collectives_bench]
 
 For each world size it spawns that many ranks (one process each, like
 torchrun), initialises the default group with backend "tpu_dist" and a Gloo
@@ -12,6 +14,20 @@ on both, and FSDP2 training steps/s (torch's `fully_shard` of a small
 transformer, AdamW) on both. Every case: barrier, one warm-up op, barrier,
 timed loop. Prints a markdown table with the load average; nothing asserts a
 number (this is a benchmark, not a test).
+
+Ranks get RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, as torchrun
+sets them: without the LOCAL_* pair tpu_dist's discovery places every rank
+on a host of its own (TCP between them, never shared memory).
+
+--latency: the per-op cost of small and mid-size all_reduce (8 B, 64 KiB,
+1 MiB) on tpu_dist alone, three ways: blocking `dist.all_reduce(t)`,
+`dist.all_reduce(t, async_op=True).wait()` and `...get_future().wait()`;
+each cell is the median over 7 repetitions of a timed loop (rank 0's
+clock). With --ab DIR it alternates the tpu_dist package copied into DIR
+(DIR/tpu_dist, an older build) with this checkout's, --rounds times per
+world, in one run; --cxx-bench adds our C++ path (collectives_bench, blocking
+all_reduce on the same sizes) to every round. Prints one row per (world,
+size, mode) with each build's rounds and the load average.
 """
 
 from __future__ import annotations
@@ -21,6 +37,7 @@ import datetime
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from typing import Any
@@ -105,9 +122,132 @@ def _fsdp_steps_per_s(world: int, group: Any, steps: int) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def _rank_main(rank: int, world: int, port: int, quick: bool, queue: Any) -> None:
+def _rank_env(rank: int, world: int, port: int) -> None:
+    # As torchrun: all ranks on this host (LOCAL_*), so tpu_dist uses shm.
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                      RANK=str(rank), WORLD_SIZE=str(world))
+                      RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+
+
+LATENCY_SIZES = [8, 64 << 10, 1 << 20]
+LATENCY_MODES = ["blocking", "async+wait", "async+future"]
+
+
+def _latency_main(rank: int, world: int, port: int, pkg_dir: str, queue: Any) -> None:
+    _rank_env(rank, world, port)
+    if pkg_dir:  # an older build of the package (--ab): ahead of this checkout's
+        sys.path.insert(0, pkg_dir)
+    torch.set_num_threads(1)
+    import tpu_dist
+
+    dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=300))
+    rows = []
+    for nbytes in LATENCY_SIZES:
+        t = torch.ones(max(1, nbytes // 4))
+        fns = {
+            "blocking": lambda: dist.all_reduce(t),
+            "async+wait": lambda: dist.all_reduce(t, async_op=True).wait(),
+            "async+future": lambda: dist.all_reduce(t, async_op=True).get_future().wait(),
+        }
+        iters = 2000 if nbytes <= 8 else 400 if nbytes <= (64 << 10) else 100
+        for mode in LATENCY_MODES:
+            times = []
+            for _ in range(7):
+                dist.barrier()
+                fns[mode]()
+                dist.barrier()
+                start = time.perf_counter()
+                for _ in range(iters):
+                    fns[mode]()
+                times.append((time.perf_counter() - start) / iters * 1e6)
+            times.sort()
+            rows.append({"bytes": nbytes, "mode": mode, "us": times[len(times) // 2]})
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        queue.put({"rows": rows, "package": os.path.dirname(tpu_dist.__file__)})
+
+
+def _spawn(target: Any, world: int, extra: tuple) -> dict[str, Any]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(r, world, port) + extra + (queue,))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        while True:  # a rank that died (its traceback is on stderr) ends the wait
+            try:
+                return queue.get(timeout=5)
+            except Exception:
+                if any(p.exitcode not in (None, 0) for p in procs):
+                    raise RuntimeError(f"a rank failed: {[p.exitcode for p in procs]}")
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+
+
+def _cxx_latency(binary: str, world: int) -> dict[int, float]:
+    """Our C++ path: collectives_bench's blocking all_reduce at LATENCY_SIZES."""
+    names = {8: "8B", 64 << 10: "64KiB", 1 << 20: "1MiB"}
+    sizes = "|".join(names.values())
+    out = subprocess.run(
+        [binary, f"--benchmark_filter=^all_reduce/fp32/({sizes})/world{world}/tpu_dist/",
+         "--benchmark_format=json"], capture_output=True, text=True, timeout=600)
+    start = out.stdout.find("{")
+    if out.returncode != 0 or start < 0:
+        return {}
+    bench = json.JSONDecoder().raw_decode(out.stdout[start:])[0]
+    result = {}
+    for b in bench.get("benchmarks", []):
+        for n, name in names.items():
+            if f"/{name}/" in b["name"]:
+                scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3}[b.get("time_unit", "ns")]
+                result[n] = b["real_time"] * scale
+    return result
+
+
+def _latency(worlds: list[int], ab: str, rounds: int, cxx: str) -> int:
+    builds = {"new": ""} if not ab else {"old": os.path.abspath(ab), "new": ""}
+    cells: dict[tuple, dict[str, list[float]]] = {}
+    loads = []
+    for world in worlds:
+        for _ in range(rounds):
+            for build, pkg in builds.items():
+                res = _spawn(_latency_main, world, (pkg,))
+                loads.append(_load())
+                for r in res["rows"]:
+                    cells.setdefault((world, r["bytes"], r["mode"]), {}).setdefault(
+                        build, []).append(r["us"])
+            if cxx:
+                for nbytes, us in _cxx_latency(cxx, world).items():
+                    cells.setdefault((world, nbytes, "C++ blocking"), {}).setdefault(
+                        "new", []).append(us)
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; all_reduce fp32, us per op "
+          f"(median of 7 loops, rank 0), {rounds} round(s) per build, builds alternated; "
+          f"load average after each run: {', '.join(loads)}")
+    head = "| world | size | mode | " + " | ".join(f"{b} (each round)" for b in builds)
+    print(head + (" | old/new (medians) |" if ab else " |"))
+    print("|---" * (3 + len(builds) + (1 if ab else 0)) + "|")
+    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+    for (world, nbytes, mode), by in sorted(cells.items(), key=lambda kv: (
+            kv[0][0], kv[0][1], (["C++ blocking"] + LATENCY_MODES).index(kv[0][2]))):
+        vals = " | ".join(" ".join(f"{x:.1f}" for x in by.get(b, [])) or "-" for b in builds)
+        ratio = ""
+        if ab:
+            ratio = (f" | {med(by['old']) / med(by['new']):.2f}"
+                     if by.get("old") and by.get("new") else " | -")
+        print(f"| {world} | {_size(nbytes)} | {mode} | {vals}{ratio} |")
+    return 0
+
+
+def _rank_main(rank: int, world: int, port: int, quick: bool, queue: Any) -> None:
+    _rank_env(rank, world, port)
     torch.set_num_threads(1)
     import tpu_dist  # noqa: F401
 
@@ -169,7 +309,16 @@ def main() -> int:
     parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4, 16])
     parser.add_argument("--quick", action="store_true", help="2 sizes, 2 iterations")
     parser.add_argument("--json-out", default="")
+    parser.add_argument("--latency", action="store_true",
+                        help="8 B / 64 KiB / 1 MiB all_reduce per-op cost, tpu_dist only")
+    parser.add_argument("--ab", default="",
+                        help="with --latency: a dir holding an older tpu_dist package to alternate")
+    parser.add_argument("--rounds", type=int, default=3, help="with --latency")
+    parser.add_argument("--cxx-bench", default="",
+                        help="with --latency: collectives_bench binary for the C++ path")
     args = parser.parse_args()
+    if args.latency:
+        return _latency(args.worlds, args.ab, args.rounds, args.cxx_bench)
     results = [_run_world(w, args.quick) for w in args.worlds]
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs")
     print("| op | world | size | tpu_dist us | Gloo us | Gloo/tpu_dist |")
