@@ -21,7 +21,7 @@ struct LocalRange {
 
 LocalRange LocalRanks(const LaunchConfig& config) {
   if (config.mode == LaunchConfig::Mode::kPlain) return {0, config.nproc};
-  if (config.hosts_emulated) return {0, config.slice.num_devices()};
+  if (config.hosts_emulated) return {0, config.slice.num_devices() * config.num_slices};
   return {config.host_index * config.slice.devices_per_host, config.slice.devices_per_host};
 }
 
@@ -36,6 +36,61 @@ void AddElasticVariables(const LaunchConfig& config, int rank, int world, EnvMap
   if (config.set_omp_num_threads) (*env)["OMP_NUM_THREADS"] = "1";
   if (!config.job_secret_hex.empty()) (*env)[kJobSecretEnv] = config.job_secret_hex;
   if (!config.job_secret_file.empty()) (*env)[kJobSecretFileEnv] = config.job_secret_file;
+}
+
+// The addresses of slice `s`'s hosts: its part of config.hostnames, else
+// 127.0.<s+1>.<h+1>. One slice without --hostnames: empty (SliceEnvironment's
+// own default, the same addresses).
+std::vector<std::string> SliceHostnames(const LaunchConfig& config, int s) {
+  const int hosts = config.slice.num_hosts;
+  if (!config.hostnames.empty()) {
+    return std::vector<std::string>(config.hostnames.begin() + s * hosts,
+                                    config.hostnames.begin() + (s + 1) * hosts);
+  }
+  std::vector<std::string> out;
+  if (config.num_slices == 1) return out;
+  for (int h = 0; h < hosts; ++h) out.push_back(absl::StrCat("127.0.", s + 1, ".", h + 1));
+  return out;
+}
+
+// What GKE + the KubeRay TPU webhook give global rank `rank` of a job of
+// config.num_slices slices (webhook form: the coordinator without a port,
+// MEGASCALE_PORT beside it), with the torchrun variables counting every
+// slice. One slice: exactly SliceEnvironment's.
+absl::StatusOr<EnvMap> MultiSliceEnvironment(const LaunchConfig& config, int rank,
+                                             int restart_count, int master_port) {
+  const SliceSpec& spec = config.slice;
+  const int n = config.num_slices;
+  const int per_slice = spec.num_devices();
+  const int s = rank / per_slice;
+  SliceEnvOptions options;
+  options.hostnames = SliceHostnames(config, s);
+  options.master_addr = config.master_addr;
+  options.master_port = master_port;
+  options.job_id = config.job_id;
+  options.restart_count = restart_count;
+  if (!spec.slice_name.empty()) options.slice_name = spec.slice_name;
+  if (n == 1) return SliceEnvironment(spec, rank, options);
+
+  SliceSpec own = spec;  // each slice its own TPU_NAME, as KubeRay's replicas
+  own.slice_name.clear();
+  options.slice_name = spec.slice_name.empty() ? absl::StrCat("tpu-slice-", s)
+                                               : absl::StrCat(spec.slice_name, "-", s);
+  const std::string coordinator = SliceHostnames(config, 0)[0];
+  if (options.master_addr.empty()) options.master_addr = coordinator;
+  absl::StatusOr<EnvMap> env = SliceEnvironment(own, rank % per_slice, options);
+  if (!env.ok()) return env.status();
+  const int host = rank / spec.devices_per_host;  // job-wide, slice-major
+  (*env)["RANK"] = absl::StrCat(rank);
+  (*env)["WORLD_SIZE"] = absl::StrCat(per_slice * n);
+  (*env)["GROUP_RANK"] = absl::StrCat(host);
+  (*env)["NODE_RANK"] = absl::StrCat(host);
+  (*env)["GROUP_WORLD_SIZE"] = absl::StrCat(spec.num_hosts * n);
+  (*env)["MEGASCALE_NUM_SLICES"] = absl::StrCat(n);
+  (*env)["MEGASCALE_SLICE_ID"] = absl::StrCat(s);
+  (*env)["MEGASCALE_COORDINATOR_ADDRESS"] = coordinator;
+  (*env)["MEGASCALE_PORT"] = absl::StrCat(config.megascale_port);
+  return env;
 }
 
 }  // namespace
@@ -61,6 +116,31 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
                                                    " devices_per_host=", s.devices_per_host,
                                                    "; expected a spec from SliceSpecFromFlags"));
   }
+  if (config.num_slices < 1 || config.num_slices > kMaxEmulatedSlices) {
+    return absl::InvalidArgumentError(absl::StrCat("--num-slices=", config.num_slices,
+                                                   ": expected 1..", kMaxEmulatedSlices));
+  }
+  if (config.num_slices > 1 && !config.hosts_emulated) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-slices=", config.num_slices,
+        " without --hosts-emulated: only emulated slices are supported (one tpurun per real "
+        "host of a multi-slice job is not)"));
+  }
+  if (config.num_slices > 1 && s.num_devices() * config.num_slices > kMaxLocalRanks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-slices=", config.num_slices, " of ", s.num_devices(), " devices: ",
+        s.num_devices() * config.num_slices, " ranks; expected at most ", kMaxLocalRanks,
+        " ranks on one machine"));
+  }
+  if (config.num_slices > 1 && config.hostnames.empty() && s.num_hosts > 254) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-slices=", config.num_slices, " of ", s.num_hosts,
+        " hosts: an emulated slice's hosts must fit in 127.0.<s+1>.1..254"));
+  }
+  if (config.num_slices > 1 && (config.megascale_port < 1 || config.megascale_port > 65535)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("megascale_port=", config.megascale_port, "; expected 1..65535"));
+  }
   if (config.hosts_emulated && s.num_devices() > kMaxLocalRanks) {
     return absl::InvalidArgumentError(absl::StrCat("--hosts-emulated with ", s.num_devices(),
                                                    " devices; expected at most ", kMaxLocalRanks,
@@ -71,10 +151,14 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
                                                    "; expected 0 <= host_index < ", s.num_hosts,
                                                    " (the slice's hosts)"));
   }
-  if (!config.hostnames.empty() && static_cast<int>(config.hostnames.size()) != s.num_hosts) {
-    return absl::InvalidArgumentError(absl::StrCat(config.hostnames.size(), " hostnames given (",
-                                                   absl::StrJoin(config.hostnames, ","),
-                                                   "); expected one per host, ", s.num_hosts));
+  const int all_hosts = s.num_hosts * config.num_slices;
+  if (!config.hostnames.empty() && static_cast<int>(config.hostnames.size()) != all_hosts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config.hostnames.size(), " hostnames given (", absl::StrJoin(config.hostnames, ","),
+        "); expected one per host, ", all_hosts,
+        config.num_slices > 1 ? absl::StrCat(" (", config.num_slices, " slices x ", s.num_hosts,
+                                             ", slice-major)")
+                              : std::string()));
   }
   return absl::OkStatus();
 }
@@ -96,19 +180,18 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanRanks(const LaunchConfig& config, i
     spec.argv = config.command;
     int world, host, local;
     if (config.mode == LaunchConfig::Mode::kSlice) {
-      SliceEnvOptions options;
-      options.hostnames = config.hostnames;
-      options.master_addr = config.master_addr;
-      options.master_port = master_port;
-      options.job_id = config.job_id;
-      options.restart_count = restart_count;
-      if (!config.slice.slice_name.empty()) options.slice_name = config.slice.slice_name;
-      absl::StatusOr<EnvMap> env = SliceEnvironment(config.slice, rank, options);
+      absl::StatusOr<EnvMap> env = MultiSliceEnvironment(config, rank, restart_count, master_port);
       if (!env.ok()) return env.status();
       spec.env = *std::move(env);
-      world = config.slice.num_devices();
+      const int per_slice = config.slice.num_devices();
+      world = per_slice * config.num_slices;
       host = rank / config.slice.devices_per_host;
       local = rank % config.slice.devices_per_host;
+      if (config.num_slices > 1) {
+        spec.description = absl::StrCat("rank ", rank, " (slice ", rank / per_slice, " host ",
+                                        (rank % per_slice) / config.slice.devices_per_host,
+                                        ", local ", local, ")");
+      }
     } else {
       world = config.nproc;
       host = 0;
@@ -125,7 +208,9 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanRanks(const LaunchConfig& config, i
       env["TORCHELASTIC_RESTART_COUNT"] = absl::StrCat(restart_count);
     }
     AddElasticVariables(config, rank, world, &spec.env);
-    spec.description = absl::StrCat("rank ", rank, " (host ", host, ", local ", local, ")");
+    if (spec.description.empty()) {
+      spec.description = absl::StrCat("rank ", rank, " (host ", host, ", local ", local, ")");
+    }
     spec.output_prefix = RankLabel(rank, world);
     specs.push_back(std::move(spec));
   }
@@ -185,9 +270,12 @@ std::string StartBanner(const LaunchConfig& config) {
   std::string where = config.hosts_emulated
                           ? "emulated"
                           : absl::StrCat("host ", config.host_index, " of ", s.num_hosts);
-  return absl::StrCat(s.accelerator_type, " ", absl::StrJoin(s.chip_topology, "x"), ", ",
-                      s.num_devices(), " devices on ", s.num_hosts,
-                      s.num_hosts == 1 ? " host x " : " hosts x ", s.devices_per_host, " (", where,
+  const int n = config.num_slices;
+  const int hosts = s.num_hosts * n;
+  return absl::StrCat(s.accelerator_type, " ", absl::StrJoin(s.chip_topology, "x"),
+                      n > 1 ? absl::StrCat(" x ", n, " slices") : std::string(), ", ",
+                      s.num_devices() * n, " devices on ", hosts,
+                      hosts == 1 ? " host x " : " hosts x ", s.devices_per_host, " (", where,
                       "), job ", config.job_id);
 }
 

@@ -8,6 +8,15 @@
 //     run here, host h as address 127.0.1.<h+1>. Without it, only the ranks
 //     of host `host_index` are planned: one tpurun per real host, all with the
 //     same flags, hostnames and master port.
+//     With num_slices > 1 (needs hosts_emulated), N slices of that shape run
+//     here, each with its own hosts (slice s, host h at 127.0.<s+1>.<h+1>;
+//     slice 0 keeps 127.0.1.<h+1>): every rank also gets what GKE + the
+//     KubeRay TPU webhook set per replica (TPU_WORKER_ID / _HOSTNAMES of its
+//     own slice, TPU_NAME tpu-slice-<s>, MEGASCALE_NUM_SLICES,
+//     MEGASCALE_SLICE_ID, MEGASCALE_COORDINATOR_ADDRESS = slice 0's first
+//     host, MEGASCALE_PORT), and the torchrun variables (RANK, WORLD_SIZE,
+//     GROUP_RANK, ...) count every slice, slice-major: rank = slice x devices
+//     per slice + rank in slice. num_slices == 1 sets no MEGASCALE_* at all.
 //   * plain (--nproc N): N ranks with torchrun's variables (RANK, LOCAL_RANK,
 //     WORLD_SIZE, GROUP_RANK, ROLE_*, MASTER_*, TORCHELASTIC_RUN_ID), no TPU
 //     variables: what `torchrun --nproc-per-node N` gives a single node.
@@ -30,14 +39,22 @@ namespace tpudist::tpu_runtime::launcher {
 // would fork until the machine gives out.
 inline constexpr int kMaxLocalRanks = 4096;
 
+// The most emulated slices: slice s's hosts are 127.0.<s+1>.<h+1>.
+inline constexpr int kMaxEmulatedSlices = 254;
+
 struct LaunchConfig {
   enum class Mode { kPlain, kSlice };
   Mode mode = Mode::kPlain;
   int nproc = 1;                // kPlain: number of ranks
   SliceSpec slice;              // kSlice: from SliceSpecFromFlags
   bool hosts_emulated = false;  // kSlice: run every host's ranks here
+  // kSlice: slices of `slice`'s shape (--num-slices); > 1 needs
+  // hosts_emulated. MEGASCALE_PORT of every rank when > 1.
+  int num_slices = 1;
+  int megascale_port = 8081;
   int host_index = 0;           // kSlice, not emulated: which host this is
-  // kSlice: one address per host; empty means 127.0.1.<h+1>.
+  // kSlice: one address per host of every slice, slice-major; empty means
+  // 127.0.<s+1>.<h+1> for host h of slice s.
   std::vector<std::string> hostnames;
   // Empty: 127.0.0.1 (plain) or the first host (slice).
   std::string master_addr;
@@ -51,8 +68,9 @@ struct LaunchConfig {
   std::string job_secret_file;
 };
 
-// Checks a config before anything starts; errors name the field and value.
-// The ranks started here must number at most kMaxLocalRanks.
+// Checks a config before anything starts; errors name the field (the flag
+// for num_slices: "--num-slices=0: ...") and value. The ranks started here
+// must number at most kMaxLocalRanks.
 absl::Status ValidateLaunchConfig(const LaunchConfig& config);
 
 // The ranks this tpurun starts for attempt `restart_count`, in rank order.
@@ -86,6 +104,7 @@ std::string PeerFailureHint(const LaunchConfig& config);
 //   "v6e 4x4, 16 devices on 4 hosts x 4 (emulated), job <id>"
 //   "tpu7x 2x2x2, 16 devices on 2 hosts x 8 (host 1 of 2), job <id>"
 //   "4 processes (plain), job <id>"
+//   "v6e 2x2 x 2 slices, 8 devices on 2 hosts x 4 (emulated), job <id>"
 std::string StartBanner(const LaunchConfig& config);
 
 // A job id unique on this machine: "tpurun-<pid>-<hex time>". Not pure.

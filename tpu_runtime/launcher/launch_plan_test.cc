@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -202,6 +204,143 @@ TEST(LaunchPlanTest, DiscoveryReproducesEveryPlannedRank) {
   plain.command = {"x"};
   plain.job_id = "plain-job";
   ExpectDiscoveryReproducesPlan(plain, 3, 3);
+}
+
+// Oracle: DiscoverRankInfo on every rank of 2 and 3 emulated slices gives the
+// slice-major placement, the slice's own hostname and the coordinator.
+TEST(LaunchPlanTest, DiscoveryReproducesEveryRankOfSeveralSlices) {
+  for (const auto& [accel, topo, slices, per_slice, per_host] :
+       std::vector<std::tuple<const char*, const char*, int, int, int>>{
+           {"TPU-V6E", "2x2", 2, 4, 4}, {"v4", "2x2x2", 2, 8, 4}, {"tpu7x", "2x2x2", 3, 16, 8}}) {
+    LaunchConfig c = SliceConfig(accel, topo, /*emulated=*/true);
+    c.num_slices = slices;
+    SCOPED_TRACE(StartBanner(c));
+    ExpectDiscoveryReproducesPlan(c, slices * per_slice, per_host);
+    absl::StatusOr<std::vector<ProcessSpec>> specs = PlanRanks(c, 1, 23456);
+    ASSERT_TRUE(specs.ok()) << specs.status();
+    for (const ProcessSpec& spec : *specs) {
+      absl::StatusOr<RankInfo> info = DiscoverRankInfo(spec.env);
+      ASSERT_TRUE(info.ok()) << spec.description << ": " << info.status();
+      const int slice = spec.rank / per_slice;
+      EXPECT_EQ(info->num_slices, slices);
+      EXPECT_EQ(info->slice_index, slice);
+      EXPECT_EQ(info->rank_in_slice(), spec.rank % per_slice);
+      EXPECT_EQ(info->host_in_slice(), (spec.rank % per_slice) / per_host);
+      EXPECT_EQ(info->num_hosts, slices * per_slice / per_host);
+      EXPECT_EQ(info->hostname(),
+                absl::StrCat("127.0.", slice + 1, ".", (spec.rank % per_slice) / per_host + 1));
+      EXPECT_EQ(info->megascale_coordinator, "127.0.1.1:8081");
+      EXPECT_EQ(info->master_addr, "127.0.1.1");
+    }
+  }
+}
+
+// Two emulated v6e 2x2 slices (one host of 4 each): 8 ranks, slice-major,
+// each slice its own host and TPU_NAME, the webhook's MEGASCALE_* on every
+// rank, torchrun's variables counting both slices.
+TEST(LaunchPlanTest, TwoSlicesGiveEveryRankItsSlicesEnvironment) {
+  LaunchConfig c = SliceConfig("TPU-V6E", "2x2", /*emulated=*/true);
+  c.num_slices = 2;
+  absl::StatusOr<std::vector<ProcessSpec>> specs = PlanRanks(c, 0, 20000);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 8u);
+  for (int r = 0; r < 8; ++r) {
+    const ProcessSpec& s = (*specs)[r];
+    const int slice = r / 4;
+    SCOPED_TRACE(s.description);
+    EXPECT_EQ(s.rank, r);
+    EXPECT_EQ(s.env.at("RANK"), absl::StrCat(r));
+    EXPECT_EQ(s.env.at("WORLD_SIZE"), "8");
+    EXPECT_EQ(s.env.at("ROLE_WORLD_SIZE"), "8");
+    EXPECT_EQ(s.env.at("LOCAL_RANK"), absl::StrCat(r % 4));
+    EXPECT_EQ(s.env.at("LOCAL_WORLD_SIZE"), "4");
+    EXPECT_EQ(s.env.at("TPU_WORKER_ID"), "0");  // host in its own slice
+    EXPECT_EQ(s.env.at("TPU_WORKER_HOSTNAMES"), absl::StrCat("127.0.", slice + 1, ".1"));
+    EXPECT_EQ(s.env.at("TPU_DIST_HOST_ID"), absl::StrCat("127.0.", slice + 1, ".1"));
+    EXPECT_EQ(s.env.at("TPU_NAME"), absl::StrCat("tpu-slice-", slice));
+    EXPECT_EQ(s.env.at("TPU_TOPOLOGY"), "2x2");
+    EXPECT_EQ(s.env.at("GROUP_RANK"), absl::StrCat(slice));
+    EXPECT_EQ(s.env.at("NODE_RANK"), absl::StrCat(slice));
+    EXPECT_EQ(s.env.at("GROUP_WORLD_SIZE"), "2");
+    EXPECT_EQ(s.env.at("MASTER_ADDR"), "127.0.1.1");
+    EXPECT_EQ(s.env.at("MASTER_PORT"), "20000");
+    EXPECT_EQ(s.env.at("MEGASCALE_NUM_SLICES"), "2");
+    EXPECT_EQ(s.env.at("MEGASCALE_SLICE_ID"), absl::StrCat(slice));
+    EXPECT_EQ(s.env.at("MEGASCALE_COORDINATOR_ADDRESS"), "127.0.1.1");
+    EXPECT_EQ(s.env.at("MEGASCALE_PORT"), "8081");
+    EXPECT_EQ(s.output_prefix, absl::StrCat("[rank ", r, "] "));
+  }
+  EXPECT_EQ((*specs)[6].description, "rank 6 (slice 1 host 0, local 2)");
+  EXPECT_EQ(StartBanner(c), "v6e 2x2 x 2 slices, 8 devices on 2 hosts x 4 (emulated), job job42");
+}
+
+// Two v4 2x2x2 slices (2 hosts of 4 each): TPU_WORKER_ID / _HOSTNAMES are
+// the slice's own; hosts and ranks run on slice-major.
+TEST(LaunchPlanTest, TwoMultiHostSlicesNumberHostsSliceMajor) {
+  LaunchConfig c = SliceConfig("v4", "2x2x2", /*emulated=*/true);
+  c.num_slices = 2;
+  c.megascale_port = 9000;
+  absl::StatusOr<std::vector<ProcessSpec>> specs = PlanRanks(c, 0, 20000);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 16u);
+  const ProcessSpec& r13 = (*specs)[13];  // slice 1, host 1 of the slice, local 1
+  EXPECT_EQ(r13.env.at("RANK"), "13");
+  EXPECT_EQ(r13.env.at("WORLD_SIZE"), "16");
+  EXPECT_EQ(r13.env.at("TPU_WORKER_ID"), "1");
+  EXPECT_EQ(r13.env.at("TPU_WORKER_HOSTNAMES"), "127.0.2.1,127.0.2.2");
+  EXPECT_EQ(r13.env.at("TPU_DIST_HOST_ID"), "127.0.2.2");
+  EXPECT_EQ(r13.env.at("GROUP_RANK"), "3");
+  EXPECT_EQ(r13.env.at("GROUP_WORLD_SIZE"), "4");
+  EXPECT_EQ(r13.env.at("MEGASCALE_SLICE_ID"), "1");
+  EXPECT_EQ(r13.env.at("MEGASCALE_PORT"), "9000");
+  EXPECT_EQ(r13.env.at("TORCH_TPU_SLICEBUILDER_ADDRESSES"),
+            "127.0.2.1:8471,127.0.2.1:8472,127.0.2.1:8473,127.0.2.1:8474,"
+            "127.0.2.2:8471,127.0.2.2:8472,127.0.2.2:8473,127.0.2.2:8474");
+  EXPECT_EQ((*specs)[5].env.at("TPU_WORKER_HOSTNAMES"), "127.0.1.1,127.0.1.2");
+  EXPECT_EQ((*specs)[5].env.at("MEGASCALE_SLICE_ID"), "0");
+
+  // Given hostnames: every slice's, slice-major.
+  c.hostnames = {"a0", "a1", "b0", "b1"};
+  specs = PlanRanks(c, 0, 20000);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_EQ((*specs)[13].env.at("TPU_WORKER_HOSTNAMES"), "b0,b1");
+  EXPECT_EQ((*specs)[13].env.at("MEGASCALE_COORDINATOR_ADDRESS"), "a0");
+  EXPECT_EQ((*specs)[13].env.at("MASTER_ADDR"), "a0");
+  c.hostnames = {"a0", "a1"};
+  EXPECT_THAT(std::string(ValidateLaunchConfig(c).message()),
+              HasSubstr("expected one per host, 4 (2 slices x 2, slice-major)"));
+}
+
+TEST(LaunchPlanTest, OneSliceSetsNoMegascaleVariables) {
+  LaunchConfig c = SliceConfig("TPU-V6E", "4x4", /*emulated=*/true);
+  c.megascale_port = 9000;  // unused with one slice
+  absl::StatusOr<std::vector<ProcessSpec>> specs = PlanRanks(c, 0, 20000);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  for (const ProcessSpec& s : *specs) {
+    for (const auto& [name, value] : s.env) {
+      EXPECT_EQ(name.rfind("MEGASCALE_", 0), std::string::npos) << name;
+    }
+    EXPECT_EQ(s.env.at("TPU_NAME"), "tpu-slice-0");
+  }
+}
+
+TEST(LaunchPlanTest, SliceCountsTheEmulationCannotPlaceAreRefused) {
+  LaunchConfig c = SliceConfig("TPU-V6E", "2x2", /*emulated=*/true);
+  for (int bad : {0, -1, kMaxEmulatedSlices + 1}) {
+    c.num_slices = bad;
+    absl::Status s = ValidateLaunchConfig(c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat("--num-slices=", bad, ": expected 1..254")));
+    EXPECT_FALSE(PlanRanks(c, 0, 1).ok());
+  }
+  LaunchConfig big = SliceConfig("TPU-V6E", "16x16", /*emulated=*/true);  // 256 devices
+  big.num_slices = 17;
+  EXPECT_THAT(std::string(ValidateLaunchConfig(big).message()),
+              HasSubstr("--num-slices=17 of 256 devices: 4352 ranks; expected at most 4096"));
+  LaunchConfig real = SliceConfig("TPU-V6E", "4x4", /*emulated=*/false);
+  real.num_slices = 2;
+  EXPECT_THAT(std::string(ValidateLaunchConfig(real).message()),
+              HasSubstr("--num-slices=2 without --hosts-emulated"));
 }
 
 TEST(FreePortTest, PortIsBindable) {

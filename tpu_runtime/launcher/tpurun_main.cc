@@ -4,6 +4,7 @@
 //   tpurun --accelerator-type TPU-V6E --topology 4x4 --hosts-emulated -- ./bin args
 //   tpurun --accelerator-type tpu7x --topology 2x2x2 --host-index 1 -- ./bin
 //   tpurun --nproc 4 -- ./bin
+//   tpurun --accelerator-type v6e --topology 2x2 --hosts-emulated --num-slices 2 -- ./bin
 //
 // Slice mode with --hosts-emulated runs every host's ranks on this machine;
 // each rank sees the environment it would see on its own host (host h is
@@ -11,6 +12,9 @@
 // index comes from --host-index, else TPU_WORKER_ID, else 0, and the host
 // list from --hostnames, else TPU_WORKER_HOSTNAMES; run one tpurun per host
 // with the same flags (and the same --master-port, default 29500).
+// --num-slices N (with --hosts-emulated) runs N slices of that shape, each
+// with its own hosts (slice s host h: 127.0.<s+1>.<h+1>), ranks slice-major,
+// and gives every rank the MEGASCALE_* variables of a multi-slice job.
 //
 // Flags may be spelled with '-' or '_'. Exit status: 0 if every rank
 // succeeded; the root-cause rank's exit status (128+signal if killed); 75
@@ -43,10 +47,15 @@
 ABSL_FLAG(std::string, accelerator_type, "", "TPU type, e.g. TPU-V6E, v5e, tpu7x (slice mode)");
 ABSL_FLAG(std::string, topology, "", "chip topology, e.g. 4x4 or 2x2x2 (slice mode)");
 ABSL_FLAG(bool, hosts_emulated, false, "run all hosts of the slice on this machine");
+ABSL_FLAG(int, num_slices, 1,
+          "slice mode with --hosts-emulated: emulate N slices of this accelerator/topology, "
+          "each with its own hosts (slice s host h at 127.0.<s+1>.<h+1>); ranks are "
+          "slice-major and get MEGASCALE_NUM_SLICES / _SLICE_ID / _COORDINATOR_ADDRESS / _PORT");
+ABSL_FLAG(int, megascale_port, 8081, "with --num-slices > 1: MEGASCALE_PORT of every rank");
 ABSL_FLAG(int, host_index, -1, "this host's index (default: TPU_WORKER_ID, else 0)");
 ABSL_FLAG(std::string, hostnames, "",
-          "comma list of host addresses (default: TPU_WORKER_HOSTNAMES when not emulated, "
-          "else 127.0.1.<h+1>)");
+          "comma list of host addresses, every slice's, slice-major (default: "
+          "TPU_WORKER_HOSTNAMES when not emulated, else 127.0.<s+1>.<h+1>)");
 ABSL_FLAG(int, nproc, 0, "plain mode: number of processes (no TPU variables)");
 ABSL_FLAG(int, max_restarts, 0,
           "restart the whole group up to N times after a failure (not with one tpurun per "
@@ -127,7 +136,8 @@ absl::Status ResolveJobSecret(LaunchConfig* config) {
 int Main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a closed output pipe must not kill the launcher
   absl::SetProgramUsageMessage(
-      "tpurun (--accelerator-type T --topology AxB [--hosts-emulated] | --nproc N) "
+      "tpurun (--accelerator-type T --topology AxB [--hosts-emulated [--num-slices N]] | "
+      "--nproc N) "
       "[flags] -- binary args");
   NormalizedArgv args(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(args.argc(), args.argv());
@@ -150,6 +160,8 @@ int Main(int argc, char** argv) {
     config.mode = LaunchConfig::Mode::kSlice;
     config.slice = *spec;
     config.hosts_emulated = absl::GetFlag(FLAGS_hosts_emulated);
+    config.num_slices = absl::GetFlag(FLAGS_num_slices);
+    config.megascale_port = absl::GetFlag(FLAGS_megascale_port);
     config.host_index = absl::GetFlag(FLAGS_host_index);
     const char* worker_id = getenv("TPU_WORKER_ID");
     if (config.host_index < 0 && worker_id != nullptr &&
@@ -166,6 +178,11 @@ int Main(int argc, char** argv) {
   } else {
     config.mode = LaunchConfig::Mode::kPlain;
     config.nproc = absl::GetFlag(FLAGS_nproc);
+    if (absl::GetFlag(FLAGS_num_slices) != 1) {
+      return Fail(kUsageError, absl::StrCat("--num-slices=", absl::GetFlag(FLAGS_num_slices),
+                                            " needs slice mode (--accelerator-type, --topology, "
+                                            "--hosts-emulated), not --nproc"));
+    }
   }
   for (absl::Status s :
        {ValidateLaunchConfig(config), ValidateMaxRestarts(config, absl::GetFlag(FLAGS_max_restarts)),

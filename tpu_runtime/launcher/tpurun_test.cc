@@ -156,6 +156,41 @@ TEST(TpurunTest, EmulatedTpu7x2x2x2Gives16RanksOnTwoHostsOfEight) {
   }
 }
 
+// --num-slices 2 of a v4 2x2x2 (2 hosts x 4): 16 ranks, slice-major, each
+// slice its own hosts, the MEGASCALE_* variables of the KubeRay webhook.
+TEST(TpurunTest, TwoEmulatedSlicesGiveEveryRankItsSlicesVariables) {
+  RunResult run = Tpurun({"--accelerator-type", "v4", "--topology", "2x2x2", "--hosts-emulated",
+                          "--num-slices", "2", "--job-id", "ms", "--", "sh", "-c",
+                          "echo $RANK $WORLD_SIZE $TPU_WORKER_ID $LOCAL_RANK $TPU_WORKER_HOSTNAMES "
+                          "$TPU_DIST_HOST_ID $MEGASCALE_NUM_SLICES $MEGASCALE_SLICE_ID "
+                          "$MEGASCALE_COORDINATOR_ADDRESS $MEGASCALE_PORT $MASTER_ADDR"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.err,
+              HasSubstr("tpurun: v4 2x2x2 x 2 slices, 16 devices on 4 hosts x 4 (emulated), job ms"));
+  EXPECT_EQ(Lines(run.out).size(), 16u) << run.out;
+  for (int r = 0; r < 16; ++r) {
+    const int slice = r / 8, host = (r % 8) / 4;
+    EXPECT_THAT(run.out, HasSubstr(absl::StrFormat(
+                             "[rank %2d] %d 16 %d %d 127.0.%d.1,127.0.%d.2 127.0.%d.%d 2 %d "
+                             "127.0.1.1 8081 127.0.1.1\n",
+                             r, r, host, r % 4, slice + 1, slice + 1, slice + 1, host + 1, slice)));
+  }
+  // Bad slice counts: one line naming the flag, exit 2.
+  for (const char* bad : {"0", "-1", "255"}) {
+    RunResult refused = Tpurun({"--accelerator-type", "v4", "--topology", "2x2x2",
+                                "--hosts-emulated", "--num-slices", bad, "--", "true"});
+    EXPECT_EQ(refused.exit_code, 2) << bad;
+    EXPECT_THAT(refused.err, HasSubstr(absl::StrCat("tpurun: --num-slices=", bad, ": expected 1..254\n")));
+  }
+  RunResult plain = Tpurun({"--nproc", "2", "--num-slices", "2", "--", "true"});
+  EXPECT_EQ(plain.exit_code, 2);
+  EXPECT_THAT(plain.err, HasSubstr("--num-slices=2 needs slice mode"));
+  RunResult real = Tpurun({"--accelerator-type", "v4", "--topology", "2x2x2", "--num-slices", "2",
+                           "--", "true"});
+  EXPECT_EQ(real.exit_code, 2);
+  EXPECT_THAT(real.err, HasSubstr("--num-slices=2 without --hosts-emulated"));
+}
+
 const std::string kGivenSecret = "TPU_DIST_JOB_SECRET=" + std::string(64, 'A');
 
 TEST(TpurunTest, WithoutEmulationStartsOnlyThisHostsRanks) {
@@ -429,6 +464,28 @@ TEST(SliceCheckTest, EmulatedV6e4x4AllRanksAgree) {
   }
   EXPECT_THAT(run.out, HasSubstr("@127.0.1.4"));  // host 3 binds its emulated address
   std::cerr << "slice_check v6e 4x4 (16 ranks) under tpurun: " << run.elapsed << "\n";
+}
+
+// examples/slice_check on 2 emulated v6e 2x2 slices (one host of 4 each):
+// every rank discovers its slice, and the tpu_dist all_reduce over the world
+// spans both slices (shm inside each, TCP between the slices' hosts).
+TEST(SliceCheckTest, TwoEmulatedSlicesAllRanksAgree) {
+  if (access(SliceCheckPath().c_str(), X_OK) != 0) {
+    GTEST_SKIP() << SliceCheckPath() << " not built (configure with the examples folder)";
+  }
+  RunResult run = Tpurun({"--accelerator-type", "TPU-V6E", "--topology", "2x2", "--hosts-emulated",
+                          "--num-slices", "2", "--timeout", "150s", "--", SliceCheckPath(),
+                          "--timeout", "120s"},
+                         absl::Seconds(170));
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_THAT(run.out,
+                HasSubstr(absl::StrFormat(
+                    "[rank %d] slice_check: rank %d/8 local %d/4 host %d/2 slice %d/2 (v6e 2x2, "
+                    "kuberay-tpu) tpu_dist@127.0.%d.1 allreduce 36 (expected 36) OK",
+                    r, r, r % 4, r / 4, r / 4, r / 4 + 1)));
+  }
+  std::cerr << "slice_check 2 x v6e 2x2 (8 ranks) under tpurun: " << run.elapsed << "\n";
 }
 
 TEST(SliceCheckTest, RankKillingItselfStopsTheJobQuickly) {
