@@ -4,15 +4,15 @@
 # carries under KubeRay + the KubeRay TPU webhook (docs/ray.md).
 #
 #   tools/ray_cluster.sh up SPEC [--net netns|loopback] [--chips-per-host N]
-#                                [--dashboard] [--gcs-port P] [--object-store-mb M]
-#                                [--auth token|disabled]
+#                                [--num-slices S] [--dashboard] [--gcs-port P]
+#                                [--object-store-mb M] [--auth token|disabled]
 #   tools/ray_cluster.sh down            stop exactly what `up` started (idempotent)
 #   tools/ray_cluster.sh status          nodes, pids, addresses; exit 0 up, 1 broken, 3 down
 #   tools/ray_cluster.sh exec [--host J] -- CMD [ARGS...]
 #                                        run CMD on the head (default) or on TPU host J,
 #                                        with RAY_ADDRESS and that node's environment
-#   tools/ray_cluster.sh env SPEC [--net M] [--chips-per-host N] [--host J|head]
-#                                [--auth token|disabled]
+#   tools/ray_cluster.sh env SPEC [--net M] [--chips-per-host N] [--num-slices S]
+#                                [--host J|head] [--auth token|disabled]
 #                                        print the environment a node gets; starts nothing
 #
 # SPEC is GENERATION-TOPOLOGY in chips: v6e-4x4 (4 hosts x 4 devices) and
@@ -21,6 +21,18 @@
 # that Ray's TPU code and tpu_runtime agree on; v5e/v6e 1x1, 2x2, 2x4 are one
 # host, as in Ray (--chips-per-host 4 makes v6e-2x4 two 4-chip hosts, like GKE's
 # ct6e-standard-4t; Ray callers then pass chips_per_vm=4).
+#
+# --num-slices S (default 1): S slices of SPEC, as a KubeRay TPU worker group
+# with `replicas: S`: slice s's hosts get TPU_NAME=<group>-s and
+# TPU_WORKER_ID 0..hosts-1 of their own slice, and TPU_WORKER_HOSTNAMES /
+# slicebuilder addresses name that slice's hosts only (<group>-s-j.<cluster>-
+# headless in netns mode, 127.0.(s+1).(j+1) on loopback, as tpurun
+# --num-slices). Ray derives one ray.io/tpu-slice-name per slice and a
+# TPU-<pod>-head resource on each slice's worker 0 from that, which is all
+# ray.util.tpu.SlicePlacementGroup(num_slices=S) reads. MEGASCALE_* are not
+# set on the nodes (the webhook sets them only where the pod spec names
+# MEGASCALE_NUM_SLICES; Ray computes them per job). TPU host J of the whole
+# cluster (exec/env --host J) is host J % hosts of slice J / hosts.
 #
 # What a TPU worker node gets (read from Ray 2.60's ray/_private/accelerators/
 # tpu.py and KubeRay 1.7's pod builder; Ray derives its TPU labels and
@@ -163,8 +175,9 @@ parse_spec() {
 
 # ------------------------------------------------------------------ layout --
 
-# Node I: 0 is the head, J+1 is TPU host J. Sets ns (empty in loopback mode),
-# addr, base (first port of its block).
+# Node I: 0 is the head, J+1 is TPU host J (slice-major: host J % hosts of
+# slice J / hosts). Sets ns (empty in loopback mode), addr, base (first port
+# of its block).
 node_layout() {
   local i=$1
   if [[ $net == netns ]]; then
@@ -173,17 +186,17 @@ node_layout() {
     base=20000
   else
     ns=""
-    if ((i == 0)); then addr=127.0.1.254; else addr="127.0.1.$i"; fi
+    if ((i == 0)); then addr=127.0.1.254; else addr=$(tpu_hostname $(((i - 1) % hosts)) $(((i - 1) / hosts))); fi
     base=$((20000 + 1000 * i))
   fi
 }
 
-# The hostname the webhook gives TPU host J.
+# The hostname the webhook gives host J of slice S (default 0).
 tpu_hostname() {
   if [[ $net == netns ]]; then
-    echo "$accel-0-$1.$cluster_name-headless"
+    echo "$accel-${2:-0}-$1.$cluster_name-headless"
   else
-    echo "127.0.1.$(($1 + 1))"
+    echo "127.0.$((${2:-0} + 1)).$(($1 + 1))"
   fi
 }
 
@@ -241,7 +254,7 @@ for line in sys.stdin:
 
 # The environment of node I as KEY=VALUE lines.
 node_env() {
-  local i=$1 j h l names=() sb=() pa=() v
+  local i=$1 j sl h l names=() sb=() pa=() v
   node_layout "$i"
   echo "PATH=$venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
   echo "HOME=${HOME:-/root}"
@@ -265,21 +278,22 @@ node_env() {
     echo "RAY_CLOUD_INSTANCE_ID=$cluster_name-head-0"
     return 0
   fi
-  j=$((i - 1))
+  j=$(((i - 1) % hosts))
+  sl=$(((i - 1) / hosts))
   echo "RAY_NODE_TYPE_NAME=$accel"
-  echo "RAY_CLOUD_INSTANCE_ID=$cluster_name-$accel-worker-$j"
+  echo "RAY_CLOUD_INSTANCE_ID=$cluster_name-$accel-worker-$((i - 1))"
   if [[ $net == netns ]]; then
     echo "FQ_RAY_IP=$head_fqdn"
     echo "RAY_IP=$head_svc"
   fi
   for ((h = 0; h < hosts; h++)); do
-    names+=("$(tpu_hostname "$h")")
-    pa+=("$(tpu_hostname "$h"):8471")
-    for ((l = 0; l < dph; l++)); do sb+=("$(tpu_hostname "$h"):$((8471 + l))"); done
+    names+=("$(tpu_hostname "$h" "$sl")")
+    pa+=("$(tpu_hostname "$h" "$sl"):8471")
+    for ((l = 0; l < dph; l++)); do sb+=("$(tpu_hostname "$h" "$sl"):$((8471 + l))"); done
   done
   # The KubeRay TPU webhook (hostnames and process addresses only on multi-host slices).
   echo "TPU_WORKER_ID=$j"
-  echo "TPU_NAME=$accel-0"
+  echo "TPU_NAME=$accel-$sl"
   if ((hosts > 1)); then
     (IFS=,; echo "TPU_WORKER_HOSTNAMES=${names[*]}")
     if [[ $gen == tpu7x ]]; then
@@ -325,12 +339,21 @@ node_args() {
 }
 
 hosts_file() {
-  local h
+  local h sl
   echo "127.0.0.1 localhost"
   echo "10.250.0.1 $head_fqdn $head_svc $cluster_name-head-0"
-  for ((h = 0; h < hosts; h++)); do
-    echo "10.250.0.$((h + 2)) $(tpu_hostname "$h") $accel-0-$h"
+  for ((sl = 0; sl < slices; sl++)); do
+    for ((h = 0; h < hosts; h++)); do
+      echo "10.250.0.$((sl * hosts + h + 2)) $(tpu_hostname "$h" "$sl") $accel-$sl-$h"
+    done
   done
+}
+
+# Checks --num-slices S; sets slices and nodes (TPU hosts of every slice).
+set_slices() {
+  [[ $1 =~ ^[1-9][0-9]*$ ]] || die "--num-slices: expected a positive integer, got '$1'"
+  slices=$1
+  nodes=$((hosts * slices))
 }
 
 # Validates $auth and that TPU_DIST_RAY_PASS_ENV does not carry Ray's auth
@@ -394,11 +417,12 @@ probe() {
   local envs=()
   node_layout 0
   mapfile -t envs <"$state/env/n0.env"
-  in_ns "$ns" env -u RAY_AUTH_TOKEN "${envs[@]}" "$py_bin" - "$timeout_s" "$hosts" "$dph" <<'EOF'
+  in_ns "$ns" env -u RAY_AUTH_TOKEN "${envs[@]}" "$py_bin" - "$timeout_s" "$nodes" "$dph" "$slices" <<'EOF'
 import sys, time
 import ray
 
 timeout_s, hosts, dph = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+slices = int(sys.argv[4])
 deadline = time.monotonic() + timeout_s
 ray.init(logging_level="ERROR", log_to_driver=False)
 need = ("ray.io/tpu-worker-id", "ray.io/tpu-slice-name", "ray.io/tpu-pod-type",
@@ -410,7 +434,11 @@ while True:
     if time.monotonic() > deadline:
         sys.exit(f"only {len(tpu)} of {hosts} TPU hosts joined within {timeout_s:.0f}s")
     time.sleep(0.5)
-tpu.sort(key=lambda n: int(n["Labels"].get("ray.io/tpu-worker-id", "-1")))
+tpu.sort(key=lambda n: (n["Labels"].get("ray.io/tpu-slice-name", ""),
+                       int(n["Labels"].get("ray.io/tpu-worker-id", "-1"))))
+names = {n["Labels"].get("ray.io/tpu-slice-name") for n in tpu}
+if len(names) != slices:
+    sys.exit(f"Ray sees {len(names)} TPU slice names {sorted(map(str, names))}, expected {slices}")
 for n in tpu:
     labels, res = n["Labels"], n["Resources"]
     missing = [k for k in need if k not in labels]
@@ -434,11 +462,12 @@ up_failed() {
 do_up() {
   local spec=$1 i t0=$SECONDS
   shift
-  net="" cph_override="" dashboard=0 gcs_port=6379 object_store_mb=100 auth=token
+  net="" cph_override="" dashboard=0 gcs_port=6379 object_store_mb=100 auth=token slices=1
   while [[ $# -gt 0 ]]; do
     case "$1" in
       --net) net=${2:?--net needs netns or loopback}; shift 2 ;;
       --chips-per-host) cph_override=${2:?}; shift 2 ;;
+      --num-slices) slices=${2:?--num-slices needs a number}; shift 2 ;;
       --dashboard) dashboard=1; shift ;;
       --gcs-port) gcs_port=${2:?}; shift 2 ;;
       --object-store-mb) object_store_mb=${2:?}; shift 2 ;;
@@ -450,6 +479,7 @@ do_up() {
   [[ $object_store_mb =~ ^[0-9]+$ && $object_store_mb -ge 80 ]] || die "--object-store-mb: expected >= 80 (Ray's minimum is 75 MiB), got '$object_store_mb'"
   check_auth
   parse_spec "$spec" "$cph_override"
+  set_slices "$slices"
   [[ -x $ray_bin ]] || die "$ray_bin not found: run tools/install_deps.sh"
   if [[ $dashboard == 1 ]] && ! "$py_bin" -c "import aiohttp, aiohttp_cors" 2>/dev/null; then
     die "--dashboard needs ray[default] (aiohttp, aiohttp_cors) in $venv; ray[train] alone has no dashboard"
@@ -469,7 +499,7 @@ do_up() {
   esac
   local max_hosts=44
   [[ $net == netns ]] && max_hosts=249
-  ((hosts <= max_hosts)) || die "$hosts hosts is more than $max_hosts (--net $net)"
+  ((nodes <= max_hosts)) || die "$nodes hosts ($slices slice(s) x $hosts) is more than $max_hosts (--net $net)"
 
   if [[ -d $state ]]; then
     if [[ -n $(live_roots) ]]; then
@@ -480,8 +510,10 @@ do_up() {
   fi
   mkdir -p "$state/logs" "$state/env" "$state/tmp"
   : >"$state/pids"
-  echo "$spec --net $net (hosts=$hosts x $dph devices, $accel, TORCH_TPU_TOPOLOGY=$torch_topo)" >"$state/spec"
-  declare -p spec net cph_override dashboard gcs_port object_store_mb auth >"$state/config"
+  local per_slice=""
+  ((slices > 1)) && per_slice="slices=$slices x "
+  echo "$spec --net $net (${per_slice}hosts=$hosts x $dph devices, $accel, TORCH_TPU_TOPOLOGY=$torch_topo)" >"$state/spec"
+  declare -p spec net cph_override dashboard gcs_port object_store_mb auth slices >"$state/config"
   trap up_failed EXIT
   trap 'exit 130' INT TERM
   if [[ $auth == token ]]; then
@@ -492,24 +524,24 @@ do_up() {
 
   if [[ $net == netns ]]; then
     echo "$suffix" >"$state/netns_suffix"
-    "$root/tools/netns_hosts.sh" up $((hosts + 1)) "$suffix" >/dev/null
+    "$root/tools/netns_hosts.sh" up $((nodes + 1)) "$suffix" >/dev/null
     ip netns list | awk -v s="_$suffix" '$1 ~ s"$" {print $1}' >"$state/namespaces"
     [[ -d /etc/netns ]] || touch "$state/created_etc_netns"
-    for ((i = 0; i <= hosts; i++)); do
+    for ((i = 0; i <= nodes; i++)); do
       node_layout "$i"
       mkdir -p "/etc/netns/$ns"
       hosts_file >"/etc/netns/$ns/hosts"
     done
   fi
-  for ((i = 0; i <= hosts; i++)); do
+  for ((i = 0; i <= nodes; i++)); do
     check_ports "$i"
     node_env "$i" >"$state/env/n$i.env"
   done
 
   start_node 0
   wait_started 0
-  for ((i = 1; i <= hosts; i++)); do start_node "$i"; done
-  wait_started $(seq 1 "$hosts")
+  for ((i = 1; i <= nodes; i++)); do start_node "$i"; done
+  wait_started $(seq 1 "$nodes")
   echo "up: $(cat "$state/spec")"
   probe
   trap - EXIT INT TERM
@@ -573,9 +605,11 @@ do_status() {
     return 3
   fi
   echo "up: $(cat "$state/spec" 2>/dev/null)"
+  slices=1
   # shellcheck disable=SC1091
   source "$state/config"
   parse_spec "$spec" "$cph_override"
+  set_slices "$slices"
   while read -r name pid start; do
     cur=$(proc_stat "$pid")
     node_layout "${name#n}"
@@ -608,12 +642,14 @@ do_exec() {
   shift
   [[ $# -ge 1 ]] || die "exec: no command"
   [[ -d $state && -n $(live_roots) ]] || die "no cluster is up (state $state)"
+  slices=1
   # shellcheck disable=SC1091
   source "$state/config"
   parse_spec "$spec" "$cph_override"
+  set_slices "$slices"
   i=0
   if [[ -n $host ]]; then
-    [[ $host =~ ^[0-9]+$ && $host -lt $hosts ]] || die "--host: expected 0..$((hosts - 1)), got '$host'"
+    [[ $host =~ ^[0-9]+$ && $host -lt $nodes ]] || die "--host: expected 0..$((nodes - 1)), got '$host'"
     i=$((host + 1))
   fi
   node_layout "$i"
@@ -629,11 +665,12 @@ do_exec() {
 do_env() {
   local spec=$1 host=0 i
   shift
-  net=netns cph_override="" dashboard=0 gcs_port=6379 auth=token
+  net=netns cph_override="" dashboard=0 gcs_port=6379 auth=token slices=1
   while [[ $# -gt 0 ]]; do
     case "$1" in
       --net) net=${2:?}; shift 2 ;;
       --chips-per-host) cph_override=${2:?}; shift 2 ;;
+      --num-slices) slices=${2:?}; shift 2 ;;
       --host) host=${2:?}; shift 2 ;;
       --auth) auth=${2:?}; shift 2 ;;
       *) die "env: unknown argument '$1'" ;;
@@ -642,10 +679,11 @@ do_env() {
   check_auth
   [[ $net == netns || $net == loopback ]] || die "--net: expected netns or loopback, got '$net'"
   parse_spec "$spec" "$cph_override"
+  set_slices "$slices"
   if [[ $host == head ]]; then
     i=0
   else
-    [[ $host =~ ^[0-9]+$ && $host -lt $hosts ]] || die "--host: expected head or 0..$((hosts - 1)), got '$host'"
+    [[ $host =~ ^[0-9]+$ && $host -lt $nodes ]] || die "--host: expected head or 0..$((nodes - 1)), got '$host'"
     i=$((host + 1))
   fi
   node_env "$i"
@@ -661,7 +699,7 @@ cmd=${1:-}
 [[ $# -gt 0 ]] && shift
 case "$cmd" in
   up)
-    [[ $# -ge 1 ]] || die "usage: up SPEC [--net netns|loopback] [--chips-per-host N] [--dashboard] [--gcs-port P] [--object-store-mb M] [--auth token|disabled]"
+    [[ $# -ge 1 ]] || die "usage: up SPEC [--net netns|loopback] [--chips-per-host N] [--num-slices S] [--dashboard] [--gcs-port P] [--object-store-mb M] [--auth token|disabled]"
     lock
     do_up "$@"
     ;;
@@ -672,7 +710,7 @@ case "$cmd" in
   status) do_status ;;
   exec) do_exec "$@" ;;
   env)
-    [[ $# -ge 1 ]] || die "usage: env SPEC [--net netns|loopback] [--chips-per-host N] [--host J|head] [--auth token|disabled]"
+    [[ $# -ge 1 ]] || die "usage: env SPEC [--net netns|loopback] [--chips-per-host N] [--num-slices S] [--host J|head] [--auth token|disabled]"
     do_env "$@"
     ;;
   *)

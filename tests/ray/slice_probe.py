@@ -1,7 +1,8 @@
 """A Ray driver that reports what Ray sees of an emulated TPU slice, as JSON.
 
 Run it on the cluster's head (tools/ray_cluster.sh exec -- python
-tests/ray/slice_probe.py --topology 2x2x2 --accelerator-type TPU-V4). It
+tests/ray/slice_probe.py --topology 2x2x2 --accelerator-type TPU-V4
+[--num-slices 2]). It
 prints one JSON object on its last stdout line:
 
   nodes:   every alive node's address, labels and resources;
@@ -65,6 +66,7 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--topology", required=True)
     parser.add_argument("--accelerator-type", required=True)
     parser.add_argument("--chips-per-vm", type=int, default=None)
+    parser.add_argument("--num-slices", type=int, default=1)
     args = parser.parse_args(argv)
 
     t0 = time.monotonic()
@@ -77,7 +79,7 @@ def main(argv: List[str]) -> int:
     spg = tpu.slice_placement_group(
         topology=args.topology,
         accelerator_version=tpu.get_tpu_version_from_type(args.accelerator_type),
-        num_slices=1,
+        num_slices=args.num_slices,
         resources_per_bundle={"TPU": 1},
         chips_per_vm=args.chips_per_vm,
     )

@@ -373,6 +373,92 @@ def test_env_sizes_each_slice(args: Tuple[str, ...], hosts: int, devices: int,
     assert res.returncode == 2 and f"0..{hosts - 1}" in res.stderr
 
 
+@pytest.mark.parametrize("net, hostname", [
+    ("loopback", lambda sl, h: f"127.0.{sl + 1}.{h + 1}"),
+    ("netns", lambda sl, h: f"v4-16-{sl}-{h}.{CLUSTER}-headless"),
+])
+def test_env_of_two_slices_names_each_slices_own_hosts(net: str, hostname: Any) -> None:
+    """--num-slices 2: host J of the cluster is host J % 2 of slice J // 2, as a
+    KubeRay worker group with replicas: 2 (TPU_NAME <group>-<replica>)."""
+    for j in range(4):
+        sl, h = divmod(j, 2)
+        env = _env_of("v4-2x2x2", "--net", net, "--num-slices", "2", "--host", str(j))
+        names = [hostname(sl, k) for k in range(2)]
+        assert env["TPU_WORKER_ID"] == str(h)
+        assert env["TPU_NAME"] == f"v4-16-{sl}"
+        assert env["TPU_WORKER_HOSTNAMES"] == ",".join(names)
+        assert env["TORCH_TPU_SLICEBUILDER_ADDRESSES"] == ",".join(
+            f"{n}:{p}" for n in names for p in range(8471, 8475))
+        assert env["RAY_CLOUD_INSTANCE_ID"] == f"{CLUSTER}-v4-16-worker-{j}"
+        assert not any(k.startswith("MEGASCALE_") for k in env)
+    # One slice: exactly the environment without the flag.
+    assert _env_of("v4-2x2x2", "--net", net, "--num-slices", "1", "--host", "1") == \
+        _env_of("v4-2x2x2", "--net", net, "--host", "1")
+    for bad in ("0", "-1", "two"):
+        res = subprocess.run([str(SCRIPT), "env", "v4-2x2x2", "--num-slices", bad],
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert res.returncode == 2 and "--num-slices: expected a positive integer" in res.stderr
+    res = subprocess.run([str(SCRIPT), "env", "v4-2x2x2", "--num-slices", "2", "--host", "4"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 2 and "0..3" in res.stderr
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="network namespaces need root")
+def test_two_slices_up_placement_down(cluster: Cluster) -> None:
+    """2 x v4-2x2x2 in network namespaces: Ray derives one slice name and one
+    TPU-v4-16-head per slice, and ray.util.tpu.slice_placement_group(num_slices=2)
+    reserves both slices through their worker 0 and places 4 bundles on every host."""
+    shm_before = _shm()
+    t0 = time.monotonic()
+    cluster.up("v4-2x2x2", "--net", "netns", "--num-slices", "2")
+    t_up = time.monotonic() - t0
+    res = cluster.run("exec", "--", str(PYTHON), str(PROBE), "--topology", "2x2x2",
+                      "--accelerator-type", "TPU-V4", "--num-slices", "2")
+    assert res.returncode == 0, f"slice probe failed:\n{res.stdout}\n{res.stderr[-4000:]}"
+    probe = json.loads(res.stdout.strip().splitlines()[-1])
+    t_probe = time.monotonic() - t0 - t_up
+
+    tpu = [n for n in probe["nodes"] if n["resources"].get("TPU")]
+    assert len(tpu) == 4
+    where: Dict[str, Tuple[int, int]] = {}  # node id -> (slice, worker)
+    for n in tpu:
+        labels, res_ = n["labels"], n["resources"]
+        name, worker = labels["ray.io/tpu-slice-name"], int(labels["ray.io/tpu-worker-id"])
+        sl = int(name.rsplit("-", 1)[1])
+        assert name == f"v4-16-{sl}" and res_[name] == 1
+        assert n["ip"] == f"10.250.0.{sl * 2 + worker + 2}"
+        assert ("TPU-v4-16-head" in res_) == (worker == 0)
+        assert labels["ray.io/tpu-pod-type"] == "v4-16"
+        where[n["id"]] = (sl, worker)
+    assert sorted(where.values()) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+    sl_info = probe["slice"]
+    assert sl_info["num_bundles"] == 16 and sl_info["num_hosts"] == 4
+    assert sorted(where[n] for n in sl_info["head_reservation_nodes"]) == [(0, 0), (1, 0)]
+    per_host: Dict[Tuple[int, int], int] = {}
+    for i, node in enumerate(sl_info["bundle_nodes"]):
+        per_host[where[node]] = per_host.get(where[node], 0) + 1
+        # Bundles 0-7 are one slice, 8-15 the other, each pinned by its slice name.
+        want = sl_info["bundle_label_selector"][i]["ray.io/tpu-slice-name"]
+        assert want == f"v4-16-{where[node][0]}"
+        assert sl_info["bundle_label_selector"][i] == sl_info["bundle_label_selector"][i // 8 * 8]
+    assert per_host == {k: 4 for k in where.values()}
+    for a in probe["actors"]:
+        sl, worker = where[a["node_id"]]
+        names = [f"v4-16-{sl}-{h}.{CLUSTER}-headless" for h in range(2)]
+        assert a["env"]["TPU_NAME"] == f"v4-16-{sl}" == a["pod_name"]
+        assert a["env"]["TPU_WORKER_ID"] == str(worker)
+        assert a["env"]["TPU_WORKER_HOSTNAMES"] == ",".join(names)
+        assert a["resolved"] == {names[h]: f"10.250.0.{sl * 2 + h + 2}" for h in range(2)}
+
+    procs, suffix = cluster.footprint()
+    cluster.down()
+    t_down = time.monotonic() - t0 - t_up - t_probe
+    _assert_down_clean(cluster, procs, suffix, shm_before)
+    print(f"\n2 x v4-2x2x2 --net netns: up {t_up:.1f}s, probe {t_probe:.1f}s "
+          f"(slices ready {probe['seconds']['slice_ready']}s), down {t_down:.1f}s")
+
+
 # Joins the GCS at argv[1] as `ray start --address` does (node.py's GcsClient)
 # and says whether Ray's token authentication let it in: fast (no retries on
 # InvalidAuthToken), unlike ray.init's ~20 s of reconnects.
