@@ -23,6 +23,9 @@ for one process per device:
                             and coordination calls; --env TPU_DIST_JOB_SECRET=...
                             gives one instead. It reaches each rank actor as a call
                             argument over Ray's own channels, never on a command line.
+    TPU_DIST_FLIGHT_RECORDER_DIR  <tmp>/tpu_dist_fr/<job id>/attempt_<n> on each rank's
+                            node, unless --env sets it, TORCH_FR_DUMP_TEMP_FILE, or
+                            TPU_DIST_FLIGHT_RECORDER_SIZE=0
 
 RANK and WORLD_SIZE are not set: the binary derives them from the TPU
 variables (tpu_runtime/env_discovery.h), as on a real slice.
@@ -36,6 +39,14 @@ resumes from its last complete checkpoint. Giving up exits with the failed
 rank's status (128 + signal when killed) and one line saying why; success
 exits 0. Ctrl-C / SIGTERM stop every rank before exiting. The actors and the
 placement group are removed on every exit path.
+
+Flight recorder: when an attempt fails and a rank has written a flight-recorder
+dump, the launcher sends SIGUSR1 to the ranks still running that have not (up
+to 2 s for their dumps), fetches every rank's dump through its actor into
+<tmp>/tpu_dist_fr/<job id>/attempt_<n>_collected on this machine, and prints
+torch's analyzer verdict (tpu_dist.fr_verdict: `--fr-analyzer` or
+TPU_DIST_FR_ANALYZER, else this Python) in lines starting
+"tpu_dist-ray-run: flight recorder: ".
 """
 
 from __future__ import annotations
@@ -47,9 +58,12 @@ import secrets
 import shutil
 import signal
 import sys
+import tempfile
 import time
 import uuid
 from typing import Any, Dict, List, Optional
+
+from tpu_dist import fr_verdict
 
 DEFAULT_MASTER_PORT = 29500
 PREFIX = "tpu_dist-ray-run: "
@@ -65,6 +79,8 @@ class _Interrupted(Exception):
 # (tpu_runtime/exit_codes.h); the root cause is the rank that did not.
 PEER_FAILURE_EXIT = 75
 ROOT_CAUSE_WAIT_S = 3.0
+# How long ranks asked (SIGUSR1) for their flight-recorder dumps get.
+FR_DUMP_WAIT_S = 2.0
 
 
 @dataclasses.dataclass
@@ -120,6 +136,8 @@ def join_ray(ray: Any) -> Optional[str]:
 class _Attempt:
     """One start of the whole group: actors, binaries, supervision."""
 
+    dumps: Optional[fr_verdict.DumpLocation] = None  # None: no flight-recorder verdict
+
     def __init__(self, actor_cls: Any, pg: Any, num_bundles: int, devices_per_host: int,
                  args: argparse.Namespace, job_id: str, attempt: int) -> None:
         import ray
@@ -140,6 +158,7 @@ class _Attempt:
         self.actors = [self.actors[i] for i in order]  # index = rank
         self.places = [places[i] for i in order]
         self.job_id = job_id
+        self.dumps = fr_verdict.dump_location(args.env, job_id, attempt)
 
     def start(self, job_secret: str) -> None:
         ray, a = self.ray, self.args
@@ -147,7 +166,9 @@ class _Attempt:
                                         timeout=a.timeout_s)
         master = self.places[0]["hosts"][0]
         envs = rank_environments(self.places, master, port, self.job_id, job_secret, self.attempt,
-                                 a.max_failures, a.env)
+                                 a.max_failures, a.env,
+                                 fr_dir=self.dumps.dir if self.dumps and
+                                 self.dumps.set_by_launcher else None)
         refs = [actor.start.remote(a.command, env, os.getcwd())
                 for actor, env in zip(self.actors, envs)]
         pids = ray.get(refs, timeout=a.timeout_s)
@@ -197,8 +218,56 @@ class _Attempt:
         if failure is not None and followers and failure.code != PEER_FAILURE_EXIT:
             failure.what += f"; ranks {', '.join(map(str, followers))} stopped because of it"
         if failure is not None:
+            collected = self._collect_dumps(pending) if self.dumps is not None else {}
             self._stop_all(pending, failure)
+            if collected:
+                self._print_verdict(collected)
         return failure
+
+    def _collect_dumps(self, pending: set) -> Dict[int, bytes]:
+        """Every rank's flight-recorder dump, fetched through its actor; the
+        ranks still running are asked for theirs (SIGUSR1) when any rank has
+        dumped (they record: tpu_dist ranks)."""
+        ray, where = self.ray, self.dumps
+        assert where is not None
+        got: Dict[int, bytes] = {}
+
+        def fetch(ranks: List[int], ask: bool) -> None:
+            refs = {r: self.actors[r].flight_recorder_dump.remote(where.path(r), ask,
+                                                                   FR_DUMP_WAIT_S)
+                    for r in ranks}
+            for r, ref in refs.items():
+                try:
+                    data = ray.get(ref, timeout=self.args.timeout_s + FR_DUMP_WAIT_S)
+                except Exception:  # noqa: BLE001 - a dead actor: no dump from it
+                    data = None
+                if data is not None:
+                    got[r] = data
+
+        fetch(list(range(self.world)), ask=False)
+        missing = [r for r in sorted(pending) if r not in got]
+        if got and missing:
+            _log(f"waiting up to {FR_DUMP_WAIT_S:g} s for rank{'s' if len(missing) > 1 else ''} "
+                 f"{', '.join(map(str, missing))} to write flight-recorder dumps (sent SIGUSR1) "
+                 "before stopping them")
+            fetch(missing, ask=True)
+        return got
+
+    def _print_verdict(self, collected: Dict[int, bytes]) -> None:
+        """Writes the fetched dumps into one local directory and prints
+        torch's analyzer verdict on them."""
+        assert self.dumps is not None
+        where = fr_verdict.DumpLocation(
+            os.path.join(tempfile.gettempdir(), "tpu_dist_fr", self.job_id,
+                         f"attempt_{self.attempt}_collected"), self.dumps.file_prefix)
+        os.makedirs(where.dir, exist_ok=True)
+        for r, data in collected.items():
+            with open(where.path(r), "wb") as f:
+                f.write(data)
+        for line in fr_verdict.flight_recorder_verdict(where, list(range(self.world)),
+                                                       self.args.fr_analyzer,
+                                                       self.args.fr_analyzer_timeout_s):
+            _log("flight recorder: " + line)
 
     def _stop_all(self, pending: set, failure: _Failure) -> None:
         ray, t0 = self.ray, time.monotonic()
@@ -240,14 +309,17 @@ def new_job_secret() -> str:
 
 def rank_environments(places: List[Dict[str, Any]], master: str, port: int, job_id: str,
                       job_secret: str, attempt: int, max_failures: int,
-                      extra: Dict[str, str]) -> List[Dict[str, str]]:
+                      extra: Dict[str, str], fr_dir: Optional[str] = None) -> List[Dict[str, str]]:
     """What each rank's binary gets on top of its node's environment, in rank
-    order (places[i] is rank i's). `extra` (--env) wins over the rest."""
+    order (places[i] is rank i's). `extra` (--env) wins over the rest;
+    `fr_dir`: TPU_DIST_FLIGHT_RECORDER_DIR (the launcher's dump directory)."""
     base = {"MASTER_ADDR": master, "MASTER_PORT": str(port), "TPU_DIST_JOB_ID": job_id,
             "TPU_DIST_JOB_SECRET": job_secret,
             "TPU_DIST_RESTART_COUNT": str(attempt),
             "TORCHELASTIC_RESTART_COUNT": str(attempt),
             "TORCHELASTIC_MAX_RESTARTS": str(max_failures)}
+    if fr_dir:
+        base[fr_verdict.DIR_ENV] = fr_dir
     base.update(extra)
     return [dict(base, LOCAL_RANK=str(p["local_rank"])) for p in places]
 
@@ -269,6 +341,12 @@ def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
                    help=f"default {DEFAULT_MASTER_PORT} if free on the first host, else a free one")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="extra variable for every rank (repeatable)")
+    p.add_argument("--fr-analyzer", default=None, metavar="PYTHON",
+                   help="Python (with torch) that runs torch's flight-recorder analyzer after a "
+                   f"failed attempt (default: {fr_verdict.ANALYZER_ENV}, else this Python); "
+                   "none: no analysis")
+    p.add_argument("--fr-analyzer-timeout-s", type=float, default=30.0,
+                   help="the analyzer is killed after this long")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- BINARY [ARGS...]")
     args = p.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -289,6 +367,12 @@ def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
             p.error(f"--env {item!r}: expected NAME=VALUE")
         env[name] = value
     args.env = env
+    if args.fr_analyzer is None:
+        args.fr_analyzer = os.environ.get(fr_verdict.ANALYZER_ENV) or sys.executable
+    if args.fr_analyzer == "none":
+        args.fr_analyzer = ""
+    if args.fr_analyzer_timeout_s <= 0:
+        p.error("--fr-analyzer-timeout-s must be > 0")
     return args
 
 

@@ -125,6 +125,23 @@ class RankProcess:
         self._proc.wait()
         return self.poll()
 
+    def flight_recorder_dump(self, path: str, ask: bool, wait_s: float) -> Optional[bytes]:
+        """The bytes of this rank's flight-recorder dump at `path` (on this
+        node), or None if there is none. With `ask`, a binary still running
+        that has not dumped gets SIGUSR1 (tpu_dist dumps on it) and up to
+        `wait_s` to do so."""
+        if ask and not os.path.isfile(path) and self._proc is not None \
+                and self._proc.poll() is None:
+            self._signal(signal.SIGUSR1)
+            deadline = time.monotonic() + wait_s
+            while not os.path.isfile(path) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
     def _signal(self, sig: int) -> None:
         assert self._proc is not None
         try:

@@ -98,9 +98,31 @@ class Attempt {
   // cause is known, the stop begins at root_cause_deadline_.
   std::vector<RankFailure> peer_failures_;
   absl::Time root_cause_deadline_ = absl::InfiniteFuture();
-  // Records the attempt's failure, names the followers, and begins the stop.
+  // Records the attempt's failure, names the followers, and begins the stop
+  // (after the before-stop wait, when options_.ranks_to_wait_for is set).
   void FailAttempt(RankFailure failure, absl::Time now);
+  std::vector<int> RunningRanks() const;
+  // The before-stop wait (SupervisorOptions::ranks_to_wait_for): until
+  // before_stop_deadline_, while not stopping_.
+  bool waiting_before_stop_ = false;
+  absl::Time before_stop_deadline_ = absl::InfiniteFuture();
+  void CheckBeforeStop(absl::Time now);
 };
+
+std::vector<int> Attempt::RunningRanks() const {
+  std::vector<int> running;
+  for (const Rank& rank : ranks_) {
+    if (!rank.child->exit_status().has_value()) running.push_back(rank.spec->rank);
+  }
+  return running;
+}
+
+void Attempt::CheckBeforeStop(absl::Time now) {
+  if (!waiting_before_stop_ || stopping_) return;
+  if (now < before_stop_deadline_ && !options_.ranks_to_wait_for(RunningRanks()).empty()) return;
+  waiting_before_stop_ = false;
+  BeginStop(SIGTERM, now);
+}
 
 void Attempt::BeginStop(int signal, absl::Time now) {
   if (stopping_ && signal != SIGKILL) return;
@@ -195,7 +217,27 @@ void Attempt::FailAttempt(RankFailure failure, absl::Time now) {
   }
   if (failure.peer_failure) failure.hint = options_.peer_failure_hint;
   result_.first_failure = std::move(failure);
-  BeginStop(SIGTERM, now);
+  std::vector<int> wait_for;
+  if (options_.ranks_to_wait_for) wait_for = options_.ranks_to_wait_for(RunningRanks());
+  if (wait_for.empty()) {
+    BeginStop(SIGTERM, now);
+    return;
+  }
+  Log(absl::StrCat("waiting up to ", absl::FormatDuration(options_.before_stop_wait),
+                   wait_for.size() == 1 ? " for rank " : " for ranks ", RankList(wait_for),
+                   " to write flight-recorder dumps",
+                   options_.before_stop_signal == 0
+                       ? ""
+                       : absl::StrCat(" (sent ", SignalName(options_.before_stop_signal), ")"),
+                   " before stopping them"));
+  for (Rank& rank : ranks_) {
+    if (options_.before_stop_signal != 0 &&
+        std::find(wait_for.begin(), wait_for.end(), rank.spec->rank) != wait_for.end()) {
+      rank.child->SignalGroup(options_.before_stop_signal);
+    }
+  }
+  waiting_before_stop_ = true;
+  before_stop_deadline_ = now + options_.before_stop_wait;
 }
 
 bool Attempt::AllExited() const {
@@ -308,6 +350,7 @@ absl::StatusOr<AttemptResult> Attempt::Run(const std::vector<ProcessSpec>& specs
     if (stopping_ && !killed_) wait = std::min(wait, kill_at_ - now);
     if (!stopping_) wait = std::min(wait, job_deadline_ - now);
     if (!stopping_) wait = std::min(wait, root_cause_deadline_ - now);
+    if (waiting_before_stop_ && !stopping_) wait = std::min(wait, before_stop_deadline_ - now);
     int wait_ms = static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(wait)));
     int ready = poll(fds.data(), fds.size(), wait_ms);
     if (ready < 0 && errno != EINTR) return absl::InternalError("poll failed");
@@ -317,6 +360,7 @@ absl::StatusOr<AttemptResult> Attempt::Run(const std::vector<ProcessSpec>& specs
     }
     HandleSignals(now);
     ReapAndCheck(now);
+    CheckBeforeStop(now);
   }
   if (!result_.first_failure.has_value() && !peer_failures_.empty()) {
     // Every rank exited before root_cause_wait ran out, some because another
@@ -427,6 +471,10 @@ absl::StatusOr<ExitReport> SuperviseProcessGroup(const LaunchPlanner& planner,
     Attempt attempt(options, signals->get(), job_deadline);
     absl::StatusOr<AttemptResult> result = attempt.Run(*specs);
     if (!result.ok()) return result.status();
+    if (options.after_failed_attempt && (result->outcome == ExitReport::Outcome::kRankFailed ||
+                                         result->outcome == ExitReport::Outcome::kTimedOut)) {
+      options.after_failed_attempt(restart);
+    }
     report.restarts = restart;
     report.outcome = result->outcome;
     report.first_failure = result->first_failure;

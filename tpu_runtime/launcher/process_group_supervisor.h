@@ -21,6 +21,9 @@
 //      exited, some with kPeerFailureExitCode and none for a reason of its
 //      own, failed too (its root cause ran elsewhere, e.g. on another host's
 //      tpurun: see peer_failure_hint).
+//   3a. Optionally, before that stop, ranks still running are asked (a signal)
+//      to write diagnostics and given a bounded wait (ranks_to_wait_for); a
+//      hook runs after each failed attempt (after_failed_attempt).
 //   4. A failed attempt is followed by a new one (restart_count + 1, fresh
 //      planner call: new MASTER_PORT etc.) until max_restarts restarts have
 //      been made; then the job fails with the last attempt's first failure.
@@ -87,6 +90,19 @@ struct SupervisorOptions {
   // e.g. "the rank that failed is on another host: see the tpurun of host 1
   // (h1)". Empty: nothing added.
   std::string peer_failure_hint;
+  // Before the stop that follows a rank's failure (3 above; not a signal or
+  // the job timeout): when set, it is asked which of the ranks still running
+  // to wait for (tpurun: those that have not written a flight-recorder dump
+  // yet). Those get `before_stop_signal` (0: none; tpurun: SIGUSR1, "dump
+  // now") once, and the stop waits, relaying output, until it returns none
+  // of them or `before_stop_wait` has passed.
+  std::function<std::vector<int>(const std::vector<int>& running_ranks)> ranks_to_wait_for;
+  int before_stop_signal = 0;
+  absl::Duration before_stop_wait = absl::Seconds(2);
+  // Called after every attempt that failed (a rank failure or the job
+  // timeout), once all its ranks have exited and before a restart or the
+  // return (tpurun: prints the flight recorder's verdict).
+  std::function<void(int restart_count)> after_failed_attempt;
 };
 
 // The first rank of an attempt to fail, and how.

@@ -397,5 +397,56 @@ TEST(SupervisorTest, AllRanksExitingBecauseAPeerFailedIsRestarted) {
   EXPECT_THAT(job.planned_restarts, ::testing::ElementsAre(0, 1));
 }
 
+// tpurun's flight-recorder hook: before the stop, the ranks still running
+// that ranks_to_wait_for names get before_stop_signal and a bounded wait.
+TEST(SupervisorTest, RanksAskedBeforeTheStopGetTheSignalAndTheWait) {
+  const std::string marker = absl::StrCat(::testing::TempDir(), "/sup_dump_", getpid());
+  unlink(marker.c_str());
+  SupervisorOptions options;
+  options.before_stop_signal = SIGUSR1;
+  options.before_stop_wait = absl::Seconds(5);
+  std::vector<std::vector<int>> asked;
+  options.ranks_to_wait_for = [&](const std::vector<int>& running) {
+    asked.push_back(running);
+    return access(marker.c_str(), F_OK) == 0 ? std::vector<int>{} : running;
+  };
+  std::vector<int> hook_calls;
+  options.after_failed_attempt = [&](int restart) { hook_calls.push_back(restart); };
+  JobResult job = RunJob(
+      2,
+      [&](int r) {
+        return r == 0 ? std::string("sleep 0.3; exit 3")
+                      : absl::StrCat("trap 'echo dumped; touch ", marker,
+                                     "; sleep 30' USR1; while :; do sleep 0.05; done");
+      },
+      options);
+  unlink(marker.c_str());
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  EXPECT_EQ(job.report->first_failure->rank, 0);
+  EXPECT_EQ(job.report->ExitCode(), 3);
+  EXPECT_THAT(job.err, HasSubstr("waiting up to 5s for rank 1 to write flight-recorder dumps "
+                                 "(sent SIGUSR1) before stopping them"));
+  EXPECT_THAT(job.out, HasSubstr("[rank 1] dumped"));
+  EXPECT_EQ(job.report->exits[1], ExitStatus::Signaled(SIGTERM));  // stopped once it dumped
+  EXPECT_LT(job.elapsed, absl::Seconds(4));
+  ASSERT_FALSE(asked.empty());
+  EXPECT_THAT(asked[0], ::testing::ElementsAre(1));
+  EXPECT_THAT(hook_calls, ::testing::ElementsAre(0));
+}
+
+TEST(SupervisorTest, ARankThatNeverAnswersIsStoppedAfterTheWait) {
+  SupervisorOptions options;
+  options.before_stop_signal = SIGUSR1;
+  options.before_stop_wait = absl::Milliseconds(500);
+  options.ranks_to_wait_for = [](const std::vector<int>& running) { return running; };
+  JobResult job = RunJob(
+      2, [](int r) { return r == 0 ? "sleep 0.2; exit 3" : "trap '' USR1; sleep 30"; }, options);
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  EXPECT_EQ(job.report->ExitCode(), 3);
+  EXPECT_EQ(job.report->exits[1], ExitStatus::Signaled(SIGTERM));
+  EXPECT_GE(job.elapsed, absl::Milliseconds(700));
+  EXPECT_LT(job.elapsed, absl::Seconds(4));
+}
+
 }  // namespace
 }  // namespace tpudist::tpu_runtime::launcher

@@ -22,10 +22,20 @@
 // one tpurun per host: a rank of another host); 124 on --timeout;
 // 128+signal if tpurun itself was interrupted; 2 for bad flags, durations
 // and secret files; 1 if the launcher could not do its job.
+//
+// Flight recorder: the ranks dump their recent collectives
+// (TPU_DIST_FLIGHT_RECORDER_DIR, set by tpurun to a per-job directory unless
+// the user set it or TORCH_FR_DUMP_TEMP_FILE). When a rank fails, tpurun
+// sends SIGUSR1 to the ranks that have not dumped yet (if any rank has),
+// waits up to 2 s for their dumps, stops the job, and prints the verdict of
+// torch's analyzer (flight_recorder_verdict.h) in lines starting
+// "tpurun: flight recorder: ".
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +49,7 @@
 #include "tpu_runtime/duration_check.h"
 #include "tpu_runtime/job_secret.h"
 #include "tpu_runtime/launcher/flag_names.h"
+#include "tpu_runtime/launcher/flight_recorder_verdict.h"
 #include "tpu_runtime/launcher/free_port.h"
 #include "tpu_runtime/launcher/launch_plan.h"
 #include "tpu_runtime/launcher/process_group_supervisor.h"
@@ -74,6 +85,13 @@ ABSL_FLAG(std::string, job_secret_file, "",
 ABSL_FLAG(bool, allow_unauthenticated, false,
           "multi-host without --hosts-emulated: run without a job secret (anyone who can reach "
           "the ranks' ports can join the job)");
+
+ABSL_FLAG(std::string, fr_analyzer, "",
+          "Python (with torch) that runs torch's flight-recorder analyzer after a failed attempt "
+          "(default: TPU_DIST_FR_ANALYZER, else the rank command when it is a python, else "
+          "$VIRTUAL_ENV/bin/python, else python3); none: no analysis");
+ABSL_FLAG(absl::Duration, fr_analyzer_timeout, absl::Seconds(30),
+          "the analyzer is killed after this long (> 0)");
 
 namespace tpudist::tpu_runtime::launcher {
 namespace {
@@ -189,13 +207,23 @@ int Main(int argc, char** argv) {
         CheckUserDuration("--timeout", absl::GetFlag(FLAGS_timeout),
                           DurationRule::kPositiveOrInfinite),
         CheckUserDuration("--grace-period", absl::GetFlag(FLAGS_grace_period),
-                          DurationRule::kNonNegative)}) {
+                          DurationRule::kNonNegative),
+        CheckUserDuration("--fr-analyzer-timeout", absl::GetFlag(FLAGS_fr_analyzer_timeout),
+                          DurationRule::kPositiveOrInfinite)}) {
     if (!s.ok()) return Fail(kUsageError, std::string(s.message()));
   }
 
   if (absl::Status s = ResolveJobSecret(&config); !s.ok()) {
     return Fail(kUsageError, std::string(s.message()));
   }
+
+  // Flight-recorder dumps of each attempt, and the Python that analyzes them.
+  const auto lookup = [](const char* name) -> const char* { return getenv(name); };
+  const std::string analyzer = ChooseAnalyzerPython(
+      absl::GetFlag(FLAGS_fr_analyzer), getenv(kFlightRecorderAnalyzerEnv), config.command,
+      getenv("VIRTUAL_ENV"));
+  std::optional<DumpLocation> dumps;
+  std::vector<int> attempt_ranks;
 
   const int fixed_port = absl::GetFlag(FLAGS_master_port);
   const bool pick_port = fixed_port == 0 && MayPickMasterPort(config);
@@ -212,13 +240,47 @@ int Main(int argc, char** argv) {
       if (!free.ok()) return free.status();
       port = *free;
     }
-    return PlanRanks(config, restart, port);
+    absl::StatusOr<std::vector<ProcessSpec>> specs = PlanRanks(config, restart, port);
+    if (!specs.ok()) return specs;
+    dumps = ResolveDumpLocation(lookup, config.job_id, restart);
+    attempt_ranks.clear();
+    for (ProcessSpec& spec : *specs) {
+      attempt_ranks.push_back(spec.rank);
+      if (dumps.has_value() && dumps->set_by_launcher) spec.env[kFlightRecorderDirEnv] = dumps->dir;
+    }
+    return specs;
   };
   SupervisorOptions options;
   options.grace_period = absl::GetFlag(FLAGS_grace_period);
   options.timeout = absl::GetFlag(FLAGS_timeout);
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   options.peer_failure_hint = PeerFailureHint(config);
+  // Wait for the dumps only when the ranks record (one has dumped already):
+  // a job that does not use tpu_dist never gets SIGUSR1.
+  options.ranks_to_wait_for = [&](const std::vector<int>& running) -> std::vector<int> {
+    if (!dumps.has_value() || RanksWithDumps(*dumps, attempt_ranks).empty()) return {};
+    const std::vector<int> dumped = RanksWithDumps(*dumps, running);
+    std::vector<int> missing;
+    for (int rank : running) {
+      if (std::find(dumped.begin(), dumped.end(), rank) == dumped.end()) missing.push_back(rank);
+    }
+    return missing;
+  };
+  options.before_stop_signal = SIGUSR1;
+  options.after_failed_attempt = [&](int /*restart*/) {
+    if (!dumps.has_value()) return;
+    std::vector<std::string> lines =
+        FlightRecorderVerdict(*dumps, attempt_ranks, analyzer,
+                              absl::GetFlag(FLAGS_fr_analyzer_timeout));
+    if (!lines.empty() && IsOneOfManyHosts(config)) {
+      lines.push_back("this tpurun's ranks only: put every host's dumps in one directory and run "
+                      "python -m torch.distributed.flight_recorder.fr_trace on it");
+    }
+    for (const std::string& line : lines) {
+      fprintf(stderr, "tpurun: flight recorder: %s\n", line.c_str());
+    }
+    fflush(stderr);
+  };
 
   fprintf(stderr, "tpurun: %s\n", StartBanner(config).c_str());
   fflush(stderr);
