@@ -5,8 +5,9 @@ variable given: tpurun sets TPU_DIST_FLIGHT_RECORDER_DIR to its per-job
 directory (under TMPDIR, here the test's tmp_path), and after the failure runs
 `python -m torch.distributed.flight_recorder.fr_trace` with the ranks' own
 Python (the venv's) and prints the verdict. Each case checks that the
-launcher's output names the right rank and sequence id, and (the hang) that
-the verdict comes within the op timeout + 5 s of the hang.
+launcher's output names the right rank and sequence id (a rank asleep before
+an all_reduce, mismatched collectives, a recv nobody sends), and (the sleeper)
+that the verdict comes within the op timeout + 5 s of the hang.
 
 tpu_dist-ray-run's path (dump collection through the rank actors, SIGUSR1,
 the verdict) runs with its actors replaced by local RankProcess objects (no
@@ -47,6 +48,10 @@ try:
             time.sleep(60)  # stuck in user code: never issues op 3
         print(f"hang_at {time.time():.3f}", flush=True)
         dist.all_reduce(torch.ones(4))
+    elif case == "recv":
+        if rank == 0:
+            time.sleep(60)  # never sends
+        dist.recv(torch.zeros(4), src=0)
     elif case == "mismatch":
         if rank == 0:
             dist.all_reduce(torch.ones(4))
@@ -125,6 +130,15 @@ def test_mismatched_collectives_name_the_other_op_and_the_sequence_id(tmp_path: 
             or PREFIX + "verdict: sequence id 3, tpu_dist:all_reduce: Culprit rank 1; Error type: "
             "COLLECTIVE_TYPE_MISMATCH, Expected collective type: 'all_reduce' does not match "
             "found collective type: 'all_gather'" in out), out
+
+
+def test_a_recv_nobody_sends_names_the_sender(tmp_path: Path) -> None:
+    rc, lines = _tpurun(tmp_path, "recv")
+    out = _text(lines)
+    assert rc == 1, out
+    # A p2p entry carries the group's last collective sequence number (2).
+    assert (PREFIX + "verdict: sequence id 2, tpu_dist:recv 1<-0: rank 0 never joined it "
+            "(behind: stuck before it, or in another op)") in out, out
 
 
 def test_a_missing_analyzer_is_one_line_and_the_exit_status_stays(tmp_path: Path) -> None:

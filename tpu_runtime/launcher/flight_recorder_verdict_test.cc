@@ -1,6 +1,7 @@
 #include "tpu_runtime/launcher/flight_recorder_verdict.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -74,6 +75,28 @@ void WriteFile(const std::string& path, const std::string& text, bool executable
   fclose(f);
   if (executable) chmod(path.c_str(), 0755);
 }
+
+// The tpuruns this binary starts (tpurun_test.cc: failing slice_check jobs
+// dump) write their flight-recorder directories under TMPDIR: one directory
+// for the whole binary, removed at its end, so that no run leaves
+// /tmp/tpurun_fr/<job> behind.
+class DumpTmpdirEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    char pattern[] = "/tmp/launcher_test_XXXXXX";
+    if (mkdtemp(pattern) == nullptr) return;
+    dir_ = pattern;
+    setenv("TMPDIR", dir_.c_str(), 1);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+ private:
+  std::string dir_;
+};
+const ::testing::Environment* const kDumpTmpdir =
+    ::testing::AddGlobalTestEnvironment(new DumpTmpdirEnvironment);
 
 TEST(FlightRecorderVerdictTest, LauncherChoosesAPerJobAttemptDirectoryUnlessTheUserDid) {
   std::optional<DumpLocation> own = ResolveDumpLocation(Lookup({{"TMPDIR", "/t"}}), "job1", 2);
