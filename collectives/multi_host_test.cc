@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "testing/collectives_util.h"
+#include "testing/source_dir.h"
 #include "tpu_runtime/job_secret.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -380,9 +381,7 @@ void RunInNamespaces(int hosts, bool with_secret) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
   std::string probe;
   if (Shell("ip netns list", &probe) != 0) GTEST_SKIP() << "`ip netns` unavailable: " << probe;
-  const char* src = std::getenv("TPU_DIST_SOURCE_DIR");
-  if (!src) GTEST_SKIP() << "TPU_DIST_SOURCE_DIR unset (run through ctest)";
-  const std::string script = std::string(src) + "/tools/netns_hosts.sh";
+  const std::string script = test_support::SourceDir() + "/tools/netns_hosts.sh";
   char self[4096] = {};
   ASSERT_GT(readlink("/proc/self/exe", self, sizeof(self) - 1), 0);
   const std::string dir = test_support::ProcessTempDir("tpud_test");

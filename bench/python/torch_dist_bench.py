@@ -168,10 +168,15 @@ def _latency_main(rank: int, world: int, port: int, pkg_dir: str, queue: Any) ->
         queue.put({"rows": rows, "package": os.path.dirname(tpu_dist.__file__)})
 
 
-def _spawn(target: Any, world: int, extra: tuple) -> dict[str, Any]:
+def _free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (MASTER_PORT)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def _spawn(target: Any, world: int, extra: tuple) -> dict[str, Any]:
+    port = _free_port()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=target, args=(r, world, port) + extra + (queue,))
@@ -275,9 +280,7 @@ def _rank_main(rank: int, world: int, port: int, quick: bool, queue: Any) -> Non
 
 
 def _run_world(world: int, quick: bool) -> dict[str, Any]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     load_before = _load()
