@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/python/torch_dist_bench.py [--worlds 2 4 16] [--quick]
         [--json-out FILE]
+    .venv/bin/python bench/python/torch_dist_bench.py --layers [--worlds 2 4]
+        [--cxx-bench build/bench/collectives_bench]
     .venv/bin/python bench/python/torch_dist_bench.py --latency [--worlds 2 4]
         [--ab OLD_PKG_DIR] [--rounds 3] [--cxx-bench build/bench/collectives_bench]
 
@@ -28,6 +30,11 @@ clock). With --ab DIR it alternates the tpu_dist package copied into DIR
 world, in one run; --cxx-bench adds our C++ path (collectives_bench, blocking
 all_reduce on the same sizes) to every round. Prints one row per (world,
 size, mode) with each build's rounds and the load average.
+
+--layers: where the per-op cost of a small op goes between Python and our
+C++: an 8 B all_reduce through our backend's binding (asyncOp false), torch's
+ProcessGroup (the c10d dispatcher op), dist.all_reduce, and an async op
+waited on at once; with --cxx-bench, our C++ path in the same run.
 """
 
 from __future__ import annotations
@@ -202,7 +209,7 @@ def _cxx_latency(binary: str, world: int) -> dict[int, float]:
     names = {8: "8B", 64 << 10: "64KiB", 1 << 20: "1MiB"}
     sizes = "|".join(names.values())
     out = subprocess.run(
-        [binary, f"--benchmark_filter=^all_reduce/fp32/({sizes})/world{world}/tpu_dist/",
+        [binary, f"--world={world}", f"--benchmark_filter=^all_reduce/fp32/({sizes})/world{world}/tpu_dist/",
          "--benchmark_format=json"], capture_output=True, text=True, timeout=600)
     start = out.stdout.find("{")
     if out.returncode != 0 or start < 0:
@@ -248,6 +255,63 @@ def _latency(worlds: list[int], ab: str, rounds: int, cxx: str) -> int:
             ratio = (f" | {med(by['old']) / med(by['new']):.2f}"
                      if by.get("old") and by.get("new") else " | -")
         print(f"| {world} | {_size(nbytes)} | {mode} | {vals}{ratio} |")
+    return 0
+
+
+LAYERS = ["backend.allreduce (sync)", "pg.allreduce (sync)", "dist.all_reduce",
+          "backend.allreduce (async) + wait"]
+
+
+def _layers_main(rank: int, world: int, port: int, queue: Any) -> None:
+    """One 8 B all_reduce through each layer between Python and our C++:
+    our backend's binding called directly, torch's ProcessGroup (the c10d
+    dispatcher op), torch.distributed's Python function, and an async op
+    waited on at once (the op-worker handoff)."""
+    _rank_env(rank, world, port)
+    torch.set_num_threads(1)
+    import tpu_dist  # noqa: F401
+    from torch._C._distributed_c10d import AllreduceOptions
+
+    dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=120))
+    t = torch.ones(2)
+    pg = dist.group.WORLD
+    backend = pg._get_backend(torch.device("cpu"))
+    sync, asynchronous = AllreduceOptions(), AllreduceOptions()
+    sync.asyncOp, asynchronous.asyncOp = False, True
+    fns = {
+        LAYERS[0]: lambda: backend.allreduce([t], sync),
+        LAYERS[1]: lambda: pg.allreduce([t], sync),
+        LAYERS[2]: lambda: dist.all_reduce(t),
+        LAYERS[3]: lambda: backend.allreduce([t], asynchronous).wait(),
+    }
+    rows = {}
+    for name, fn in fns.items():
+        times = []
+        for _ in range(7):
+            dist.barrier()
+            fn()
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(2000):
+                fn()
+            times.append((time.perf_counter() - start) / 2000 * 1e6)
+        rows[name] = sorted(times)[3]
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        queue.put({"rows": rows})
+
+
+def _layers(worlds: list[int], cxx: str) -> int:
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; all_reduce fp32 8 B, us per op "
+          "(median of 7 loops of 2000, rank 0)")
+    print("| world | " + " | ".join(["C++ (collectives_bench)"] + LAYERS) + " | load after |")
+    print("|---" * (len(LAYERS) + 3) + "|")
+    for world in worlds:
+        cxx_us = _cxx_latency(cxx, world).get(8) if cxx else None
+        rows = _spawn(_layers_main, world, ())["rows"]
+        cells = [_fmt(cxx_us)] + [_fmt(rows[name]) for name in LAYERS]
+        print(f"| {world} | " + " | ".join(cells) + f" | {_load()} |")
     return 0
 
 
@@ -319,7 +383,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="with --latency")
     parser.add_argument("--cxx-bench", default="",
                         help="with --latency: collectives_bench binary for the C++ path")
+    parser.add_argument("--layers", action="store_true",
+                        help="8 B all_reduce through each layer: backend, ProcessGroup, dist")
     args = parser.parse_args()
+    if args.layers:
+        return _layers(args.worlds, args.cxx_bench)
     if args.latency:
         return _latency(args.worlds, args.ab, args.rounds, args.cxx_bench)
     results = [_run_world(w, args.quick) for w in args.worlds]
