@@ -345,3 +345,58 @@ def test_raycluster_turns_on_token_auth_for_every_pod(slice_name: str) -> None:
             assert not {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"} & set(_env(c))
     for job in ALL_JOBS:  # the default submitter, which KubeRay gives the token
         assert "submitterPodTemplate" not in _job(job, slice_name)["spec"]
+
+
+# Multi-slice: the v6e 4x4 RayCluster with its worker group replicated, one
+# replica per slice (issue 32 item 4).
+MULTI_SLICE = {"file": "raycluster-v6e-4x4-2slices.yaml", "base": "v6e-4x4", "slices": 2}
+
+
+def _multi_slice_cluster() -> Dict[str, Any]:
+    return _render(MULTI_SLICE["file"], IMAGE_URI=IMAGE)
+
+
+def test_multi_slice_raycluster_validates_against_crd() -> None:
+    assert _errors(_multi_slice_cluster()) == []
+
+
+def test_multi_slice_raycluster_is_the_slice_replicated_with_the_slice_count() -> None:
+    doc, base = _multi_slice_cluster(), _cluster(MULTI_SLICE["base"])
+    (group,) = doc["spec"]["workerGroupSpecs"]
+    (one,) = base["spec"]["workerGroupSpecs"]
+    slices = MULTI_SLICE["slices"]
+    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == slices
+    (worker,) = group["template"]["spec"]["containers"]
+    # The webhook computes MEGASCALE_SLICE_ID / COORDINATOR / PORT per replica;
+    # the pod spec names only the count, and it must equal the replicas.
+    assert _env(worker) == {"MEGASCALE_NUM_SLICES": str(slices)}
+    assert 0 <= group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
+    # Everything else is the single slice's RayCluster.
+    same = copy.deepcopy(group)
+    for key in ("replicas", "minReplicas", "maxReplicas"):
+        same[key] = one[key]
+    del same["template"]["spec"]["containers"][0]["env"]
+    assert same == one
+    assert doc["spec"]["headGroupSpec"] == base["spec"]["headGroupSpec"]
+    assert doc["metadata"] == base["metadata"] and doc["spec"]["authOptions"] == {"mode": "token"}
+
+
+def test_multi_slice_raycluster_matches_the_local_emulation() -> None:
+    """tools/ray_cluster.sh up v6e-4x4 --num-slices 2 gives host h of slice s
+    what the webhook gives pod h of replica s: its own slice's host list and
+    TPU_NAME <group>-<replica>."""
+    doc = _multi_slice_cluster()
+    (group,) = doc["spec"]["workerGroupSpecs"]
+    hosts = group["numOfHosts"]
+    for s in range(group["replicas"]):
+        names = [f"{group['groupName']}-{s}-{h}.{doc['metadata']['name']}-headless"
+                 for h in range(hosts)]
+        for h in (0, hosts - 1):
+            out = subprocess.run(
+                [str(ROOT / "tools" / "ray_cluster.sh"), "env", MULTI_SLICE["base"],
+                 "--num-slices", str(group["replicas"]), "--host", str(s * hosts + h)],
+                capture_output=True, text=True, check=True, timeout=60).stdout
+            env = dict(line.split("=", 1) for line in out.splitlines())
+            assert env["TPU_WORKER_ID"] == str(h)
+            assert env["TPU_NAME"] == f"{group['groupName']}-{s}"
+            assert env["TPU_WORKER_HOSTNAMES"] == ",".join(names)
