@@ -197,6 +197,7 @@ absl::Status CoordinationClient::Register() {
   pb::RegisterTaskRequest req;
   pb::RegisterTaskResponse resp;
   req.set_num_tasks(options_.num_tasks);
+  req.set_num_slices(options_.num_slices);
   absl::Status s = rpc_->Call(&Stub::RegisterTask, req, &resp,
                               options_.rpc_timeout, Where("RegisterTask"));
   if (!s.ok()) return s;

@@ -70,6 +70,10 @@ struct ClientOptions {
   // The job's world size as this task sees it, checked by Register() against
   // the service's; a mismatch fails the job naming both. 0: not checked.
   int num_tasks = 0;
+  // The job's slice count as this task sees it (RankInfo::num_slices),
+  // checked by Register() against the service's; a mismatch fails the job
+  // naming both. 0: not checked.
+  int num_slices = 0;
   // Keep a PollForError outstanding from a watcher thread (after Register):
   // the job error arrives at once instead of with the next heartbeat, and
   // the service sees this process die (its connection closes) at once.

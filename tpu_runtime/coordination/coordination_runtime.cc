@@ -123,6 +123,7 @@ absl::StatusOr<std::unique_ptr<CoordinationRuntime>> StartOrConnect(
     service.port = info.master_port;
     service.job_id = job_id;
     service.num_tasks = info.world_size;
+    service.num_slices = info.num_slices;
     auto started = CoordinationService::Start(service);
     if (!started.ok()) return started.status();
     runtime->service_ = *std::move(started);
@@ -136,6 +137,7 @@ absl::StatusOr<std::unique_ptr<CoordinationRuntime>> StartOrConnect(
                                                 : info.master_port;
   ClientOptions client_options = options.client;
   if (client_options.num_tasks == 0) client_options.num_tasks = info.world_size;
+  if (client_options.num_slices == 0) client_options.num_slices = info.num_slices;
   auto client = CoordinationClient::Connect(JoinHostPort(host, port), job_id,
                                             info.rank, client_options);
   if (!client.ok()) return client.status();

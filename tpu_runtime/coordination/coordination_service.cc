@@ -82,7 +82,8 @@ class CoordinationService::Impl final
     }
     const auto& src = req->source();
     if (auto s = state_->RegisterTask(src.task_id(), src.incarnation(),
-                                      absl::Now(), req->num_tasks());
+                                      absl::Now(), req->num_tasks(),
+                                      req->num_slices());
         !s.ok()) {
       return ToGrpcStatus(s);
     }
@@ -341,7 +342,8 @@ absl::StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(
   std::unique_ptr<CoordinationService> service(
       new CoordinationService(options));
   service->state_ = std::make_unique<CoordinationState>(
-      options.job_id, options.num_tasks, options.heartbeat_timeout);
+      options.job_id, options.num_tasks, options.heartbeat_timeout,
+      options.num_slices);
   std::random_device rd;
   const uint64_t incarnation = static_cast<uint64_t>(rd()) << 32 | rd();
   service->impl_ = std::make_unique<Impl>(service->state_.get(), incarnation,

@@ -42,6 +42,9 @@ struct ServiceOptions {
   int port = 0;  // 0: the OS picks a free port; see CoordinationService::port()
   std::string job_id;  // REQUIRED: non-empty
   int num_tasks = 1;   // REQUIRED: >= 1
+  // The job's slice count; a task registering with another one fails the
+  // job naming both (ClientOptions::num_slices). 0: not checked.
+  int num_slices = 0;
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   // Every task must register within this long of Start(); then the job fails
   // naming the ranks that never did ("rank 1 never registered ..."), instead

@@ -32,9 +32,11 @@ std::string FormatTaskIds(absl::Span<const int> ids) {
 }
 
 CoordinationState::CoordinationState(std::string job_id, int num_tasks,
-                                     absl::Duration heartbeat_timeout)
+                                     absl::Duration heartbeat_timeout,
+                                     int num_slices)
     : job_id_(std::move(job_id)),
       num_tasks_(num_tasks),
+      num_slices_(num_slices),
       heartbeat_timeout_(heartbeat_timeout),
       tasks_(num_tasks) {}
 
@@ -64,9 +66,23 @@ void CoordinationState::FailTaskLocked(int task, absl::Status error) {
 
 absl::Status CoordinationState::RegisterTask(int task, uint64_t incarnation,
                                              absl::Time now,
-                                             int claimed_num_tasks) {
+                                             int claimed_num_tasks,
+                                             int claimed_num_slices) {
   absl::MutexLock lock(&mu_);
   TaskInfo& info = tasks_[task];
+  if (claimed_num_slices != 0 && num_slices_ != 0 &&
+      claimed_num_slices != num_slices_) {
+    FailTaskLocked(
+        task, absl::FailedPreconditionError(absl::StrFormat(
+                  "task %d of job '%s' was started for %d slices "
+                  "(MEGASCALE_NUM_SLICES=%d), but the job's coordination "
+                  "service (hosted by task 0) was started for %d slices: a "
+                  "stale slice count (e.g. after a slice was replaced); "
+                  "every rank must get the live count",
+                  task, job_id_, claimed_num_slices, claimed_num_slices,
+                  num_slices_)));
+    return job_error_;
+  }
   if (claimed_num_tasks != 0 && claimed_num_tasks != num_tasks_) {
     FailTaskLocked(
         task, absl::FailedPreconditionError(absl::StrFormat(

@@ -46,8 +46,10 @@ std::string FormatTaskIds(absl::Span<const int> ids);
 class CoordinationState {
  public:
   // REQUIRES: num_tasks >= 1, heartbeat_timeout > 0.
+  // num_slices: the job's slice count that RegisterTask checks claims
+  // against; 0 = not checked.
   CoordinationState(std::string job_id, int num_tasks,
-                    absl::Duration heartbeat_timeout);
+                    absl::Duration heartbeat_timeout, int num_slices = 0);
   CoordinationState(const CoordinationState&) = delete;
   CoordinationState& operator=(const CoordinationState&) = delete;
 
@@ -62,9 +64,12 @@ class CoordinationState {
   // Connects `task`. Idempotent for the same incarnation. A connected task
   // registering with a new incarnation restarted: that fails the job. So does
   // a task that claims another world size (`claimed_num_tasks` != 0 and !=
-  // num_tasks()): the job error names both values.
+  // num_tasks()), or another slice count (`claimed_num_slices` != 0, the
+  // job's num_slices != 0, and they differ; checked first): the job error
+  // names both values.
   absl::Status RegisterTask(int task, uint64_t incarnation, absl::Time now,
-                            int claimed_num_tasks = 0);
+                            int claimed_num_tasks = 0,
+                            int claimed_num_slices = 0);
   // Refreshes the task's heartbeat. Returns an error about the task itself
   // (not registered, stale incarnation, marked failed); the job error is read
   // separately with JobError().
@@ -157,6 +162,7 @@ class CoordinationState {
 
   const std::string job_id_;
   const int num_tasks_;
+  const int num_slices_;  // 0: not checked
   const absl::Duration heartbeat_timeout_;
 
   mutable absl::Mutex mu_;

@@ -27,16 +27,19 @@ namespace tpudist::tpu_runtime::coordination {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using test_support::SpawnChild;
 using test_support::WaitChild;
 using test_support::WaitFor;
 
 constexpr char kJob[] = "detect-test";
 
-std::unique_ptr<CoordinationService> StartService(int num_tasks, absl::Duration heartbeat) {
+std::unique_ptr<CoordinationService> StartService(int num_tasks, absl::Duration heartbeat,
+                                                  int num_slices = 0) {
   ServiceOptions options;
   options.job_id = kJob;
   options.num_tasks = num_tasks;
+  options.num_slices = num_slices;
   options.heartbeat_timeout = heartbeat;
   auto service = CoordinationService::Start(options);
   EXPECT_TRUE(service.ok()) << service.status();
@@ -171,6 +174,40 @@ TEST(FailureDetectionTest, WorldSizeMismatchFailsTheJobNamingBothSizes) {
   // Rank 0 learns it in well under a heartbeat.
   ASSERT_TRUE(WaitFor([&] { return !c0->health().ok(); }, absl::Seconds(2)));
   EXPECT_THAT(c0->health().message(), HasSubstr("world size 3"));
+}
+
+// A restart whose rank announces a stale slice count (3 slices for a job the
+// service runs as 2, e.g. after a slice was replaced) is refused at
+// registration in well under a second, naming both counts, and the job fails
+// instead of waiting for a third slice's ranks.
+TEST(FailureDetectionTest, StaleSliceCountIsRefusedAtRegistrationNamingBothCounts) {
+  auto service = StartService(4, absl::Seconds(30), /*num_slices=*/2);
+  ASSERT_NE(service, nullptr);
+  ClientOptions live, stale;
+  live.num_tasks = stale.num_tasks = 4;
+  live.num_slices = 2;
+  stale.num_slices = 3;
+  auto c0 = Connect(*service, 0, live);
+  auto c2 = Connect(*service, 2, stale);
+  ASSERT_TRUE(c0 && c2);
+  ASSERT_TRUE(c0->Register().ok());
+  const absl::Time start = absl::Now();
+  const absl::Status refused = c2->Register();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("started for 3 slices (MEGASCALE_NUM_SLICES=3)"));
+  EXPECT_THAT(refused.message(), HasSubstr("started for 2 slices"));
+  ASSERT_TRUE(WaitFor([&] { return !c0->health().ok(); }, absl::Seconds(2)));
+  EXPECT_THAT(c0->health().message(), HasSubstr("3 slices"));
+  // A task that does not say (0) is not checked.
+  ClientOptions silent;
+  silent.num_tasks = 4;
+  auto service2 = StartService(2, absl::Seconds(30), /*num_slices=*/2);
+  ASSERT_NE(service2, nullptr);
+  auto c = Connect(*service2, 1, silent);
+  ASSERT_TRUE(c);
+  const absl::Status other = c->Register();  // refused for its world size only
+  EXPECT_THAT(other.message(), Not(HasSubstr("slices"))) << other;
 }
 
 // Two ranks fail one after the other: the first is the root cause (exit 1),
