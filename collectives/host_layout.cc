@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <map>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -15,15 +16,51 @@
 
 namespace tpudist::collectives {
 
-HostLayout ComputeHostLayout(absl::Span<const std::string> host_ids) {
+bool HostLayout::uniform_slices() const {
+  for (const auto& s : slices) {
+    if (s.size() != slices[0].size()) return false;
+  }
+  return true;
+}
+
+Locality LocalityOf(const HostLayout& layout) {
+  if (layout.num_slices() > 1) return Locality::kDcn;
+  return layout.single_host() ? Locality::kShm : Locality::kIntraSlice;
+}
+
+const char* LocalityName(Locality locality) {
+  switch (locality) {
+    case Locality::kShm:
+      return "shm";
+    case Locality::kIntraSlice:
+      return "intra_slice";
+    case Locality::kDcn:
+      return "dcn";
+  }
+  return "?";
+}
+
+HostLayout ComputeHostLayout(absl::Span<const std::string> host_ids,
+                             absl::Span<const int> slice_ids) {
   HostLayout layout;
   const int world = static_cast<int>(host_ids.size());
   layout.host_of_rank.resize(world);
   layout.local_index.resize(world);
-  std::map<std::string, int> index;
+  layout.slice_of_rank.resize(world);
+  layout.slice_index.resize(world);
+  std::map<int, int> slice_pos;
+  std::map<std::pair<int, std::string>, int> index;
   for (int r = 0; r < world; ++r) {
-    auto [it, inserted] =
-        index.emplace(host_ids[r], static_cast<int>(layout.hosts.size()));
+    const int slice_id = slice_ids.empty() ? 0 : slice_ids[r];
+    auto [sit, new_slice] =
+        slice_pos.emplace(slice_id, static_cast<int>(layout.slices.size()));
+    if (new_slice) layout.slices.emplace_back();
+    const int s = sit->second;
+    layout.slice_of_rank[r] = s;
+    layout.slice_index[r] = static_cast<int>(layout.slices[s].size());
+    layout.slices[s].push_back(r);
+    auto [it, inserted] = index.emplace(std::make_pair(slice_id, host_ids[r]),
+                                        static_cast<int>(layout.hosts.size()));
     if (inserted) {
       layout.hosts.emplace_back();
       layout.leaders.push_back(r);

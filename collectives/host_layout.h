@@ -1,7 +1,10 @@
-// Which ranks of a group share a host, computed from the host ids that every
-// rank publishes through the store, and which address a rank binds for the
-// inter-host (TCP) path. The process group uses the layout to choose shm-only
-// (one host) or the hierarchical shm + TCP backend (hierarchical_backend.h).
+// Which ranks of a group share a host and which share a slice, computed from
+// the (host id, slice id) that every member publishes through the group's
+// store (never from the job's LOCAL_WORLD_SIZE), and which address a rank
+// binds for the inter-host (TCP) path. The process group uses the layout's
+// Locality to choose shm-only (one host), the hierarchical shm + TCP backend
+// (hosts of one slice, hierarchical_backend.h) or the slice backend (shm +
+// intra-slice TCP + DCN, slice_backend.h).
 //
 // Thread-safety: pure functions / value types.
 #ifndef TPU_DIST_COLLECTIVES_HOST_LAYOUT_H_
@@ -22,13 +25,35 @@ struct HostLayout {
   std::vector<int> host_of_rank;   // [world] index into hosts
   std::vector<int> local_index;    // [world] position within its host
   std::vector<int> leaders;        // [num hosts] hosts[h][0]
+  // Slices in order of their lowest rank; slices[s] lists its group ranks in
+  // ascending order (a rank's position there is its in-slice position).
+  std::vector<std::vector<int>> slices;
+  std::vector<int> slice_of_rank;  // [world] index into slices
+  std::vector<int> slice_index;    // [world] position within its slice
 
   bool single_host() const { return hosts.size() <= 1; }
   int num_hosts() const { return static_cast<int>(hosts.size()); }
+  int num_slices() const { return static_cast<int>(slices.size()); }
+  // Every slice holds the same number of the group's ranks (the DCN rails
+  // between ranks of equal in-slice position exist).
+  bool uniform_slices() const;
 };
 
-// Groups ranks by identical host id. host_ids[r] is rank r's id.
-HostLayout ComputeHostLayout(absl::Span<const std::string> host_ids);
+// The link class a group's collectives need, from its members' placement.
+enum class Locality {
+  kShm,       // one host: shared memory only
+  kIntraSlice,  // several hosts of one slice: shm + TCP (ICI stand-in)
+  kDcn,       // several slices: shm + intra-slice TCP + DCN between slices
+};
+Locality LocalityOf(const HostLayout& layout);
+const char* LocalityName(Locality locality);  // "shm", "intra_slice", "dcn"
+
+// Groups ranks by identical (slice id, host id): host_ids[r] / slice_ids[r]
+// are rank r's; slice_ids empty (or all equal) = one slice. A host id seen
+// in two slices names two hosts (hosts never span slices).
+// REQUIRES: slice_ids empty or of host_ids' size.
+HostLayout ComputeHostLayout(absl::Span<const std::string> host_ids,
+                             absl::Span<const int> slice_ids = {});
 
 // This process's host id: `configured` if non-empty, else
 // "<hostname>/<boot_id>" (boot_id from /proc/sys/kernel/random/boot_id).

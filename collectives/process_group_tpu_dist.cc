@@ -14,16 +14,13 @@
 #include "collectives/exception_message.h"
 #include "collectives/hierarchical_backend.h"
 #include "collectives/shm/algorithms.h"
+#include "collectives/slice_backend.h"
 #include "collectives/tensor_bridge.h"
 #include "collectives/work.h"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 
 namespace tpudist::collectives {
 namespace {
-
-std::vector<uint8_t> ToBytes(const std::string& s) {
-  return std::vector<uint8_t>(s.begin(), s.end());
-}
 
 template <typename T>
 T ValueOrThrow(absl::StatusOr<T> v) {
@@ -54,17 +51,10 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "tpu_dist: bad rank ",
               rank, " for world size ", size);
   store_ = GenerationStore(store, options_.group_name, rank);
-  // Host identity: every rank publishes its id; the layout decides the path.
+  // Placement: every rank publishes its (slice id, host id); the layout
+  // decides the path (shm / hosts of one slice / slices over DCN).
   const std::string host_id = DefaultHostId(options_.host_id);
-  store_->set(absl::StrCat("host/", rank), ToBytes(host_id));
-  std::vector<std::string> ids(size);
-  for (int r = 0; r < size; ++r) {
-    const std::string key = absl::StrCat("host/", r);
-    store_->wait({key}, options_.timeout);
-    const std::vector<uint8_t> v = store_->get(key);
-    ids[r].assign(v.begin(), v.end());
-  }
-  layout_ = ComputeHostLayout(ids);
+  layout_ = ExchangePlacement(*store_, rank, size, host_id, options_.slice_id, options_.timeout);
   shm::CommOptions comm_options;
   comm_options.job_id = options_.job_id;
   comm_options.group_name = options_.group_name;
@@ -103,8 +93,7 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
     hier.advertise_address = addr.advertise;
     hier.connect_timeout = absl::FromChrono(options_.timeout);
     hier.job_secret = options_.job_secret;
-    backend_ = ValueOrThrow(
-        HierarchicalBackend::Create(store_, rank, size, layout_, hier));
+    backend_ = ValueOrThrow(CreateMultiHostBackend(store_, rank, size, layout_, hier));
   }
   shm::Communicator* local = backend_->local_communicator();
   if (shm_p2p && local != nullptr && local->size() > 1 && local->p2p_ring_bytes() > 0) {

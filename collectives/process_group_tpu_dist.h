@@ -104,6 +104,10 @@ class ProcessGroupTpuDist : public c10d::Backend {
     std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per op
     std::string group_name = "default";
     std::string host_id;  // "" -> DefaultHostId() ("<hostname>/<boot_id>")
+    // This rank's slice (RankInfo::slice_index); -1 = unknown (slice 0).
+    // With host_id it places the rank: a group spanning slices runs its
+    // reductions slice-hierarchically over DCN (slice_backend.h).
+    int slice_id = -1;
     std::string job_id;   // part of shm segment names; "" -> a random nonce only
     // Address the inter-host TCP listeners bind (multi-host groups only);
     // "0.0.0.0" / "::" = every interface; "" -> derived by

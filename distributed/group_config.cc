@@ -96,6 +96,9 @@ absl::StatusOr<GroupConfig> ResolveGroupConfig(const tr::RankInfo* info, const t
   o.timeout = c.timeout;
   o.group_name = options.group_name;
   o.host_id = ResolveHostId(info, env, options);
+  // The slice is RankInfo's (MEGASCALE_SLICE_ID): with the host id it is
+  // what a group's members publish to find their locality.
+  o.slice_id = info != nullptr ? info->slice_index : -1;
   absl::StatusOr<std::string> job_id = ResolveJobId(info, env, options);
   if (!job_id.ok()) return job_id.status();
   o.job_id = *job_id;

@@ -9,6 +9,7 @@
 //                 h = RankInfo::host_index > "" (ProcessGroupTpuDist:
 //                 hostname/boot id). The placement is RankInfo's field; the
 //                 string is only the key the ranks exchange.
+//   slice id      RankInfo::slice_index > -1 (unknown: slice 0)
 //   job id        options.job_id > TPU_DIST_JOB_ID > RankInfo::job_id, with
 //                 "_a<k>" appended on restart k > 0 > ""
 //   bind address  options.bind_address > TPU_DIST_BIND_ADDRESS > "" (derived
