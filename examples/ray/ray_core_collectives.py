@@ -8,6 +8,10 @@ Run it as a Ray driver on a cluster of (emulated) TPU hosts:
         --topology 2x2x2 --accelerator-type TPU-V7X          # on `up tpu7x-2x2x2`
     tools/ray_cluster.sh down
 
+    tools/ray_cluster.sh up v4-2x2x2 --num-slices 2         # 2 slices x 2 hosts x 4
+    tools/ray_cluster.sh exec -- python examples/ray/ray_core_collectives.py \\
+        --topology 2x2x2 --accelerator-type TPU-V4 --num-slices 2
+
 The seed's steps, one for one (../shared/reference/seed-ray-programs.md,
 "Program 1"): `ray.init()`; reserve one intact slice with
 `ray.util.tpu.slice_placement_group(topology, accelerator_version, num_slices=1,
@@ -44,6 +48,18 @@ Differences from the seed, forced by this machine:
   concurrent runs on one machine cannot meet.
 - The actors end with ray.actor.exit_actor() after destroy_process_group
   (ray.kill only if one does not exit within 30 s); the seed kills them.
+- `--num-slices N` (default 1: the seed's single slice, unchanged) is the
+  multi-slice form: `slice_placement_group(..., num_slices=N)` reserves N
+  whole slices (bundles s x per slice .. (s+1) x per slice - 1 are slice s,
+  pinned by its ray.io/tpu-slice-name); each actor gets the variables
+  `ray.util.tpu.get_tpu_coordinator_env_vars(coordinator_address=<slice 0's
+  first host>:8081, num_slices=N, slice_id=s)` computes (MEGASCALE_*, as
+  KubeRay's webhook and Ray Train set them), its rank is s x devices per slice
+  + worker_id x devices per host + local_rank, MASTER_ADDR is slice 0's first
+  host, and the TP check and the all_reduce run over all N x devices per
+  slice ranks. The driver checks that each slice's actors share one TPU_NAME
+  that no other slice has, and that tpu_dist's discovery (RankInfo) saw the
+  same slice id and count. The lines are the seed's, over the whole world.
 - `--report-transport` (off by default, so the output is the seed's) adds one
   line saying how many hosts tpu_dist saw and which ranks hold TCP
   connections to another host: the emulated hosts are network namespaces of
@@ -153,8 +169,10 @@ class TorchTPUWorker:
     def __init__(self) -> None:
         torch.set_num_threads(1)
 
-    def setup(self, devices_per_host: int) -> Dict[str, Any]:
-        """This device's place in the slice, from what the TPU host gives it."""
+    def setup(self, devices_per_host: int, slice_id: int = 0,
+              devices_per_slice: int = 0) -> Dict[str, Any]:
+        """This device's place in the slice (and the slice's in the job), from
+        what the TPU host gives it."""
         self.ip = ray.util.get_node_ip_address()
         self.hosts = os.environ.get("TPU_WORKER_HOSTNAMES", self.ip).split(",")
         self.worker_id = int(os.environ.get("TPU_WORKER_ID", "0"))
@@ -162,9 +180,23 @@ class TorchTPUWorker:
         # Not TPU_VISIBLE_CHIPS: on TPU7x that is the chip, shared by 2 devices.
         self.local_rank = int(ray.get_runtime_context().get_accelerator_ids()["TPU"][0])
         self.devices_per_host = devices_per_host
-        self.rank = self.worker_id * devices_per_host + self.local_rank
+        self.slice_id = slice_id
+        self.master_addr = self.hosts[0]
+        self.peer_hosts = list(self.hosts)
+        self.rank = (slice_id * devices_per_slice + self.worker_id * devices_per_host
+                     + self.local_rank)
         return {"rank": self.rank, "worker_id": self.worker_id,
-                "local_rank": self.local_rank, "ip": self.ip, "master_addr": self.hosts[0]}
+                "local_rank": self.local_rank, "ip": self.ip, "master_addr": self.hosts[0],
+                "slice_id": slice_id, "tpu_name": os.environ.get("TPU_NAME", "")}
+
+    def set_megascale_env(self, env: Dict[str, str], master_addr: str,
+                          all_hosts: List[str]) -> None:
+        """Multi-slice only: the MEGASCALE_* variables of this actor's slice
+        (Ray's get_tpu_coordinator_env_vars), the job's rendezvous host
+        (slice 0's first host, not this slice's) and every slice's hosts."""
+        os.environ.update(env)
+        self.master_addr = master_addr
+        self.peer_hosts = list(all_hosts)
 
     def pick_master_port(self, preferred: int) -> int:
         """On rank 0's host: `preferred` if free there, else a free port."""
@@ -176,7 +208,7 @@ class TorchTPUWorker:
 
     def init_process_group(self, world_size: int, master_port: int, job_id: str,
                            timeout_s: float) -> None:
-        os.environ["MASTER_ADDR"] = self.hosts[0]
+        os.environ["MASTER_ADDR"] = self.master_addr
         os.environ["MASTER_PORT"] = str(master_port)
         os.environ["WORLD_SIZE"] = str(world_size)
         os.environ["RANK"] = str(self.rank)
@@ -206,13 +238,15 @@ class TorchTPUWorker:
             out = sharded(x)
         torch.testing.assert_close(out, reference, rtol=1e-3, atol=1e-2)
         max_abs_diff = (out - reference).abs().max().item()
+        from tpu_dist.env import rank_info_or_none
+        info = rank_info_or_none() if "MEGASCALE_NUM_SLICES" in os.environ else None
 
         t = torch.full((4,), float(self.rank + 1), device=DEVICE)
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
 
         backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
         peer_ips = set()
-        for name in self.hosts:
+        for name in self.peer_hosts:
             try:
                 peer_ips.add(socket.gethostbyname(name))
             except OSError:
@@ -221,6 +255,7 @@ class TorchTPUWorker:
         return {"rank": self.rank, "worker_id": self.worker_id, "local_rank": self.local_rank,
                 "ip": self.ip, "all_reduce_sum": t.tolist(), "max_abs_diff": max_abs_diff,
                 "num_hosts": getattr(backend, "num_hosts", None),
+                "discovered_slice": None if info is None else (info.slice_index, info.num_slices),
                 "tcp": _tcp_connections(peer_ips, self.master_port)}
 
     def shutdown(self) -> None:
@@ -232,6 +267,31 @@ class TorchTPUWorker:
         ray.actor.exit_actor()
 
 
+def _give_megascale_env(actors: List[Any], places: List[Dict[str, Any]], num_slices: int,
+                        timeout_s: float) -> None:
+    """Multi-slice: checks that each slice's actors run on hosts of one TPU
+    slice (one TPU_NAME per slice, none shared), then gives every actor
+    MEGASCALE_* as Ray computes them (get_tpu_coordinator_env_vars; the
+    coordinator is slice 0's first host, port 8081) and the rendezvous host."""
+    names: Dict[int, set] = {}
+    for p in places:
+        names.setdefault(p["slice_id"], set()).add(p["tpu_name"])
+    for s, found in sorted(names.items()):
+        others = set().union(*(n for t, n in names.items() if t != s))
+        if len(found) != 1 or found & others:
+            raise RuntimeError(f"slice {s}: its actors see TPU_NAME {sorted(found)} "
+                               f"(other slices: {sorted(others)}); expected one slice of its own")
+    hosts = {p["slice_id"]: p["master_addr"] for p in places}  # each slice's first host
+    coordinator = hosts[0]
+    all_hosts = sorted({p["ip"] for p in places})
+    port = str(getattr(ray.util.tpu, "DEFAULT_MEGASCALE_PORT", 8081))
+    ray.get([a.set_megascale_env.remote(
+        ray.util.tpu.get_tpu_coordinator_env_vars(
+            coordinator_address=f"{coordinator}:{port}", num_slices=num_slices,
+            slice_id=p["slice_id"], coordinator_port=port),
+        coordinator, all_hosts) for a, p in zip(actors, places)], timeout=timeout_s)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--topology", default="4x4")
@@ -241,9 +301,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "else a free one")
     parser.add_argument("--timeout-s", type=float, default=180.0,
                         help="bounds the slice reservation and each step of the actors")
+    parser.add_argument("--num-slices", type=int, default=1,
+                        help="whole slices to reserve (MEGASCALE_* per slice when > 1)")
     parser.add_argument("--report-transport", action="store_true",
                         help="also print how tpu_dist connected the hosts")
     args = parser.parse_args(argv)
+    if args.num_slices < 1:
+        parser.error(f"--num-slices {args.num_slices}: expected an integer >= 1")
+    num_slices = args.num_slices
 
     t0 = time.monotonic()
     ray.init()
@@ -251,16 +316,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     slice_pg = ray.util.tpu.slice_placement_group(
         topology=args.topology,
         accelerator_version=accelerator_version,
-        num_slices=1,
+        num_slices=num_slices,
         resources_per_bundle={"TPU": 1},
     )
     pg = slice_pg.placement_group
     ray.get(pg.ready(), timeout=args.timeout_s)
     num_bundles, num_hosts = slice_pg.num_bundles, slice_pg.num_hosts
     devices_per_host = num_bundles // num_hosts
-    print(f"Reserved TPU slice {args.accelerator_type} {args.topology}: "
-          f"{num_hosts} hosts x {devices_per_host} devices "
-          f"({time.monotonic() - t0:.1f} s)", file=sys.stderr, flush=True)
+    devices_per_slice = num_bundles // num_slices  # bundles of slice s: s x this + 0..
+    if num_slices == 1:
+        print(f"Reserved TPU slice {args.accelerator_type} {args.topology}: "
+              f"{num_hosts} hosts x {devices_per_host} devices "
+              f"({time.monotonic() - t0:.1f} s)", file=sys.stderr, flush=True)
+    else:
+        print(f"Reserved {num_slices} TPU slices {args.accelerator_type} {args.topology}: "
+              f"{num_slices} x {num_hosts // num_slices} hosts x {devices_per_host} devices "
+              f"({time.monotonic() - t0:.1f} s)", file=sys.stderr, flush=True)
 
     actors = [
         TorchTPUWorker.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -268,12 +339,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         for i in range(num_bundles)
     ]
     try:
-        places = ray.get([a.setup.remote(devices_per_host) for a in actors],
-                         timeout=args.timeout_s)
+        if num_slices == 1:
+            places = ray.get([a.setup.remote(devices_per_host) for a in actors],
+                             timeout=args.timeout_s)
+        else:
+            places = ray.get([a.setup.remote(devices_per_host, i // devices_per_slice,
+                                             devices_per_slice)
+                              for i, a in enumerate(actors)], timeout=args.timeout_s)
         t_actors = time.monotonic() - t0
         ranks = sorted(p["rank"] for p in places)
         assert ranks == list(range(num_bundles)), f"ranks are not 0..{num_bundles - 1}: {ranks}"
         rank0 = actors[[p["rank"] for p in places].index(0)]
+        if num_slices > 1:
+            _give_megascale_env(actors, places, num_slices, args.timeout_s)
         master_port = args.master_port or ray.get(
             rank0.pick_master_port.remote(DEFAULT_MASTER_PORT), timeout=args.timeout_s)
         job_id = f"ray_{uuid.uuid4().hex[:12]}"
@@ -287,6 +365,12 @@ def main(argv: Optional[List[str]] = None) -> int:
               file=sys.stderr, flush=True)
 
         expected = float(sum(range(1, num_bundles + 1)))
+        if num_slices > 1:
+            for r in rows:
+                assert r["discovered_slice"] == (r["rank"] // devices_per_slice, num_slices), \
+                    (f"rank {r['rank']}: tpu_dist discovered (slice, slices) "
+                     f"{r['discovered_slice']}, expected "
+                     f"{(r['rank'] // devices_per_slice, num_slices)}")
         for r in sorted(rows, key=lambda r: r["rank"]):
             print(f"Rank {r['rank']:2d} (worker_id={r['worker_id']}, "
                   f"local_rank={r['local_rank']}, ip={r['ip']}): "

@@ -7,6 +7,11 @@ Run it as a Ray driver on a cluster of (emulated) TPU hosts:
         --storage-path /tmp/ray_results
     tools/ray_cluster.sh down
 
+    tools/ray_cluster.sh up v4-2x2x2 --num-slices 2         # 2 slices x 2 hosts x 4
+    tools/ray_cluster.sh exec -- python examples/ray/ray_train_llm_finetune.py \\
+        --topology 2x2x2 --accelerator-type TPU-V4 --num-workers 8 --num-slices 2 \\
+        --storage-path /tmp/ray_results
+
 The seed's steps, one for one (../shared/reference/seed-ray-programs.md,
 "Program 2"): the driver calls `ray.init()`, names the run
 torchtpu_gemma4_fsdp2_sft_<unix time> and runs
@@ -55,6 +60,19 @@ Differences from the seed, forced by this machine:
 - --max-length (default the seed's 512) and --max-failures (default 0, as the
   seed: Ray's FailureConfig) are extra flags; a restarted worker group resumes
   from Ray's latest checkpoint, which also carries the optimizer.
+- --num-slices N (default 1: the seed's single slice, the same lines) is the
+  tutorial's multi-slice form: --num-workers stays the workers of one slice
+  (its devices) and the trainer asks for N x that many; Ray Train then
+  reserves N whole slices (get_tpu_num_slices_for_workers, SlicePlacementGroup)
+  and, for backend "tpu_dist", gives worker i MEGASCALE_NUM_SLICES=N,
+  MEGASCALE_SLICE_ID=i // workers per slice, MEGASCALE_COORDINATOR_ADDRESS
+  (rank 0's host) and MEGASCALE_PORT (8081 + local rank). Each worker checks
+  both values (an error naming the variable otherwise) and builds the
+  tutorial's HSDP mesh init_device_mesh(device, (N, world // N),
+  mesh_dim_names=("dp_replicate", "dp_shard")): fully_shard shards over
+  dp_shard inside a slice and all-reduces gradients over dp_replicate across
+  slices. Rank 0 reports on stderr every rank's slice id (all_gather) and
+  one parameter's placements.
 - Each worker runs torch with 1 thread; progress lines (every ~10% of an
   epoch, rank 0) go to stderr; stdout carries the seed's lines.
 """
@@ -121,6 +139,30 @@ def _load_rows(config: Dict[str, Any], tokenizer: Any) -> Any:
                   keep_in_memory=True, new_fingerprint=fingerprint)
 
 
+def _check_megascale_env(rank: int, num_slices: int, world: int) -> int:
+    """This worker's slice id, after checking what Ray Train set: with one
+    slice MEGASCALE_NUM_SLICES is absent or 1; with N > 1 it is N and
+    MEGASCALE_SLICE_ID is rank // (world // N). ValueError naming the
+    variable otherwise."""
+    raw = os.environ.get("MEGASCALE_NUM_SLICES")
+    if num_slices == 1:
+        if raw not in (None, "1"):
+            raise ValueError(f'rank {rank}: MEGASCALE_NUM_SLICES="{raw}" but --num-slices 1')
+        return 0
+    if world % num_slices:
+        raise ValueError(f"rank {rank}: world {world} is not a multiple of "
+                         f"--num-slices {num_slices}")
+    if raw != str(num_slices):
+        raise ValueError(f"rank {rank}: MEGASCALE_NUM_SLICES={raw!r} from Ray Train, expected "
+                         f"{num_slices} (--num-slices)")
+    want = rank // (world // num_slices)
+    raw_id = os.environ.get("MEGASCALE_SLICE_ID")
+    if raw_id != str(want):
+        raise ValueError(f"rank {rank}: MEGASCALE_SLICE_ID={raw_id!r} from Ray Train, expected "
+                         f"{want} (rank // {world // num_slices} workers per slice)")
+    return want
+
+
 def train_func(config: Dict[str, Any]) -> None:
     """One Ray Train worker: one device of the slice."""
     import torch
@@ -160,7 +202,14 @@ def train_func(config: Dict[str, Any]) -> None:
         config["model_id"], dtype=dtype, attn_implementation="eager",
         vision_config=None, audio_config=None)
     model.config.use_cache = False
-    mesh = init_device_mesh(DEVICE, (world,))
+    num_slices = config.get("num_slices", 1)
+    if num_slices == 1:
+        _check_megascale_env(rank, 1, world)
+        mesh = init_device_mesh(DEVICE, (world,))
+    else:
+        slice_id = _check_megascale_env(rank, num_slices, world)
+        mesh = init_device_mesh(DEVICE, (num_slices, world // num_slices),
+                                mesh_dim_names=("dp_replicate", "dp_shard"))
     mp_policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     ple = [p for n, p in model.named_parameters() if "embed_tokens_per_layer" in n]
     for p in ple:
@@ -168,6 +217,15 @@ def train_func(config: Dict[str, Any]) -> None:
     for layer in _decoder_layers(model):
         fully_shard(layer.mlp, mesh=mesh, mp_policy=mp_policy)
     fully_shard(model, mesh=mesh, mp_policy=mp_policy, ignored_params=set(ple))
+    if num_slices > 1:
+        places: List[Any] = [None] * world
+        dist.all_gather_object(places, (slice_id, os.environ.get("TPU_NAME", "")))
+        if rank == 0:
+            placements = next(p for p in model.parameters() if p.requires_grad).placements
+            print(f"HSDP mesh (dp_replicate={num_slices}, dp_shard={world // num_slices}): "
+                  f"MEGASCALE_SLICE_ID by rank {[s for s, _ in places]}, "
+                  f"TPU_NAME by rank {[n for _, n in places]}, "
+                  f"placements {tuple(placements)}", file=sys.stderr, flush=True)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                                   lr=2e-5, weight_decay=0.01)
 
@@ -249,7 +307,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="local model directory (HF format)")
     parser.add_argument("--topology", default="4x4")
     parser.add_argument("--accelerator-type", default="TPU-V6E")
-    parser.add_argument("--num-workers", type=int, default=16)
+    parser.add_argument("--num-workers", type=int, default=16,
+                        help="workers (devices) per slice")
+    parser.add_argument("--num-slices", type=int, default=1,
+                        help="slices; Ray Train gets num_slices x --num-workers workers")
     parser.add_argument("--dataset", default=str(ROOT / "data" / "instructions" / "train.jsonl"),
                         help="Dolly-format JSONL")
     parser.add_argument("--dataset-split", default="train[:1024]")
@@ -267,6 +328,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     for path, what in ((args.model_id, "--model-id"), (args.dataset, "--dataset")):
         if not Path(path).exists():
             parser.error(f"{what} {path}: no such file or directory")
+    if args.num_slices < 1:
+        parser.error(f"--num-slices {args.num_slices}: expected an integer >= 1")
+    num_workers = args.num_workers * args.num_slices
     dtype = args.dtype
     if dtype == "auto":
         dtype = "bfloat16" if _cpu_has_bf16() else "float32"
@@ -274,7 +338,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ray.init(runtime_env=_runtime_env({}))
     run_name = args.run_name or f"torchtpu_gemma4_fsdp2_sft_{int(time.time())}"
     print(f"Starting Ray Train FSDP2 SFT job: model={args.model_id}, topology={args.topology}, "
-          f"accelerator_type={args.accelerator_type}, num_workers={args.num_workers}",
+          f"accelerator_type={args.accelerator_type}, num_workers={num_workers}",
           flush=True)
     print(f"(dtype {dtype}, max_length {args.max_length}, run {run_name} under "
           f"{args.storage_path})", file=sys.stderr, flush=True)
@@ -283,11 +347,13 @@ def main(argv: Optional[List[str]] = None) -> int:
               "dataset_split": args.dataset_split, "num_epochs": args.num_epochs,
               "batch_size_per_device": args.batch_size_per_device,
               "max_length": args.max_length, "dtype": dtype}
+    if args.num_slices > 1:
+        config["num_slices"] = args.num_slices
     trainer = TorchTrainer(
         train_func,
         train_loop_config=config,
         torch_config=TorchConfig(backend="tpu_dist"),
-        scaling_config=ScalingConfig(use_tpu=True, num_workers=args.num_workers,
+        scaling_config=ScalingConfig(use_tpu=True, num_workers=num_workers,
                                      topology=args.topology,
                                      accelerator_type=args.accelerator_type,
                                      resources_per_worker={"TPU": 1}),
