@@ -21,6 +21,7 @@ import re
 import shutil
 import string
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -400,3 +401,47 @@ def test_multi_slice_raycluster_matches_the_local_emulation() -> None:
             assert env["TPU_WORKER_ID"] == str(h)
             assert env["TPU_NAME"] == f"{group['groupName']}-{s}"
             assert env["TPU_WORKER_HOSTNAMES"] == ",".join(names)
+
+
+# The seed's two Ray programs on the 2-slice cluster (issue 32 item 4).
+MULTI_SLICE_JOBS = {
+    "rayjob-ray-core-collectives-2slices.yaml": "examples/ray/ray_core_collectives.py",
+    "rayjob-ray-train-llm-finetune-2slices.yaml": "examples/ray/ray_train_llm_finetune.py",
+}
+
+
+def _multi_slice_job(name: str) -> Dict[str, Any]:
+    return _render(name, STORAGE_PATH="gs://bucket/runs")
+
+
+@pytest.mark.parametrize("job", sorted(MULTI_SLICE_JOBS))
+def test_multi_slice_rayjob_validates_against_crd(job: str) -> None:
+    doc = _multi_slice_job(job)
+    assert _errors(doc) == []
+    assert DNS1035.match(doc["metadata"]["name"])
+    assert "submitterPodTemplate" not in doc["spec"]
+    assert doc["spec"]["clusterSelector"] == {
+        "ray.io/cluster": _multi_slice_cluster()["metadata"]["name"]}
+
+
+@pytest.mark.parametrize("job", sorted(MULTI_SLICE_JOBS))
+def test_multi_slice_rayjob_runs_the_example_on_every_slice(job: str) -> None:
+    """The example with the seed's flags for the cluster's slice, --num-slices
+    = the cluster's replicas, --num-workers (fine-tune) = one slice's devices;
+    every flag is one the example's own parser knows (its --help)."""
+    (group,) = _multi_slice_cluster()["spec"]["workerGroupSpecs"]
+    base = SLICES[MULTI_SLICE["base"]]
+    argv = _multi_slice_job(job)["spec"]["entrypoint"].split()
+    assert argv[:2] == ["python3", f"{WORKDIR}/{MULTI_SLICE_JOBS[job]}"]
+    flags = dict(a.split("=", 1) for a in argv[2:])
+    assert flags["--topology"] == base["job_vars"]["TOPOLOGY"]
+    assert flags["--accelerator-type"] == base["job_vars"]["ACCELERATOR_TYPE"]
+    assert flags["--num-slices"] == str(group["replicas"]) == str(MULTI_SLICE["slices"])
+    if "finetune" in job:
+        assert flags["--num-workers"] == str(base["hosts"] * base["chips_per_pod"]
+                                             * base["per_chip"])
+        assert flags["--storage-path"] == "gs://bucket/runs"
+    helptext = subprocess.run([sys.executable, str(ROOT / MULTI_SLICE_JOBS[job]), "--help"],
+                              capture_output=True, text=True, check=True, timeout=120).stdout
+    for flag in flags:
+        assert f"{flag} " in helptext, (flag, helptext)
