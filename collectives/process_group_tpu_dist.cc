@@ -50,6 +50,31 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
       timeout_ms_(options_.timeout.count()) {
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "tpu_dist: bad rank ",
               rank, " for world size ", size);
+  base_store_ = store;
+  if (options_.flight_recorder_entries > 0) MakeFlightRecorder();
+  Connect(store);
+}
+
+void ProcessGroupTpuDist::MakeFlightRecorder() {
+  FlightRecorder::Group group;
+  group.name = options_.group_name;
+  group.global_ranks = options_.global_ranks;
+  if (static_cast<int>(group.global_ranks.size()) != size_) {
+    group.global_ranks.resize(size_);
+    for (int r = 0; r < size_; ++r) group.global_ranks[r] = r;
+  }
+  recorder_ = std::make_shared<FlightRecorder>(
+      static_cast<size_t>(options_.flight_recorder_entries), std::move(group));
+  recorder_->set_global_rank(recorder_->group().global_ranks[rank_]);
+  RegisterFlightRecorder(recorder_, options_.flight_recorder_dump_prefix);
+}
+
+// The connections of generation `store` (host ids, shm segments, TCP mesh
+// and p2p, op threads) for rank_ of size_: the constructor's and
+// Reconfigure's.
+void ProcessGroupTpuDist::Connect(const c10::intrusive_ptr<c10d::Store>& store) {
+  const int rank = rank_;
+  const int size = size_;
   store_ = GenerationStore(store, options_.group_name, rank);
   // Placement: every rank publishes its (slice id, host id); the layout
   // decides the path (shm / hosts of one slice / slices over DCN).
@@ -101,18 +126,7 @@ ProcessGroupTpuDist::ProcessGroupTpuDist(
   }
   p2p_worker_ = std::make_unique<OpWorker>("tpud-p2p");
   worker_ = std::make_unique<OpWorker>("tpud-op");
-  if (options_.flight_recorder_entries > 0) {
-    FlightRecorder::Group group;
-    group.name = options_.group_name;
-    group.global_ranks = options_.global_ranks;
-    if (static_cast<int>(group.global_ranks.size()) != size) {
-      group.global_ranks.resize(size);
-      for (int r = 0; r < size; ++r) group.global_ranks[r] = r;
-    }
-    recorder_ = std::make_shared<FlightRecorder>(
-        static_cast<size_t>(options_.flight_recorder_entries), std::move(group));
-    recorder_->set_global_rank(recorder_->group().global_ranks[rank]);
-    RegisterFlightRecorder(recorder_, options_.flight_recorder_dump_prefix);
+  if (recorder_) {
     // Another rank's dump request reaches this one through the group's store.
     fr_watcher_ = std::make_unique<FlightRecorderWatcher>(store_, absl::Seconds(1));
   }
@@ -167,6 +181,7 @@ void ProcessGroupTpuDist::FrFinished(uint64_t id, const absl::Status& status) {
 
 bool ProcessGroupTpuDist::StopThreads() {
   if (fr_watcher_) fr_watcher_->Stop();
+  if (worker_ == nullptr) return true;  // a failed Reconfigure left none
   // An op ends by its own deadline; a queue of ops that keep finishing is
   // waited for however long it takes, an op stuck past the group timeout
   // (plus this grace) is aborted.
@@ -233,6 +248,7 @@ c10::intrusive_ptr<ProcessGroupTpuDist> ProcessGroupTpuDist::NewSubgroup(
 }
 
 absl::Status ProcessGroupTpuDist::status() const {
+  if (backend_ == nullptr) return disconnected_;  // a failed Reconfigure
   return backend_->poison_status();
 }
 
@@ -240,7 +256,7 @@ void ProcessGroupTpuDist::Abort(const absl::Status& cause) {
   const absl::Status c = cause.ok() ? absl::AbortedError("tpu_dist: Abort(OK)") : cause;
   if (p2p_) p2p_->Abort(c);
   if (shm_p2p_) shm_p2p_->Abort(c);
-  backend_->Abort(c);
+  if (backend_) backend_->Abort(c);
   if (recorder_) AutoDumpFlightRecorders(absl::StrCat("abort: ", c.message()), /*force=*/false);
 }
 
@@ -258,6 +274,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     const char* name, c10d::OpType type, std::chrono::milliseconds timeout,
     int64_t bytes, bool caller_waits, std::vector<at::Tensor> outputs, OpBody body,
     const std::vector<at::Tensor>& inputs, int peer) {
+  TORCH_CHECK(worker_ != nullptr, "tpu_dist group '", options_.group_name, "' rank ", rank_,
+              ": ", name, " after a failed Reconfigure: ", disconnected_.ToString());
   // Flight recorder: scheduled now, started and ended by `run` below (on the
   // worker or inline). A coalesced op's completion marker is not an op.
   uint64_t fr_id = 0;
@@ -416,6 +434,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::send(
               "tpu_dist: send to invalid rank ", dst_rank);
   at::Tensor t = tensors[0];
   ValueOrThrow(ToDataType(t.scalar_type(), "send"));
+  TORCH_CHECK(backend_ != nullptr, "tpu_dist group '", options_.group_name, "' rank ", rank_,
+              ": send after a failed Reconfigure: ", disconnected_.ToString());
   // Flight recorder: a send runs on the caller, from scheduled to ended here.
   const uint64_t fr_id =
       recorder_ ? FrRecord("send", c10d::OpType::SEND, getSequenceNumberForGroup(), timeout(),

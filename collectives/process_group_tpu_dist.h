@@ -250,6 +250,34 @@ class ProcessGroupTpuDist : public c10d::Backend {
   bool StopThreads();
   void shutdown() override { StopThreads(); }
 
+  // --- Reconfigure (issue 33; process_group_reconfigure.cc) ---------------
+  // Re-forms the group as rank `rank` of `size` over `store` (a fresh prefix
+  // per re-formation, as torchft makes one per quorum; the keys go under
+  // "tpu_dist/<group_name>/g<k>/" of it as at construction), after an
+  // Abort() or at any time: the op in flight and the queued ones fail
+  // (Cancelled "reconfigured"), the old op threads are joined and the old
+  // shm segments, TCP mesh and p2p connections closed, then new ones are
+  // made. Collective over the new members, each calling it with the same
+  // size. Counters (sequence numbers, p2p indices) restart; the flight
+  // recorder is kept (a new one when the size changes); Options stay.
+  // Throws c10::Error (and leaves the group unusable but for another
+  // Reconfigure or destruction) when the rendezvous fails.
+  // REQUIRES: no op call of this group concurrently; not from an op's
+  // closure or a future callback of the group; 0 <= rank < size.
+  void Reconfigure(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size);
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+  // torch's Backend reconfigure API over Reconfigure: the handle names this
+  // group instance (unique per process and instance); reconfigure() takes
+  // opts.handles as a vector (rank = position of this instance's handle)
+  // or a set (ranks by sorted handle), the store this group was constructed
+  // over, and the prefix opts.hints["store_prefix"] (default
+  // "reconfigure/<uuid>"). Returns a completed Work.
+  bool supportsReconfigure() const override { return true; }
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
+#endif
+  // --- end Reconfigure -----------------------------------------------------
+
   // Shapes: W = world size, [n...] = any shape with n elements per rank.
   // tensors: {[n...]}, in place; root's contents win.
   c10::intrusive_ptr<c10d::Work> broadcast(
@@ -370,6 +398,13 @@ class ProcessGroupTpuDist : public c10d::Backend {
                     const std::vector<at::Tensor>& outputs, int peer);
   void FrFinished(uint64_t id, const absl::Status& status);
   std::chrono::milliseconds OpTimeout(std::chrono::milliseconds requested) const;
+  // Construction / Reconfigure: the flight recorder for rank_ of size_, and
+  // the connections over a new generation of `store` (process_group_tpu_dist.cc).
+  void MakeFlightRecorder();
+  void Connect(const c10::intrusive_ptr<c10d::Store>& store);
+  // Reconfigure's teardown: fails what is in flight with `cause`, joins the
+  // op threads, closes p2p, shm and TCP (process_group_reconfigure.cc).
+  void Disconnect(const absl::Status& cause);
   // A Work that completes, on the worker, after every op issued before it,
   // failing if the group is poisoned by then; its result is `outputs`.
   c10::intrusive_ptr<c10d::Work> CompleteAfterIssued(const char* name, c10d::OpType type,
@@ -386,6 +421,9 @@ class ProcessGroupTpuDist : public c10d::Backend {
   }
 
   Options options_;  // as constructed; the timeout in force is timeout_ms_
+  c10::intrusive_ptr<c10d::Store> base_store_;  // as constructed: reconfigure()'s
+  // Why the group has no connections (a failed Reconfigure); OK otherwise.
+  absl::Status disconnected_;
   std::atomic<int64_t> timeout_ms_;  // setTimeout
   c10::intrusive_ptr<c10d::Store> store_;  // namespaced by group name and generation
   // store_->clone(), made at the first recv: recvs wait on it, so that a
