@@ -403,9 +403,11 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
       double loss_sum = 0.0;
       int64_t steps = 0;
       for (int64_t step = start_step; step < num_batches; ++step) {
-        if (rank == c.die_rank && info.restart_count == 0 && epoch == c.die_epoch && step == c.die_step) {
-          fprintf(stderr, "gemma_finetune: rank %d: --die-rank at epoch %lld step %lld, raising SIGKILL\n", rank,
-                  static_cast<long long>(epoch), static_cast<long long>(step));
+        const bool die_here = rank == c.die_rank || (c.die_slice >= 0 && info.slice_index == c.die_slice);
+        if (die_here && info.restart_count == 0 && epoch == c.die_epoch && step == c.die_step) {
+          fprintf(stderr, "gemma_finetune: rank %d: %s at epoch %lld step %lld, raising SIGKILL\n", rank,
+                  rank == c.die_rank ? "--die-rank" : "--die-slice", static_cast<long long>(epoch),
+                  static_cast<long long>(step));
           fflush(stderr);
           raise(SIGKILL);
         }

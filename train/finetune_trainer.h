@@ -102,7 +102,9 @@ struct FineTuneConfig {
   bool async_checkpoint = false;
   // Test-only failure injection: rank die_rank SIGKILLs itself before step
   // die_step (0-based) of epoch die_epoch (0-based), in attempt 0 only.
+  // die_slice >= 0: every rank of that slice (MEGASCALE_SLICE_ID) does so.
   int die_rank = -1;
+  int die_slice = -1;
   int64_t die_epoch = 0;
   int64_t die_step = 0;
 };

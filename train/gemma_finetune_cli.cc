@@ -50,6 +50,7 @@ ABSL_FLAG(bool, async_checkpoint, false,
           "epoch-end checkpoints block only for a host copy of the shards; a background thread writes and "
           "commits them (the next save and the end of training wait for it)");
 ABSL_FLAG(int, die_rank, -1, "test: this rank raises SIGKILL in attempt 0 ...");
+ABSL_FLAG(int, die_slice, -1, "test: every rank of this slice raises SIGKILL in attempt 0 ...");
 ABSL_FLAG(int64_t, die_epoch, 0, "test: ... at this 0-based epoch ...");
 ABSL_FLAG(int64_t, die_step, 0, "test: ... before this 0-based step");
 
@@ -104,6 +105,7 @@ absl::StatusOr<FineTuneConfig> FineTuneConfigFromFlags() {
   c.timeout = absl::GetFlag(FLAGS_timeout);
   c.async_checkpoint = absl::GetFlag(FLAGS_async_checkpoint);
   c.die_rank = absl::GetFlag(FLAGS_die_rank);
+  c.die_slice = absl::GetFlag(FLAGS_die_slice);
   c.die_epoch = absl::GetFlag(FLAGS_die_epoch);
   c.die_step = absl::GetFlag(FLAGS_die_step);
   return c;

@@ -261,6 +261,25 @@ std::string PeerFailureHint(const LaunchConfig& config) {
                       s.num_hosts > 2 ? "s " : " ", others);
 }
 
+std::vector<std::string> LostSliceLines(const LaunchConfig& config,
+                                        const std::vector<int>& failed_ranks) {
+  std::vector<std::string> lines;
+  if (config.mode != LaunchConfig::Mode::kSlice || config.num_slices <= 1) return lines;
+  const int per_slice = config.slice.num_devices();
+  for (int s = 0; s < config.num_slices; ++s) {
+    int failed = 0;
+    for (int rank : failed_ranks) failed += rank / per_slice == s ? 1 : 0;
+    if (failed < per_slice) continue;
+    const std::vector<std::string> hosts = SliceHostnames(config, s);
+    std::string host_text = hosts.size() == 1 ? absl::StrCat("host ", hosts.front())
+                                              : absl::StrCat("hosts ", hosts.front(), "-", hosts.back());
+    lines.push_back(absl::StrCat("slice ", s, " (ranks ", s * per_slice, "-", (s + 1) * per_slice - 1,
+                                 ", ", host_text, ") lost: all ", per_slice,
+                                 " of its ranks failed before tpurun stopped the job"));
+  }
+  return lines;
+}
+
 std::string StartBanner(const LaunchConfig& config) {
   if (config.mode == LaunchConfig::Mode::kPlain) {
     return absl::StrCat(config.nproc, config.nproc == 1 ? " process" : " processes",

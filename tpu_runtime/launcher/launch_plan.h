@@ -100,6 +100,14 @@ absl::Status ValidateMaxRestarts(const LaunchConfig& config, int max_restarts);
 // Else "" (this tpurun saw every rank).
 std::string PeerFailureHint(const LaunchConfig& config);
 
+// For SupervisorOptions::describe_failed_ranks: one line per slice of a
+// multi-slice job (num_slices > 1) all of whose ranks are in `failed_ranks`
+// (RankFailure::failed_on_their_own), e.g. "slice 1 (ranks 8-15, hosts
+// 127.0.2.1-127.0.2.2) lost: all 8 of its ranks failed before tpurun stopped
+// the job". Empty for one slice, or when no slice lost every rank.
+std::vector<std::string> LostSliceLines(const LaunchConfig& config,
+                                        const std::vector<int>& failed_ranks);
+
 // The start line (without "tpurun: "):
 //   "v6e 4x4, 16 devices on 4 hosts x 4 (emulated), job <id>"
 //   "tpu7x 2x2x2, 16 devices on 2 hosts x 8 (host 1 of 2), job <id>"

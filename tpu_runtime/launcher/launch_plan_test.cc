@@ -379,5 +379,53 @@ TEST(LaunchPlanTest, JobSecretGoesToEveryRank) {
   EXPECT_FALSE(ValidateLaunchConfig(c).ok());
 }
 
+// Losing a slice (issue 32 item 5): a slice is named only when every one
+// of its ranks failed on its own; ranks, hosts and count come from the plan.
+TEST(LaunchPlanTest, LostSliceLinesNameOnlySlicesWhoseRanksAllFailed) {
+  LaunchConfig c = SliceConfig("v4", "2x2x2", /*emulated=*/true);  // 2 hosts x 4 per slice
+  c.num_slices = 2;
+  EXPECT_THAT(LostSliceLines(c, {8, 9, 10, 11, 12, 13, 14, 15}),
+              ::testing::ElementsAre("slice 1 (ranks 8-15, hosts 127.0.2.1-127.0.2.2) lost: all 8 of "
+                                     "its ranks failed before tpurun stopped the job"));
+  EXPECT_TRUE(LostSliceLines(c, {8, 9, 10, 11, 12, 13, 14}).empty());  // rank 15 was stopped by tpurun
+  EXPECT_TRUE(LostSliceLines(c, {3}).empty());
+  EXPECT_EQ(LostSliceLines(c, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}).size(), 2u);
+  LaunchConfig v6e = SliceConfig("TPU-V6E", "2x2", /*emulated=*/true);  // 1 host x 4 per slice
+  v6e.num_slices = 3;
+  EXPECT_THAT(LostSliceLines(v6e, {0, 4, 5, 6, 7}),
+              ::testing::ElementsAre("slice 1 (ranks 4-7, host 127.0.2.1) lost: all 4 of its ranks "
+                                     "failed before tpurun stopped the job"));
+  LaunchConfig one = SliceConfig("TPU-V6E", "2x2", /*emulated=*/true);
+  EXPECT_TRUE(LostSliceLines(one, {0, 1, 2, 3}).empty());  // one slice: the job itself is gone
+}
+
+// A restart plans every rank again: MEGASCALE_* and the torchrun variables
+// come from the config and this attempt's master port, never from the
+// first attempt's plan (the stale-slice-count hang of issue 32).
+TEST(LaunchPlanTest, EveryAttemptRecomputesMegascaleAndTorchrunVariables) {
+  LaunchConfig c = SliceConfig("TPU-V6E", "2x2", /*emulated=*/true);
+  c.num_slices = 2;
+  absl::StatusOr<std::vector<ProcessSpec>> first = PlanRanks(c, 0, 20000);
+  absl::StatusOr<std::vector<ProcessSpec>> second = PlanRanks(c, 1, 20001);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_EQ(second->size(), 8u);
+  for (int r = 0; r < 8; ++r) {
+    const EnvMap& a = (*first)[r].env;
+    const EnvMap& b = (*second)[r].env;
+    SCOPED_TRACE(r);
+    EXPECT_EQ(b.at("MEGASCALE_NUM_SLICES"), "2");
+    EXPECT_EQ(b.at("MEGASCALE_SLICE_ID"), absl::StrCat(r / 4));
+    EXPECT_EQ(b.at("MEGASCALE_COORDINATOR_ADDRESS"), "127.0.1.1");
+    EXPECT_EQ(b.at("RANK"), absl::StrCat(r));
+    EXPECT_EQ(b.at("WORLD_SIZE"), "8");
+    EXPECT_EQ(b.at("MASTER_PORT"), "20001");
+    EXPECT_EQ(a.at("MASTER_PORT"), "20000");
+    for (const char* same : {"MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID", "MEGASCALE_COORDINATOR_ADDRESS",
+                             "MEGASCALE_PORT", "RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE"}) {
+      EXPECT_EQ(a.at(same), b.at(same)) << same;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tpudist::tpu_runtime::launcher

@@ -70,6 +70,17 @@ class Attempt {
   absl::StatusOr<AttemptResult> Run(const std::vector<ProcessSpec>& specs);
 
  private:
+  // Whether `status`, reaped now, is a failure of the rank's own: not a
+  // success, not kPeerFailureExitCode, and not what the stop sent (a rank
+  // reaped before the stop began, or SIGKILLed while the stop had sent only
+  // SIGTERM: someone else killed it).
+  bool OwnFailure(const ExitStatus& status, bool stop_sent) const {
+    if (status.success()) return false;
+    if (status.kind == ExitStatus::Kind::kExited && status.code == kPeerFailureExitCode) return false;
+    if (!stop_sent) return true;
+    return !killed_ && status.kind == ExitStatus::Kind::kSignaled && status.signal == SIGKILL;
+  }
+
   void Log(absl::string_view message) {
     WriteAll(options_.stderr_fd, absl::StrCat(options_.log_prefix, message, "\n"));
   }
@@ -97,6 +108,8 @@ class Attempt {
   // Ranks that exited with kPeerFailureExitCode, in order; while no root
   // cause is known, the stop begins at root_cause_deadline_.
   std::vector<RankFailure> peer_failures_;
+  std::vector<int> failed_on_their_own_;  // in the order reaped
+  absl::Time settle_until_ = absl::InfinitePast();  // first failure + failure_settle_time
   absl::Time root_cause_deadline_ = absl::InfiniteFuture();
   // Records the attempt's failure, names the followers, and begins the stop
   // (after the before-stop wait, when options_.ranks_to_wait_for is set).
@@ -119,6 +132,7 @@ std::vector<int> Attempt::RunningRanks() const {
 
 void Attempt::CheckBeforeStop(absl::Time now) {
   if (!waiting_before_stop_ || stopping_) return;
+  if (now < settle_until_) return;
   if (now < before_stop_deadline_ && !options_.ranks_to_wait_for(RunningRanks()).empty()) return;
   waiting_before_stop_ = false;
   BeginStop(SIGTERM, now);
@@ -219,6 +233,12 @@ void Attempt::FailAttempt(RankFailure failure, absl::Time now) {
   result_.first_failure = std::move(failure);
   std::vector<int> wait_for;
   if (options_.ranks_to_wait_for) wait_for = options_.ranks_to_wait_for(RunningRanks());
+  settle_until_ = now + options_.failure_settle_time;
+  if (wait_for.empty() && options_.failure_settle_time > absl::ZeroDuration()) {
+    waiting_before_stop_ = true;  // CheckBeforeStop stops them at settle_until_
+    before_stop_deadline_ = settle_until_;
+    return;
+  }
   if (wait_for.empty()) {
     BeginStop(SIGTERM, now);
     return;
@@ -248,11 +268,13 @@ bool Attempt::AllExited() const {
 }
 
 void Attempt::ReapAndCheck(absl::Time now) {
+  const bool stop_sent = stopping_;  // ranks reaped in this pass died before a stop we send now
   for (Rank& rank : ranks_) {
     if (rank.child->exit_status().has_value()) continue;
     std::optional<ExitStatus> status = rank.child->TryReap();
     if (!status.has_value()) continue;
     rank.exited_at = now;
+    if (OwnFailure(*status, stop_sent)) failed_on_their_own_.push_back(rank.spec->rank);
     if (status->success() || stopping_ || result_.first_failure.has_value()) continue;
     RankFailure failure{rank.spec->rank, rank.spec->description, *status, now - start_};
     if (status->kind == ExitStatus::Kind::kExited && status->code == kPeerFailureExitCode) {
@@ -380,6 +402,12 @@ absl::StatusOr<AttemptResult> Attempt::Run(const std::vector<ProcessSpec>& specs
     Log(absl::StrCat("all ranks stopped ",
                      absl::FormatDuration(absl::Trunc(stopped, absl::Milliseconds(1))),
                      " after the first failure"));
+    std::vector<int>& own = result_.first_failure->failed_on_their_own;
+    own = failed_on_their_own_;
+    std::sort(own.begin(), own.end());
+    if (options_.describe_failed_ranks && !own.empty()) {
+      for (const std::string& line : options_.describe_failed_ranks(own)) Log(line);
+    }
   }
   if (result_.signal != 0) {
     result_.outcome = ExitReport::Outcome::kInterrupted;

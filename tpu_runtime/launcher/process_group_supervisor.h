@@ -103,6 +103,18 @@ struct SupervisorOptions {
   // timeout), once all its ranks have exited and before a restart or the
   // return (tpurun: prints the flight recorder's verdict).
   std::function<void(int restart_count)> after_failed_attempt;
+  // After a failed attempt's ranks have all stopped, before
+  // after_failed_attempt: given RankFailure::failed_on_their_own (never
+  // empty), the lines to log about them (tpurun: the slices whose ranks all
+  // failed, "slice 1 (ranks 8-15, ...) lost: ..."). Unset: nothing logged.
+  std::function<std::vector<std::string>(const std::vector<int>& failed_ranks)>
+      describe_failed_ranks;
+  // After a rank's own failure, how long the other ranks keep running (their
+  // output relayed, their exits reaped) before the stop: ranks that die on
+  // their own in that window (the rest of a lost slice) count in
+  // RankFailure::failed_on_their_own instead of being stopped by us.
+  // tpurun: 300 ms for a job of several slices, else 0.
+  absl::Duration failure_settle_time = absl::ZeroDuration();
 };
 
 // The first rank of an attempt to fail, and how.
@@ -123,6 +135,11 @@ struct RankFailure {
   std::string last_stderr_line;
   // peer_failure: SupervisorOptions::peer_failure_hint.
   std::string hint;
+  // Every rank of the attempt that failed for a reason of its own (a signal
+  // or a non-zero code other than kPeerFailureExitCode) before the
+  // supervisor stopped it, or was SIGKILLed by someone else during the
+  // SIGTERM grace period; sorted. Includes `rank` unless peer_failure.
+  std::vector<int> failed_on_their_own;
 };
 
 struct ExitReport {

@@ -448,5 +448,29 @@ TEST(SupervisorTest, ARankThatNeverAnswersIsStoppedAfterTheWait) {
   EXPECT_LT(job.elapsed, absl::Seconds(4));
 }
 
+// Losing a slice: ranks 2 and 3 SIGKILL themselves (a slice of 2 lost);
+// ranks 0 and 1 are stopped by the supervisor's SIGTERM after
+// failure_settle_time. Only 2 and 3 failed on their own (the second may die
+// a little after the first), and describe_failed_ranks' lines are logged.
+TEST(SupervisorTest, RanksThatFailedOnTheirOwnAreReportedAndDescribed) {
+  SupervisorOptions options;
+  options.failure_settle_time = absl::Milliseconds(500);
+  std::vector<std::vector<int>> described;
+  options.describe_failed_ranks = [&](const std::vector<int>& failed) {
+    described.push_back(failed);
+    return std::vector<std::string>{"slice 1 lost"};
+  };
+  JobResult job = RunJob(
+      4, [](int r) { return r >= 2 ? std::string("sleep 0.3; kill -9 $$") : std::string("sleep 30"); },
+      options);
+  ASSERT_TRUE(job.report.ok()) << job.report.status();
+  ASSERT_TRUE(job.report->first_failure.has_value());
+  EXPECT_THAT(job.report->first_failure->failed_on_their_own, ::testing::ElementsAre(2, 3));
+  EXPECT_THAT(described, ::testing::ElementsAre(::testing::ElementsAre(2, 3)));
+  EXPECT_THAT(job.err, HasSubstr("tpurun: slice 1 lost\n"));
+  EXPECT_EQ(job.report->exits[0], ExitStatus::Signaled(SIGTERM));
+  EXPECT_LT(job.elapsed, absl::Seconds(4));
+}
+
 }  // namespace
 }  // namespace tpudist::tpu_runtime::launcher

@@ -267,6 +267,11 @@ int Main(int argc, char** argv) {
     return missing;
   };
   options.before_stop_signal = SIGUSR1;
+  // A slice is lost all at once: let its ranks' deaths arrive before the stop.
+  if (config.num_slices > 1) options.failure_settle_time = absl::Milliseconds(300);
+  options.describe_failed_ranks = [&](const std::vector<int>& failed) {
+    return LostSliceLines(config, failed);
+  };
   options.after_failed_attempt = [&](int /*restart*/) {
     if (!dumps.has_value()) return;
     std::vector<std::string> lines =
