@@ -50,16 +50,20 @@ Differences from the seed, forced by this machine:
   (ray.kill only if one does not exit within 30 s); the seed kills them.
 - `--num-slices N` (default 1: the seed's single slice, unchanged) is the
   multi-slice form: `slice_placement_group(..., num_slices=N)` reserves N
-  whole slices (bundles s x per slice .. (s+1) x per slice - 1 are slice s,
-  pinned by its ray.io/tpu-slice-name); each actor gets the variables
-  `ray.util.tpu.get_tpu_coordinator_env_vars(coordinator_address=<slice 0's
-  first host>:8081, num_slices=N, slice_id=s)` computes (MEGASCALE_*, as
-  KubeRay's webhook and Ray Train set them), its rank is s x devices per slice
-  + worker_id x devices per host + local_rank, MASTER_ADDR is slice 0's first
-  host, and the TP check and the all_reduce run over all N x devices per
-  slice ranks. The driver checks that each slice's actors share one TPU_NAME
-  that no other slice has, and that tpu_dist's discovery (RankInfo) saw the
-  same slice id and count. The lines are the seed's, over the whole world.
+  whole slices. An actor's slice s is the TPU slice of its host (TPU_NAME),
+  numbered in bundle order: on multi-host slices that is bundle // devices
+  per slice (Ray pins each slice's bundles by its ray.io/tpu-slice-name);
+  single-host slices carry no such label and Ray may spread one "slice"'s
+  bundles over several hosts, so the host decides. Each actor gets the
+  variables `ray.util.tpu.get_tpu_coordinator_env_vars(coordinator_address=
+  <slice 0's first host>:8081, num_slices=N, slice_id=s)` computes
+  (MEGASCALE_*, as KubeRay's webhook and Ray Train set them), its rank is s x
+  devices per slice + worker_id x devices per host + local_rank, MASTER_ADDR
+  is slice 0's first host, and the TP check and the all_reduce run over all
+  N x devices per slice ranks. The driver checks that every slice holds its
+  devices' actors (ranks 0..devices per slice - 1 in it), that there are N,
+  and that tpu_dist's discovery (RankInfo) saw each rank's slice id and
+  count. The lines are the seed's, over the whole world.
 - `--report-transport` (off by default, so the output is the seed's) adds one
   line saying how many hosts tpu_dist saw and which ranks hold TCP
   connections to another host: the emulated hosts are network namespaces of
@@ -169,10 +173,8 @@ class TorchTPUWorker:
     def __init__(self) -> None:
         torch.set_num_threads(1)
 
-    def setup(self, devices_per_host: int, slice_id: int = 0,
-              devices_per_slice: int = 0) -> Dict[str, Any]:
-        """This device's place in the slice (and the slice's in the job), from
-        what the TPU host gives it."""
+    def setup(self, devices_per_host: int) -> Dict[str, Any]:
+        """This device's place in the slice, from what the TPU host gives it."""
         self.ip = ray.util.get_node_ip_address()
         self.hosts = os.environ.get("TPU_WORKER_HOSTNAMES", self.ip).split(",")
         self.worker_id = int(os.environ.get("TPU_WORKER_ID", "0"))
@@ -180,23 +182,25 @@ class TorchTPUWorker:
         # Not TPU_VISIBLE_CHIPS: on TPU7x that is the chip, shared by 2 devices.
         self.local_rank = int(ray.get_runtime_context().get_accelerator_ids()["TPU"][0])
         self.devices_per_host = devices_per_host
-        self.slice_id = slice_id
         self.master_addr = self.hosts[0]
         self.peer_hosts = list(self.hosts)
-        self.rank = (slice_id * devices_per_slice + self.worker_id * devices_per_host
-                     + self.local_rank)
+        self.rank = self.worker_id * devices_per_host + self.local_rank
         return {"rank": self.rank, "worker_id": self.worker_id,
                 "local_rank": self.local_rank, "ip": self.ip, "master_addr": self.hosts[0],
-                "slice_id": slice_id, "tpu_name": os.environ.get("TPU_NAME", "")}
+                "tpu_name": os.environ.get("TPU_NAME", "")}
 
     def set_megascale_env(self, env: Dict[str, str], master_addr: str,
-                          all_hosts: List[str]) -> None:
+                          all_hosts: List[str], devices_per_slice: int) -> Dict[str, Any]:
         """Multi-slice only: the MEGASCALE_* variables of this actor's slice
         (Ray's get_tpu_coordinator_env_vars), the job's rendezvous host
-        (slice 0's first host, not this slice's) and every slice's hosts."""
+        (slice 0's first host, not this slice's) and every slice's hosts;
+        the rank becomes slice x devices per slice + the rank in the slice."""
         os.environ.update(env)
         self.master_addr = master_addr
         self.peer_hosts = list(all_hosts)
+        self.rank += int(env["MEGASCALE_SLICE_ID"]) * devices_per_slice
+        return {"rank": self.rank, "worker_id": self.worker_id,
+                "local_rank": self.local_rank, "ip": self.ip}
 
     def pick_master_port(self, preferred: int) -> int:
         """On rank 0's host: `preferred` if free there, else a free port."""
@@ -268,28 +272,42 @@ class TorchTPUWorker:
 
 
 def _give_megascale_env(actors: List[Any], places: List[Dict[str, Any]], num_slices: int,
-                        timeout_s: float) -> None:
-    """Multi-slice: checks that each slice's actors run on hosts of one TPU
-    slice (one TPU_NAME per slice, none shared), then gives every actor
-    MEGASCALE_* as Ray computes them (get_tpu_coordinator_env_vars; the
-    coordinator is slice 0's first host, port 8081) and the rendezvous host."""
-    names: Dict[int, set] = {}
-    for p in places:
-        names.setdefault(p["slice_id"], set()).add(p["tpu_name"])
-    for s, found in sorted(names.items()):
-        others = set().union(*(n for t, n in names.items() if t != s))
-        if len(found) != 1 or found & others:
-            raise RuntimeError(f"slice {s}: its actors see TPU_NAME {sorted(found)} "
-                               f"(other slices: {sorted(others)}); expected one slice of its own")
-    hosts = {p["slice_id"]: p["master_addr"] for p in places}  # each slice's first host
-    coordinator = hosts[0]
+                        timeout_s: float) -> List[Dict[str, Any]]:
+    """Multi-slice: each actor's slice is the TPU slice (TPU_NAME) its host
+    belongs to, numbered in bundle order. On multi-host slices that is
+    bundle // devices per slice (Ray pins each slice's bundles by its
+    ray.io/tpu-slice-name); single-host slices carry no such label, so Ray
+    may spread one slice's bundles over several hosts, and the actor's host
+    decides. Every slice must hold devices per slice actors with ranks
+    0..devices per slice - 1. Then every actor gets MEGASCALE_* as Ray
+    computes them (get_tpu_coordinator_env_vars; the coordinator is slice
+    0's first host, port 8081) and the rendezvous host; returns the places
+    with the job-wide ranks."""
+    per_slice = len(places) // num_slices
+    order: List[str] = []
+    for p in places:  # bundle order
+        if p["tpu_name"] not in order:
+            order.append(p["tpu_name"])
+    for name in order:
+        ranks = sorted(p["rank"] for p in places if p["tpu_name"] == name)
+        if ranks != list(range(per_slice)):
+            raise RuntimeError(f"TPU_NAME={name!r}: the actors on this slice's hosts have ranks "
+                               f"{ranks} in the slice, expected 0..{per_slice - 1} (were whole "
+                               f"slices reserved? TPU_NAME of each actor: "
+                               f"{[p['tpu_name'] for p in places]})")
+    if len(order) != num_slices:
+        raise RuntimeError(f"the actors run on {len(order)} TPU slices {order}, expected "
+                           f"--num-slices {num_slices}")
+    slice_of = [order.index(p["tpu_name"]) for p in places]
+    coordinator = next(p["master_addr"] for p, s in zip(places, slice_of) if s == 0)
     all_hosts = sorted({p["ip"] for p in places})
     port = str(getattr(ray.util.tpu, "DEFAULT_MEGASCALE_PORT", 8081))
-    ray.get([a.set_megascale_env.remote(
+    return ray.get([a.set_megascale_env.remote(
         ray.util.tpu.get_tpu_coordinator_env_vars(
             coordinator_address=f"{coordinator}:{port}", num_slices=num_slices,
-            slice_id=p["slice_id"], coordinator_port=port),
-        coordinator, all_hosts) for a, p in zip(actors, places)], timeout=timeout_s)
+            slice_id=s, coordinator_port=port),
+        coordinator, all_hosts, per_slice) for a, s in zip(actors, slice_of)],
+        timeout=timeout_s)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -323,7 +341,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ray.get(pg.ready(), timeout=args.timeout_s)
     num_bundles, num_hosts = slice_pg.num_bundles, slice_pg.num_hosts
     devices_per_host = num_bundles // num_hosts
-    devices_per_slice = num_bundles // num_slices  # bundles of slice s: s x this + 0..
+    devices_per_slice = num_bundles // num_slices
     if num_slices == 1:
         print(f"Reserved TPU slice {args.accelerator_type} {args.topology}: "
               f"{num_hosts} hosts x {devices_per_host} devices "
@@ -339,19 +357,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         for i in range(num_bundles)
     ]
     try:
-        if num_slices == 1:
-            places = ray.get([a.setup.remote(devices_per_host) for a in actors],
-                             timeout=args.timeout_s)
-        else:
-            places = ray.get([a.setup.remote(devices_per_host, i // devices_per_slice,
-                                             devices_per_slice)
-                              for i, a in enumerate(actors)], timeout=args.timeout_s)
+        places = ray.get([a.setup.remote(devices_per_host) for a in actors],
+                         timeout=args.timeout_s)
         t_actors = time.monotonic() - t0
+        if num_slices > 1:
+            places = _give_megascale_env(actors, places, num_slices, args.timeout_s)
         ranks = sorted(p["rank"] for p in places)
         assert ranks == list(range(num_bundles)), f"ranks are not 0..{num_bundles - 1}: {ranks}"
         rank0 = actors[[p["rank"] for p in places].index(0)]
-        if num_slices > 1:
-            _give_megascale_env(actors, places, num_slices, args.timeout_s)
         master_port = args.master_port or ray.get(
             rank0.pick_master_port.remote(DEFAULT_MASTER_PORT), timeout=args.timeout_s)
         job_id = f"ray_{uuid.uuid4().hex[:12]}"

@@ -1,21 +1,23 @@
 """The seed's two Ray programs on 2 slices (issue 32 item 4).
 
-One cluster for the module: 2 x v4-2x2x2 (`tools/ray_cluster.sh up v4-2x2x2
---num-slices 2`: 2 slices x 2 hosts x 4 devices = 16 ranks, network
-namespaces). Why not smaller: v4-2x2x2 is the smallest multi-host slice, and
-only multi-host slices carry Ray's ray.io/tpu-slice-name label, through which
-ray.util.tpu's slice placement (Ray Core and Ray Train alike) pins each
-slice's bundles to that slice's hosts; two single-host slices would give
-bundles that no label ties to a slice, so "slice s" would be whatever hosts
-Ray's SPREAD picked.
+One cluster for the module: 2 x v6e-2x2 (`tools/ray_cluster.sh up v6e-2x2
+--num-slices 2`: 2 single-host slices x 4 devices = 8 ranks on 2 hosts,
+network namespaces), the smallest 2-slice cluster both programs accept (Ray
+Train's TPU path reserves single-host slices too; 2 x v4-2x2x2, the smallest
+of multi-host slices, is 16 ranks and took 219 s here against ~2 min).
+Single-host slices carry no ray.io/tpu-slice-name, so Ray may spread one
+slice's bundles over both hosts: the Ray Core example takes an actor's slice
+from its host's TPU_NAME (on multi-host slices that equals bundle // per
+slice). test_ray_cluster.py::test_two_slices_up_placement_down covers the
+multi-host slices' reservation.
 
 - examples/ray/ray_core_collectives.py --num-slices 2: the seed's lines for
-  16 ranks (all_reduce sum 136 = 1 + ... + 16, the TP parity verdict), ranks
-  0-7 on one slice's 2 hosts and 8-15 on the other's, tpu_dist's discovery
-  saw each rank's MEGASCALE_SLICE_ID (the example asserts it);
-- examples/ray/ray_train_llm_finetune.py --num-workers 8 --num-slices 2 (tiny:
-  64 rows, max length 32, 1 epoch): the seed's lines, Ray Train gave ranks
-  0-7 MEGASCALE_SLICE_ID 0 and ranks 8-15 slice id 1, each group on one
+  8 ranks (all_reduce sum 36 = 1 + ... + 8, the TP parity verdict), ranks
+  0-3 on one slice's host and 4-7 on the other's, tpu_dist's discovery saw
+  each rank's MEGASCALE_SLICE_ID (the example asserts it);
+- examples/ray/ray_train_llm_finetune.py --num-workers 4 --num-slices 2 (tiny:
+  32 rows, max length 32, 1 epoch): the seed's lines, Ray Train gave ranks
+  0-3 MEGASCALE_SLICE_ID 0 and ranks 4-7 slice id 1, each group on one
   TPU_NAME, and the parameters are (Replicate(), Shard(0)) on the HSDP mesh.
 
 Afterwards: no process, namespace, state dir or /dev/shm file is left.
@@ -41,15 +43,17 @@ pytestmark = pytest.mark.ray_cluster
 
 CORE_EXAMPLE = ROOT / "examples" / "ray" / "ray_core_collectives.py"
 TRAIN_EXAMPLE = ROOT / "examples" / "ray" / "ray_train_llm_finetune.py"
-SLICE = ["--topology", "2x2x2", "--accelerator-type", "TPU-V4"]
-SLICES, HOSTS, DEVICES = 2, 2, 4  # per slice: hosts, devices per host
+SPEC, GROUP = "v6e-2x2", "v6e-4"  # the cluster's slice; its TPU_NAME is GROUP-<slice>
+SLICE = ["--topology", "2x2", "--accelerator-type", "TPU-V6E"]
+SLICES, HOSTS, DEVICES = 2, 1, 4  # per slice: hosts, devices per host
 PER_SLICE = HOSTS * DEVICES
 WORLD = SLICES * PER_SLICE
 RANK_LINE = re.compile(
     r"^Rank +(\d+) \(worker_id=(\d+), local_rank=(\d+), ip=([0-9.]+)\): "
     r"all_reduce_sum=\[([^\]]*)\]$")
 HSDP_LINE = re.compile(
-    r"HSDP mesh \(dp_replicate=2, dp_shard=8\): MEGASCALE_SLICE_ID by rank (\[[^\]]*\]), "
+    rf"HSDP mesh \(dp_replicate={SLICES}, dp_shard={PER_SLICE}\): "
+    r"MEGASCALE_SLICE_ID by rank (\[[^\]]*\]), "
     r"TPU_NAME by rank (\[[^\]]*\]), placements \(Replicate\(\), Shard\(dim=0\)\)$")
 TIMES: Dict[str, float] = {}
 
@@ -69,7 +73,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     c.run("down")
     shm_before = _shm()
     t0 = time.monotonic()
-    c.up("v4-2x2x2", "--net", "netns", "--num-slices", str(SLICES))
+    c.up(SPEC, "--net", "netns", "--num-slices", str(SLICES))
     TIMES["up"] = time.monotonic() - t0
     procs, suffix = c.footprint()
     c.storage = tmp_path_factory.mktemp("ray_two_slices")
@@ -78,7 +82,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     c.down()
     TIMES["down"] = time.monotonic() - t0
     _assert_down_clean(c, procs, suffix, shm_before)
-    print("\n2 x v4-2x2x2: " + ", ".join(f"{k} {v:.1f}s" for k, v in TIMES.items()))
+    print(f"\n{SLICES} x {SPEC}: " + ", ".join(f"{k} {v:.1f}s" for k, v in TIMES.items()))
 
 
 def _slice_hosts(s: int) -> set:
@@ -117,7 +121,7 @@ def test_ray_train_example_on_two_slices(cluster: _Cluster) -> None:
     t0 = time.monotonic()
     res = cluster.run("exec", "--", str(PYTHON), str(TRAIN_EXAMPLE), *SLICE,
                       "--num-workers", str(PER_SLICE), "--num-slices", str(SLICES),
-                      "--dataset-split", "train[:64]", "--max-length", "32",
+                      "--dataset-split", "train[:32]", "--max-length", "32",
                       "--num-epochs", "1", "--batch-size-per-device", "2",
                       "--storage-path", str(cluster.storage), "--run-name", "two_slices",
                       timeout=480)
@@ -126,8 +130,8 @@ def test_ray_train_example_on_two_slices(cluster: _Cluster) -> None:
     assert res.returncode == 0, text[-6000:]
     out = res.stdout.splitlines()
     assert out[0] == ("Starting Ray Train FSDP2 SFT job: model="
-                      f"{ROOT / 'data' / 'tiny_gemma'}, topology=2x2x2, "
-                      f"accelerator_type=TPU-V4, num_workers={WORLD}"), out[0]
+                      f"{ROOT / 'data' / 'tiny_gemma'}, topology=2x2, "
+                      f"accelerator_type=TPU-V6E, num_workers={WORLD}"), out[0]
     epochs = re.findall(r"Epoch 1/1 \| loss=(\d+\.\d{4}) \| epoch_time=\d+\.\d{2}s \| "
                         r"tokens/s=\d+\.\d", res.stdout)
     assert epochs, res.stdout[-4000:]
@@ -141,14 +145,14 @@ def test_ray_train_example_on_two_slices(cluster: _Cluster) -> None:
         {"model.pt", "optimizer.pt", "state.json"}, ckpts
 
     # Ray Train's MEGASCALE_SLICE_ID per rank (each worker also checked it
-    # against rank // 8 and MEGASCALE_NUM_SLICES == 2 before building the mesh).
+    # against rank // 4 and MEGASCALE_NUM_SLICES == 2 before building the mesh).
     m = next(filter(None, map(HSDP_LINE.search, text.splitlines())), None)
     assert m, res.stderr[-6000:]
     slice_ids, names = ast.literal_eval(m.group(1)), ast.literal_eval(m.group(2))
     assert slice_ids == [0] * PER_SLICE + [1] * PER_SLICE, slice_ids
     by_slice = [set(names[:PER_SLICE]), set(names[PER_SLICE:])]
     assert all(len(n) == 1 for n in by_slice) and by_slice[0] != by_slice[1], names
-    assert by_slice[0] | by_slice[1] == {"v4-16-0", "v4-16-1"}, names
+    assert by_slice[0] | by_slice[1] == {f"{GROUP}-{s}" for s in range(SLICES)}, names
 
 
 def test_ray_train_example_refuses_a_wrong_slice_count() -> None:
