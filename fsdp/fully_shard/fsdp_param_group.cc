@@ -77,19 +77,32 @@ FsdpParamGroup::FsdpParamGroup(std::string label, const DeviceMesh& mesh,
 absl::StatusOr<std::shared_ptr<FsdpParamGroup>> FsdpParamGroup::Create(
     std::string label, std::vector<std::pair<std::string, at::Tensor>> params,
     const DeviceMesh& mesh, const MixedPrecisionPolicy& mp) {
-  if (mesh.ndim() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("FullyShard(", label, "): needs a 1-D mesh, got ",
-                                                   mesh.ToString()));
-  }
-  const auto& pg = mesh.Group(0);
-  if (pg->getSize() != mesh.size() || pg->getRank() != mesh.LocalRank(0)) {
+  // A 2-D mesh must say it is HSDP (a ("dp", "tp") mesh passed whole is a
+  // mistake: FullyShard takes its "dp" slice).
+  const bool hsdp = mesh.ndim() == 2 && mesh.dim_names() == std::vector<std::string>{"dp_replicate", "dp_shard"};
+  if (mesh.ndim() != 1 && !hsdp) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "FullyShard(", label, "): mesh ", mesh.ToString(), " has ", mesh.size(),
-        " ranks but its process group has ", pg->getSize(), " (rank ", pg->getRank(), ")"));
+        "FullyShard(", label, "): needs a 1-D mesh or a 2-D (\"dp_replicate\", \"dp_shard\") mesh for HSDP, got ",
+        mesh.ToString()));
+  }
+  // HSDP: the last dim shards, the first replicates (torch FSDP2's 2-D mesh).
+  const int shard_dim = mesh.ndim() - 1;
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    const auto& pg = mesh.Group(d);
+    if (pg->getSize() != mesh.size(d) || pg->getRank() != mesh.LocalRank(d)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FullyShard(", label, "): mesh ", mesh.ToString(), " has ", mesh.size(d), " ranks along dim ", d,
+          " but its process group has ", pg->getSize(), " (rank ", pg->getRank(), ")"));
+    }
   }
   std::shared_ptr<FsdpParamGroup> g(new FsdpParamGroup(std::move(label), mesh, mp));
-  g->rank_ = mesh.LocalRank(0);
-  g->world_ = mesh.size();
+  g->rank_ = mesh.LocalRank(shard_dim);
+  g->world_ = mesh.size(shard_dim);
+  g->shard_group_ = mesh.Group(shard_dim);
+  if (mesh.ndim() == 2) {
+    g->replicate_group_ = mesh.Group(0);
+    g->replicate_world_ = mesh.size(0);
+  }
   std::vector<std::vector<int64_t>> shapes;
   std::vector<at::Tensor> fulls;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -133,6 +146,10 @@ absl::StatusOr<std::shared_ptr<FsdpParamGroup>> FsdpParamGroup::Create(
 }
 
 absl::StatusOr<DTensor> FsdpParamGroup::ShardedParam(size_t i) const {
+  if (mesh_.ndim() == 2) {
+    return FromLocal(params_[i].shard, mesh_, {Placement::Replicate(), Placement::Shard(0)},
+                     layout_.entries[i].shape);
+  }
   return FromLocal(params_[i].shard, mesh_, {Placement::Shard(0)}, layout_.entries[i].shape);
 }
 
@@ -163,7 +180,7 @@ absl::StatusOr<std::vector<at::Tensor>> FsdpParamGroup::GatherFullMaster() {
   c10d::AllgatherOptions opts;
   opts.asyncOp = false;  // waited on right below
   try {
-    work = mesh_.Group(0)->_allgather_base(out, in, opts);
+    work = shard_group_->_allgather_base(out, in, opts);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("FullyShard(", label_, "): state-dict all-gather on rank ",
                                             rank_, " failed: ", ::tpudist::collectives::ExceptionMessage(e)));
@@ -202,7 +219,7 @@ absl::Status FsdpParamGroup::StartUnshard(bool waits_now) {
   c10d::AllgatherOptions opts;
   opts.asyncOp = !waits_now;
   try {
-    gather_work_ = mesh_.Group(0)->_allgather_base(gather_out_, gather_in_, opts);
+    gather_work_ = shard_group_->_allgather_base(gather_out_, gather_in_, opts);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("FullyShard(", label_, "): all-gather of ",
                                             gather_in_.nbytes(), " bytes on rank ", rank_,
@@ -335,7 +352,7 @@ absl::Status FsdpParamGroup::ReduceGrads() {
   opts.reduceOp = c10d::ReduceOp::AVG;
   opts.timeout = mesh_.collective_timeout_ms();
   try {
-    reduce_work_ = mesh_.Group(0)->_reduce_scatter_base(reduce_out_, reduce_in_, opts);
+    reduce_work_ = shard_group_->_reduce_scatter_base(reduce_out_, reduce_in_, opts);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("FullyShard(", label_, "): reduce-scatter of ",
                                             reduce_in_.nbytes(), " bytes on rank ", rank_,
@@ -360,10 +377,33 @@ absl::Status FsdpParamGroup::FinishReduceGrads() {
     PhaseScope timed(*this, "reduce_scatter_wait");
     s = WaitWork(reduce_work_, "reduce-scatter");
   }
-  PhaseScope timed(*this, "reduce_finish");
   reduce_work_.reset();
   reduce_in_ = at::Tensor();
   if (!s.ok()) return s;
+  if (replicate_group_ && replicate_world_ > 1) {
+    // HSDP (torch FSDP2's foreach_reduce): the reduce-scatter output, still
+    // in reduce_dtype and already the AVG over dp_shard, is all-reduced AVG
+    // over dp_replicate: sum / (shard * replicate), the whole dp world.
+    PhaseScope timed(*this, "all_reduce_wait");
+    std::vector<at::Tensor> list = {reduce_out_};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::AVG;
+    opts.timeout = mesh_.collective_timeout_ms();
+    opts.asyncOp = false;  // waited on at once
+    c10::intrusive_ptr<c10d::Work> work;
+    try {
+      work = replicate_group_->allreduce(list, opts);
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("FullyShard(", label_, "): all-reduce over dp_replicate of ",
+                                              reduce_out_.nbytes(), " bytes on mesh rank ", mesh_.global_rank(),
+                                              " failed: ", ::tpudist::collectives::ExceptionMessage(e)));
+    }
+    ++num_all_reduces_;
+    Trace("all_reduce_issued");
+    s = WaitWork(work, "all-reduce over dp_replicate");
+    if (!s.ok()) return s;
+  }
+  PhaseScope timed(*this, "reduce_finish");
   // The shard grads alias one flat buffer in the master dtype (the
   // reduce-scatter output itself when the dtypes match): one cast at most,
   // no per-parameter copy.

@@ -1,5 +1,7 @@
 // FsdpParamGroup: the parameters of one FullyShard call, sharded Shard(0)
-// over a 1-D DeviceMesh, with the group's two collectives:
+// over a 1-D DeviceMesh, or HSDP over a 2-D mesh whose dims are named
+// ("dp_replicate", "dp_shard") (sharded over dp_shard, replicated over
+// dp_replicate; torch FSDP2's 2-D mesh), with the group's collectives:
 //
 //   unshard  pack this rank's padded shards (cast to param_dtype) into one
 //            flat buffer, ONE _allgather_base, split into full tensors and
@@ -8,7 +10,11 @@
 //   reduce   after backward: pack the full grads (cast to reduce_dtype) into
 //            one padded flat buffer, ONE _reduce_scatter_base(AVG), and set
 //            param.grad = this rank's shard in the master dtype
-//            (OnGradReady -> ReduceGrads -> FinishReduceGrads)
+//            (OnGradReady -> ReduceGrads -> FinishReduceGrads); with HSDP
+//            the reduce-scatter runs over dp_shard and its output (still in
+//            reduce_dtype) is then all-reduced AVG over dp_replicate before
+//            the cast: the grad is sum / (shard * replicate), as torch's
+//            foreach_reduce does for fp32/bf16 (RS AVG, then AR AVG)
 //
 // Every parameter keeps its TensorImpl (module members alias it); only its
 // data moves between the sharded view (a narrow of the group's padded fp32
@@ -73,9 +79,15 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   const at::Tensor& param(size_t i) const { return params_[i].param; }
   const FlatParamLayout& layout() const { return layout_; }
   const DeviceMesh& mesh() const { return mesh_; }
+  // Index along the shard dim (the mesh's last) and its size; the flat
+  // layout's world_size is the shard size.
   int64_t rank() const { return rank_; }
+  int64_t shard_world() const { return world_; }
+  // HSDP: the replicate dim's size (1 on a 1-D mesh).
+  int64_t replicate_world() const { return replicate_world_; }
   // This rank's shard of parameter i: [ShardShape(i)] (a view of the flat
-  // shard), and the same as a DTensor Shard(0) with the global shape.
+  // shard), and the same as a DTensor Shard(0) with the global shape
+  // ((Replicate, Shard(0)) on an HSDP mesh).
   const at::Tensor& shard(size_t i) const { return params_[i].shard; }
   absl::StatusOr<DTensor> ShardedParam(size_t i) const;
 
@@ -116,6 +128,7 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   // Accounting for tests and the memory model.
   int64_t num_all_gathers() const { return num_all_gathers_; }
   int64_t num_reduce_scatters() const { return num_reduce_scatters_; }
+  int64_t num_all_reduces() const { return num_all_reduces_; }  // HSDP only
   int64_t full_param_bytes() const;  // all full params in param_dtype
   int64_t gathered_bytes() const {   // the padded all-gather output
     return world_ * layout_.shard_numel * static_cast<int64_t>(c10::elementSize(param_dtype_));
@@ -130,7 +143,8 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   // `record(phase, wall_s, thread_cpu_s)` after each of "unshard_issue"
   // (cast + issue the all-gather), "all_gather_wait", "unpack" (copy into
   // the full params), "reduce_issue" (pack the grads + issue the
-  // reduce-scatter), "reduce_scatter_wait" and "reduce_finish".
+  // reduce-scatter), "reduce_scatter_wait", "all_reduce_wait" (HSDP: issue
+  // and wait the all-reduce over dp_replicate) and "reduce_finish".
   void set_phase_timer(std::function<bool()> enabled,
                        std::function<void(const char*, double, double)> record) {
     timer_enabled_ = std::move(enabled);
@@ -162,7 +176,10 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   std::string label_;
   DeviceMesh mesh_;
   int64_t rank_ = 0;
-  int64_t world_ = 1;
+  int64_t world_ = 1;  // shard dim size
+  c10::intrusive_ptr<c10d::ProcessGroup> shard_group_;
+  c10::intrusive_ptr<c10d::ProcessGroup> replicate_group_;  // HSDP only
+  int64_t replicate_world_ = 1;
   at::ScalarType orig_dtype_ = at::kFloat;
   at::ScalarType param_dtype_ = at::kFloat;
   at::ScalarType reduce_dtype_ = at::kFloat;
@@ -185,6 +202,7 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   bool requires_gradient_sync_ = true;
   int64_t num_all_gathers_ = 0;
   int64_t num_reduce_scatters_ = 0;
+  int64_t num_all_reduces_ = 0;
   std::function<void(int64_t)> memory_observer_;
   std::function<void(const std::string&)> trace_;
   std::function<bool()> timer_enabled_;

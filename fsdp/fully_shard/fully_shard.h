@@ -115,7 +115,15 @@ class FsdpModule {
 
 // Shards `module` in place and installs the hooks. Errors: the module is not
 // a HookableModule, already FullyShard-ed, a parameter is owned by another
-// group, the mesh is not 1-D or disagrees with its process group.
+// group, the mesh is neither 1-D nor ("dp_replicate", "dp_shard"), or it
+// disagrees with its process groups.
+//
+// HSDP (torch FSDP2's fully_shard(mesh=2-D)): on a 2-D ("dp_replicate",
+// "dp_shard") mesh parameters are sharded over dp_shard and replicated
+// over dp_replicate; all-gathers run over dp_shard; in backward
+// the grads are reduce-scattered (AVG) over dp_shard, then the shards are
+// all-reduced (AVG) over dp_replicate, so the grad is the mean over all
+// R x S ranks, as torch's foreach_reduce computes it for fp32/bf16.
 absl::StatusOr<FsdpModule> FullyShard(const std::shared_ptr<torch::nn::Module>& module,
                                       const DeviceMesh& mesh, const FullyShardOptions& options = {});
 

@@ -48,7 +48,8 @@ absl::StatusOr<double> ClipGradNorm(const std::shared_ptr<torch::nn::Module>& mo
     grads.push_back(g);
   }
   // Over dp: the dp-sharded pair. Then over tp: the tp-sharded pair.
-  absl::StatusOr<at::Tensor> over_dp = SumOver(mesh, 0, at::tensor({sq[0], sq[1]}, at::kDouble));  // [2]
+  // (HSDP: over dp_shard only; replicas hold equal grads.)
+  absl::StatusOr<at::Tensor> over_dp = SumOver(mesh, FsdpShardDim(mesh), at::tensor({sq[0], sq[1]}, at::kDouble));  // [2]
   if (!over_dp.ok()) return over_dp.status();
   double total_sq = (*over_dp)[1].item<double>() + sq[3];
   if (*tp_dim > 0) {

@@ -11,7 +11,8 @@
 // On a ("dp", "tp") mesh (FullyShard over dp, tensor parallelism over tp)
 // a tensor-parallel piece (fsdp/global_layout.h) is summed over tp as well,
 // and a parameter replicated over tp is counted once, so the norm is the
-// norm of the full model's gradient. REQUIRES there: partial gradients
+// norm of the full model's gradient. On an HSDP ("dp_replicate",
+// "dp_shard") mesh the shards are summed over dp_shard only. REQUIRES there: partial gradients
 // already summed (AllReducePartialGrads), so replicas agree.
 #ifndef TPU_DIST_FSDP_FULLY_SHARD_GRAD_CLIP_H_
 #define TPU_DIST_FSDP_FULLY_SHARD_GRAD_CLIP_H_

@@ -16,15 +16,20 @@ namespace tpudist::fsdp {
 namespace {
 
 absl::Status Broadcast(const DeviceMesh& mesh, at::Tensor& t, const std::string& what) {
-  std::vector<at::Tensor> list = {t};
-  c10d::BroadcastOptions opts;
-  opts.asyncOp = false;  // waited on at once
-  try {
-    if (!mesh.Group(0)->broadcast(list, opts)->wait(mesh.collective_timeout_ms())) {
-      return absl::DeadlineExceededError(absl::StrCat("SetModelStateDict: broadcast of ", what, " timed out"));
+  // From coordinate (0, ...) along each dim in turn: after dim d every rank
+  // whose later coordinates are 0 holds the root's value (one dim on a 1-D
+  // mesh; dp_replicate then dp_shard on an HSDP mesh).
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    std::vector<at::Tensor> list = {t};
+    c10d::BroadcastOptions opts;
+    opts.asyncOp = false;  // waited on at once
+    try {
+      if (!mesh.Group(d)->broadcast(list, opts)->wait(mesh.collective_timeout_ms())) {
+        return absl::DeadlineExceededError(absl::StrCat("SetModelStateDict: broadcast of ", what, " timed out"));
+      }
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("SetModelStateDict: broadcast of ", what, " failed: ", ::tpudist::collectives::ExceptionMessage(e)));
     }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("SetModelStateDict: broadcast of ", what, " failed: ", ::tpudist::collectives::ExceptionMessage(e)));
   }
   return absl::OkStatus();
 }
@@ -98,7 +103,8 @@ absl::StatusOr<StateDict> GetModelStateDict(const std::shared_ptr<torch::nn::Mod
   absl::StatusOr<int> tp_dim = TensorParallelDim(mesh);
   if (!tp_dim.ok()) return tp_dim.status();
   // With a tp dim, the dp row 0 first holds every piece full over dp.
-  const bool keep = !options.full_state_dict || mesh.LocalRank(0) == 0;
+  // With HSDP only coordinate (0, 0) keeps it (replicas are equal).
+  const bool keep = !options.full_state_dict || (IsHsdpMesh(mesh) ? HoldsFullStateDict(mesh) : mesh.LocalRank(0) == 0);
   std::unordered_map<const FsdpParamGroup*, std::vector<at::Tensor>> full;
   if (options.full_state_dict) {
     for (FsdpParamGroup* g : index.groups) {
@@ -131,12 +137,19 @@ absl::StatusOr<StateDict> GetModelStateDict(const std::shared_ptr<torch::nn::Mod
   return out;
 }
 
+bool IsHsdpMesh(const DeviceMesh& mesh) {
+  return mesh.ndim() == 2 && mesh.dim_names() == std::vector<std::string>{"dp_replicate", "dp_shard"};
+}
+
+int FsdpShardDim(const DeviceMesh& mesh) { return IsHsdpMesh(mesh) ? 1 : 0; }
+
 absl::StatusOr<int> TensorParallelDim(const DeviceMesh& mesh) {
-  if (mesh.ndim() == 1) return 0;
+  if (mesh.ndim() == 1 || IsHsdpMesh(mesh)) return 0;
   const std::vector<std::string> dp_tp = {"dp", "tp"};
   if (mesh.ndim() != 2 || mesh.dim_names() != dp_tp) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "state dicts take a 1-D mesh (FullyShard's) or a (\"dp\", \"tp\") mesh, not ", mesh.ToString()));
+        "state dicts take a 1-D mesh (FullyShard's), a (\"dp_replicate\", \"dp_shard\") HSDP mesh or a "
+        "(\"dp\", \"tp\") mesh, not ", mesh.ToString()));
   }
   return 1;
 }
@@ -152,7 +165,7 @@ absl::Status SetModelStateDict(const std::shared_ptr<torch::nn::Module>& model,
                                const DeviceMesh& mesh, const StateDict& state,
                                const StateDictOptions& options) {
   const FsdpGroupIndex index = IndexFsdpGroups(model);
-  const bool root_rank = mesh.LocalRank(0) == 0;
+  const bool root_rank = HoldsFullStateDict(mesh);
   const bool full = options.full_state_dict;
   absl::StatusOr<int> tp_dim = TensorParallelDim(mesh);
   if (!tp_dim.ok()) return tp_dim.status();

@@ -22,6 +22,12 @@
 // dict lands on mesh coordinate (0, 0) only (HoldsFullStateDict). Setting a
 // full dict on the 2-D mesh is Unimplemented (load before parallelizing, or
 // use LoadShardedCheckpoint).
+//
+// HSDP (a ("dp_replicate", "dp_shard") mesh, FullyShard over dp_shard,
+// replicated over dp_replicate): sharded dicts are this rank's dp_shard
+// shard (replicas hold equal ones); a full dict is gathered over dp_shard
+// and returned on coordinate (0, 0) only; a full Set broadcasts from (0, 0)
+// along dp_replicate, then along dp_shard.
 #ifndef TPU_DIST_FSDP_FULLY_SHARD_STATE_DICT_H_
 #define TPU_DIST_FSDP_FULLY_SHARD_STATE_DICT_H_
 
@@ -57,9 +63,15 @@ struct FsdpGroupIndex {
 };
 FsdpGroupIndex IndexFsdpGroups(const std::shared_ptr<torch::nn::Module>& model);
 
-// Mesh dim holding tensor parallelism: 0 for a 1-D mesh (none), 1 for a
-// ("dp", "tp") mesh; InvalidArgument naming the mesh otherwise.
+// Mesh dim holding tensor parallelism: 0 for a 1-D mesh or an HSDP mesh
+// (none), 1 for a ("dp", "tp") mesh; InvalidArgument naming the mesh
+// otherwise.
 absl::StatusOr<int> TensorParallelDim(const DeviceMesh& mesh);
+
+// A 2-D ("dp_replicate", "dp_shard") mesh: FullyShard's HSDP.
+bool IsHsdpMesh(const DeviceMesh& mesh);
+// The dim FullyShard shards over: 1 on an HSDP mesh, else 0.
+int FsdpShardDim(const DeviceMesh& mesh);
 
 // True on the one rank that a full GetModelStateDict returns the dict on
 // (mesh coordinate all zeros).

@@ -18,5 +18,6 @@ mkdir -p "${out}"
 "${python}" "${here}/make_tokenizer_fixtures.py" --out "${out}/tokenizer"
 "${python}" "${here}/fsdp2_gemma_oracle.py" --out "${out}/fsdp2"
 "${python}" "${here}/dtensor_oracle.py" --out "${out}/dtensor"
+"${python}" "${here}/hsdp_oracle.py" --out "${out}/hsdp"
 # The kernel path these floats are exact for (see cpu_tag.py).
 "${python}" "${here}/cpu_tag.py" "${out}/cpu.json"
