@@ -44,8 +44,9 @@ TEST(GroupGenerationTest, RemadeOverTheSameStoreWithTheSameName) {
       pg->barrier()->wait();  // nobody destroys a generation a peer still maps
     }
   });
-  // Keys of generation k live under tpu_dist/default/g<k>/.
-  EXPECT_TRUE(store->check({"tpu_dist/default/g25/host/0"}));
+  // Keys of generation k live under tpu_dist/default/g<k>/ (place/<rank>: each
+  // member's slice and host, ExchangePlacement).
+  EXPECT_TRUE(store->check({"tpu_dist/default/g25/place/0"}));
   EXPECT_TRUE(ShmEntries("tpud_" + job).empty());
 }
 
