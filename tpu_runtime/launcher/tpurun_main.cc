@@ -15,6 +15,12 @@
 // --num-slices N (with --hosts-emulated) runs N slices of that shape, each
 // with its own hosts (slice s host h: 127.0.<s+1>.<h+1>), ranks slice-major,
 // and gives every rank the MEGASCALE_* variables of a multi-slice job.
+// --dcn-rate R / --dcn-delay D (with --num-slices N > 1) make the link between
+// slices a shaped one: each slice runs in its own network namespace (hosts
+// 10.251.<s>.<h+1>) whose link into the DCN bridge is limited to R (htb) and
+// delayed by D (netem); at the end tpurun prints the bytes each slice sent
+// into the DCN ("tpurun: dcn: slice s sent N bytes ..."), counted by the
+// kernel, and deletes the namespaces (dcn_link.h).
 //
 // Flags may be spelled with '-' or '_'. Exit status: 0 if every rank
 // succeeded; the root-cause rank's exit status (128+signal if killed); 75
@@ -35,6 +41,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +55,7 @@
 #include "absl/time/time.h"
 #include "tpu_runtime/duration_check.h"
 #include "tpu_runtime/job_secret.h"
+#include "tpu_runtime/launcher/dcn_link.h"
 #include "tpu_runtime/launcher/flag_names.h"
 #include "tpu_runtime/launcher/flight_recorder_verdict.h"
 #include "tpu_runtime/launcher/free_port.h"
@@ -62,6 +70,13 @@ ABSL_FLAG(int, num_slices, 1,
           "slice mode with --hosts-emulated: emulate N slices of this accelerator/topology, "
           "each with its own hosts (slice s host h at 127.0.<s+1>.<h+1>); ranks are "
           "slice-major and get MEGASCALE_NUM_SLICES / _SLICE_ID / _COORDINATOR_ADDRESS / _PORT");
+ABSL_FLAG(std::string, dcn_rate, "",
+          "with --hosts-emulated --num-slices >= 2: shape each slice's link into the DCN to this "
+          "rate (tc units: 10gbit, 500mbit); the slices then run in network namespaces "
+          "(tpu_runtime/launcher/dcn_link.h); default: unshaped");
+ABSL_FLAG(absl::Duration, dcn_delay, absl::ZeroDuration(),
+          "like --dcn-rate: add this one-way delay (e.g. 100us) on each slice's DCN link "
+          "(needs the kernel's netem qdisc); 0: none");
 ABSL_FLAG(int, megascale_port, 8081, "with --num-slices > 1: MEGASCALE_PORT of every rank");
 ABSL_FLAG(int, host_index, -1, "this host's index (default: TPU_WORKER_ID, else 0)");
 ABSL_FLAG(std::string, hostnames, "",
@@ -202,8 +217,13 @@ int Main(int argc, char** argv) {
                                             "--hosts-emulated), not --nproc"));
     }
   }
+  absl::StatusOr<DcnShape> dcn_shape =
+      ParseDcnShape(absl::GetFlag(FLAGS_dcn_rate), absl::GetFlag(FLAGS_dcn_delay));
+  if (!dcn_shape.ok()) return Fail(kUsageError, std::string(dcn_shape.status().message()));
   for (absl::Status s :
-       {ValidateLaunchConfig(config), ValidateMaxRestarts(config, absl::GetFlag(FLAGS_max_restarts)),
+       {CheckDcnShapeUsable(*dcn_shape, config.num_slices, config.hosts_emulated,
+                            !config.hostnames.empty()),
+        ValidateLaunchConfig(config), ValidateMaxRestarts(config, absl::GetFlag(FLAGS_max_restarts)),
         CheckUserDuration("--timeout", absl::GetFlag(FLAGS_timeout),
                           DurationRule::kPositiveOrInfinite),
         CheckUserDuration("--grace-period", absl::GetFlag(FLAGS_grace_period),
@@ -215,6 +235,17 @@ int Main(int argc, char** argv) {
 
   if (absl::Status s = ResolveJobSecret(&config); !s.ok()) {
     return Fail(kUsageError, std::string(s.message()));
+  }
+
+  // The shaped DCN (dcn_link.h): the slices' namespaces live until Main returns.
+  std::unique_ptr<DcnLink> dcn;
+  if (dcn_shape->enabled()) {
+    RemoveStaleDcnNamespaces();
+    absl::StatusOr<std::unique_ptr<DcnLink>> link =
+        DcnLink::Create(config.num_slices, config.slice.num_hosts, *dcn_shape);
+    if (!link.ok()) return Fail(1, std::string(link.status().message()));
+    dcn = std::move(*link);
+    config.hostnames = dcn->Hostnames();
   }
 
   // Flight-recorder dumps of each attempt, and the Python that analyzes them.
@@ -247,6 +278,10 @@ int Main(int argc, char** argv) {
     for (ProcessSpec& spec : *specs) {
       attempt_ranks.push_back(spec.rank);
       if (dumps.has_value() && dumps->set_by_launcher) spec.env[kFlightRecorderDirEnv] = dumps->dir;
+      if (dcn != nullptr) {
+        spec.argv = dcn->WrapArgv(spec.rank / config.slice.num_devices(), spec.argv);
+        spec.env["TPU_DIST_DCN_INTERFACE"] = DcnLink::kInterface;
+      }
     }
     return specs;
   };
@@ -288,8 +323,15 @@ int Main(int argc, char** argv) {
   };
 
   fprintf(stderr, "tpurun: %s\n", StartBanner(config).c_str());
+  if (dcn != nullptr) fprintf(stderr, "tpurun: %s\n", dcn->Describe().c_str());
   fflush(stderr);
   absl::StatusOr<ExitReport> report = SuperviseProcessGroup(planner, options);
+  for (int s = 0; dcn != nullptr && s < config.num_slices; ++s) {
+    absl::StatusOr<int64_t> sent = dcn->TxBytes(s);
+    fprintf(stderr, "tpurun: dcn: slice %d sent %s\n", s,
+            sent.ok() ? absl::StrCat(*sent, " bytes to other slices (all attempts)").c_str()
+                      : std::string(sent.status().message()).c_str());
+  }
   if (!report.ok()) return Fail(1, absl::StrCat("error: ", report.status().ToString()));
   fprintf(stderr, "tpurun: %s\n", report->Summary().c_str());
   return report->ExitCode();
