@@ -73,6 +73,15 @@ def tpu_host_place(environ: Optional[Mapping[str, str]] = None) -> Tuple[int, Li
     return index, hosts
 
 
+def tpu_slice_name(environ: Optional[Mapping[str, str]] = None) -> str:
+    """The name of this TPU host's slice: TPU_NAME (the KubeRay webhook sets
+    it per worker-group replica, i.e. per slice; GKE per node pool), stripped,
+    or "" when unset. Torch-free and self-contained like tpu_host_place: the
+    Ray launcher groups its rank actors into slices by it."""
+    env = os.environ if environ is None else environ
+    return env.get("TPU_NAME", "").strip()
+
+
 def host_placement_without_rank_info(
         environ: Optional[Mapping[str, str]] = None) -> Optional[Tuple[str, str]]:
     """The host id and this host's name for a group when discovery finds no

@@ -30,6 +30,27 @@ for one process per device:
 RANK and WORLD_SIZE are not set: the binary derives them from the TPU
 variables (tpu_runtime/env_discovery.h), as on a real slice.
 
+Several slices (--num-slices N, default 1): Ray reserves N whole slices
+(`slice_placement_group(..., num_slices=N)`). Each actor's slice is the TPU
+slice of its host (TPU_NAME), numbered in bundle order (on multi-host slices
+Ray pins each slice's bundles by its ray.io/tpu-slice-name: bundle // devices
+per slice; single-host slices carry no such label and the host decides);
+every slice must hold one actor per device of it. Every rank then also gets
+what Ray computes for its slice (ray.util.tpu.get_tpu_coordinator_env_vars):
+
+    MEGASCALE_COORDINATOR_ADDRESS  slice 0's first host:--megascale-port
+    MEGASCALE_PORT          --megascale-port (default 8081, Ray's DEFAULT_MEGASCALE_PORT)
+    MEGASCALE_NUM_SLICES    N
+    MEGASCALE_SLICE_ID      the rank's slice
+
+and MASTER_ADDR is slice 0's first host; its global rank (which discovery
+derives) is slice x devices per slice + TPU_WORKER_ID x devices per host +
+LOCAL_RANK, as tpurun --num-slices gives it. These are recomputed from the
+live actors on every attempt, never carried over (--env MEGASCALE_* is
+refused). When every rank of a slice failed (killed, or its actors or node
+died) before the launcher stopped the job, it names the slice ("slice 1
+(TPU_NAME ..., ranks 4-7, host ...) lost: ..."), as tpurun does.
+
 Output is streamed rank-prefixed ("[rank  3] ...", as tpurun). When a rank
 exits non-zero, is killed, or its actor or node dies, the launcher names it,
 stops the others (SIGTERM, SIGKILL after --grace-s), and starts the whole
@@ -81,6 +102,12 @@ PEER_FAILURE_EXIT = 75
 ROOT_CAUSE_WAIT_S = 3.0
 # How long ranks asked (SIGUSR1) for their flight-recorder dumps get.
 FR_DUMP_WAIT_S = 2.0
+# Several slices: how long after the first failure the launcher still
+# collects failures before stopping the rest (a slice is lost all at once;
+# tpurun waits 300 ms, Ray's polls are slower).
+SLICE_SETTLE_S = 1.0
+MEGASCALE_VARS = ("MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_PORT", "MEGASCALE_NUM_SLICES",
+                  "MEGASCALE_SLICE_ID")
 
 
 @dataclasses.dataclass
@@ -88,6 +115,7 @@ class _Failure:
     rank: int
     what: str   # "killed by SIGKILL", "exited with status 3", "its Ray actor died: ..."
     code: int   # shell status to exit with
+    lost_slices: List[int] = dataclasses.field(default_factory=list)
 
 
 def _describe(rc: int) -> _Failure:
@@ -137,9 +165,13 @@ class _Attempt:
     """One start of the whole group: actors, binaries, supervision."""
 
     dumps: Optional[fr_verdict.DumpLocation] = None  # None: no flight-recorder verdict
+    num_slices = 1
 
     def __init__(self, actor_cls: Any, pg: Any, num_bundles: int, devices_per_host: int,
                  args: argparse.Namespace, job_id: str, attempt: int) -> None:
+        """Starts the actors and places them: ranks and slices from what each
+        actor's host says now (assign_ranks), so that every attempt computes
+        its slices and MEGASCALE_* afresh."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -149,14 +181,12 @@ class _Attempt:
             placement_group=pg, placement_group_bundle_index=i)).remote()
             for i in range(num_bundles)]
         places = ray.get([a.place.remote() for a in self.actors], timeout=args.timeout_s)
-        for p in places:
-            p["rank"] = p["worker_id"] * devices_per_host + p["local_rank"]
-        order = sorted(range(num_bundles), key=lambda i: places[i]["rank"])
-        ranks = [places[i]["rank"] for i in order]
-        if ranks != list(range(num_bundles)):
-            raise RuntimeError(f"the slice's devices give ranks {ranks}, not 0..{num_bundles - 1}")
+        self.num_slices = args.num_slices
+        order = assign_ranks(places, self.num_slices, devices_per_host)
         self.actors = [self.actors[i] for i in order]  # index = rank
         self.places = [places[i] for i in order]
+        self.megascale = megascale_environments(self.places, self.num_slices,
+                                                args.megascale_port)
         self.job_id = job_id
         self.dumps = fr_verdict.dump_location(args.env, job_id, attempt)
 
@@ -168,11 +198,15 @@ class _Attempt:
         envs = rank_environments(self.places, master, port, self.job_id, job_secret, self.attempt,
                                  a.max_failures, a.env,
                                  fr_dir=self.dumps.dir if self.dumps and
-                                 self.dumps.set_by_launcher else None)
+                                 self.dumps.set_by_launcher else None,
+                                 megascale=self.megascale)
         refs = [actor.start.remote(a.command, env, os.getcwd())
                 for actor, env in zip(self.actors, envs)]
         pids = ray.get(refs, timeout=a.timeout_s)
         where = ", ".join(f"{r}:{p['ip']}/{pid}" for r, (p, pid) in enumerate(zip(self.places, pids)))
+        if self.num_slices > 1:
+            _log(f"attempt {self.attempt}: " + slice_layout_line(self.places, self.num_slices,
+                                                                 self.megascale))
         _log(f"attempt {self.attempt}: {self.world} ranks started, MASTER_ADDR={master} "
              f"MASTER_PORT={port} (rank:host/pid {where})")
 
@@ -182,19 +216,23 @@ class _Attempt:
         A rank exiting with PEER_FAILURE_EXIT stopped because another rank
         failed: the launcher waits up to ROOT_CAUSE_WAIT_S for a rank that
         failed for a reason of its own and reports that one (as tpurun does).
+        With several slices it keeps collecting failures for SLICE_SETTLE_S
+        after the first one, then names every slice all of whose ranks failed.
         """
         ray = self.ray
         pending = set(range(self.world))
         failure: Optional[_Failure] = None
+        failed: List[int] = []  # ranks that failed for a reason of their own
         followers: List[int] = []
-        root_deadline = float("inf")
-        while pending and failure is None:
+        root_deadline = settle_deadline = float("inf")
+        while pending and (failure is None or time.monotonic() < settle_deadline):
             refs = {r: self.actors[r].poll.remote() for r in sorted(pending)}
             for r, ref in refs.items():
                 try:
                     lines, rc = ray.get(ref, timeout=self.args.timeout_s)
                 except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
                     failure = failure or _Failure(r, f"its Ray actor died or hung ({type(e).__name__})", 1)
+                    failed.append(r)
                     pending.discard(r)
                     continue
                 self._print(r, lines)
@@ -206,18 +244,27 @@ class _Attempt:
                         # left out of "stopped the other N ranks".
                         followers.append(r)
                         root_deadline = min(root_deadline, time.monotonic() + ROOT_CAUSE_WAIT_S)
-                    elif rc != 0 and failure is None:
-                        failure = dataclasses.replace(_describe(rc), rank=r)
+                    elif rc != 0:
+                        failed.append(r)
+                        if failure is None:
+                            failure = dataclasses.replace(_describe(rc), rank=r)
             if failure is None and followers and (not pending or time.monotonic() > root_deadline):
                 failure = _followers_only(followers, sorted(pending))
-            if failure is None and pending:
-                if time.monotonic() > deadline:
-                    failure = _Failure(-1, f"job timed out after {self.args.job_timeout_s:.0f} s", 124)
-                    break
+            if failure is not None:
+                if settle_deadline == float("inf"):
+                    settle_deadline = time.monotonic() + (SLICE_SETTLE_S if self.num_slices > 1
+                                                          else 0.0)
+            elif pending and time.monotonic() > deadline:
+                failure = _Failure(-1, f"job timed out after {self.args.job_timeout_s:.0f} s", 124)
+                break
+            if pending and (failure is None or time.monotonic() < settle_deadline):
                 time.sleep(self.args.poll_s)
         if failure is not None and followers and failure.code != PEER_FAILURE_EXIT:
             failure.what += f"; ranks {', '.join(map(str, followers))} stopped because of it"
         if failure is not None:
+            failure.lost_slices = lost_slices(self.places, self.num_slices, failed)
+            for s in failure.lost_slices:
+                _log(lost_slice_line(self.places, self.num_slices, s))
             collected = self._collect_dumps(pending) if self.dumps is not None else {}
             self._stop_all(pending, failure)
             if collected:
@@ -284,7 +331,8 @@ class _Attempt:
 
     def describe(self, rank: int) -> str:
         p = self.places[rank]
-        return f"rank {rank} (worker {p['worker_id']}, device {p['local_rank']}, {p['ip']})"
+        where = f"slice {p['slice']}, " if self.num_slices > 1 else ""
+        return f"rank {rank} ({where}worker {p['worker_id']}, device {p['local_rank']}, {p['ip']})"
 
     def _print(self, rank: int, lines: List[str]) -> None:
         label = rank_label(rank, self.world)
@@ -307,12 +355,110 @@ def new_job_secret() -> str:
     return secrets.token_hex(32)
 
 
+def assign_ranks(places: List[Dict[str, Any]], num_slices: int,
+                 devices_per_host: int) -> List[int]:
+    """Sets "rank" and "slice" on every place (in bundle order) and returns
+    the bundle indices in rank order. One slice: rank = TPU_WORKER_ID x
+    devices per host + LOCAL_RANK. Several: the actor's slice is its host's
+    TPU_NAME ("tpu_name"), numbered in bundle order, and rank = slice x
+    devices per slice + its rank in the slice. Raises RuntimeError, one line
+    naming what disagrees: a slice without one actor per device, another
+    number of slices than `num_slices`, ranks not 0..world - 1."""
+    world = len(places)
+    per_slice = world // num_slices
+    for p in places:
+        p["rank"] = p["worker_id"] * devices_per_host + p["local_rank"]
+        p["slice"] = 0
+    if num_slices > 1:
+        names: List[str] = []
+        for p in places:  # bundle order
+            if p["tpu_name"] not in names:
+                names.append(p["tpu_name"])
+        if len(names) != num_slices:
+            raise RuntimeError(f"the actors run on {len(names)} TPU slices (TPU_NAME "
+                               f"{', '.join(repr(n) for n in names)}), expected --num-slices "
+                               f"{num_slices}")
+        for s, name in enumerate(names):
+            mine = sorted(p["rank"] for p in places if p["tpu_name"] == name)
+            if mine != list(range(per_slice)):
+                raise RuntimeError(f"TPU_NAME={name!r}: the actors on this slice's hosts have "
+                                   f"ranks {mine} in the slice, expected 0..{per_slice - 1} "
+                                   "(one actor per device of the slice)")
+        for p in places:
+            p["slice"] = names.index(p["tpu_name"])
+            p["rank"] += p["slice"] * per_slice
+    order = sorted(range(world), key=lambda i: places[i]["rank"])
+    ranks = [places[i]["rank"] for i in order]
+    if ranks != list(range(world)):
+        raise RuntimeError(f"the slice's devices give ranks {ranks}, not 0..{world - 1}")
+    return order
+
+
+def megascale_environments(places: List[Dict[str, Any]], num_slices: int,
+                           port: int) -> List[Dict[str, str]]:
+    """MEGASCALE_* of each rank (places in rank order, from assign_ranks), as
+    Ray computes them (ray.util.tpu.get_tpu_coordinator_env_vars): the
+    coordinator is slice 0's first host. Empty dicts for one slice."""
+    if num_slices == 1:
+        return [{} for _ in places]
+    from ray.util.tpu import get_tpu_coordinator_env_vars
+
+    coordinator = places[0]["hosts"][0]  # rank 0: slice 0, TPU_WORKER_ID 0
+    return [get_tpu_coordinator_env_vars(coordinator_address=f"{coordinator}:{port}",
+                                         num_slices=num_slices, slice_id=p["slice"],
+                                         coordinator_port=str(port)) for p in places]
+
+
+def _slice_text(places: List[Dict[str, Any]], s: int) -> str:
+    """'slice 1 (TPU_NAME v6e-4-1, ranks 4-7, host 10.250.0.3)': places in rank order."""
+    mine = [p for p in places if p["slice"] == s]
+    hosts: List[str] = []
+    for p in mine:
+        if p["ip"] not in hosts:
+            hosts.append(p["ip"])
+    where = f"host {hosts[0]}" if len(hosts) == 1 else f"hosts {', '.join(hosts)}"
+    name = f"TPU_NAME {mine[0]['tpu_name']}, " if mine[0].get("tpu_name") else ""
+    return f"slice {s} ({name}ranks {mine[0]['rank']}-{mine[-1]['rank']}, {where})"
+
+
+def slice_layout_line(places: List[Dict[str, Any]], num_slices: int,
+                      megascale: List[Dict[str, str]]) -> str:
+    """One line: every slice's TPU_NAME, ranks and hosts, and the MEGASCALE_*
+    values common to all ranks (places and megascale in rank order)."""
+    first = megascale[0]
+    return (f"{num_slices} slices: "
+            + "; ".join(_slice_text(places, s) for s in range(num_slices))
+            + f"; MEGASCALE_COORDINATOR_ADDRESS={first['MEGASCALE_COORDINATOR_ADDRESS']} "
+            f"MEGASCALE_PORT={first['MEGASCALE_PORT']} "
+            f"MEGASCALE_NUM_SLICES={first['MEGASCALE_NUM_SLICES']}, MEGASCALE_SLICE_ID by rank "
+            + ",".join(m["MEGASCALE_SLICE_ID"] for m in megascale))
+
+
+def lost_slices(places: List[Dict[str, Any]], num_slices: int,
+                failed_ranks: List[int]) -> List[int]:
+    """The slices every rank of which is in `failed_ranks` (places in rank order)."""
+    if num_slices == 1:
+        return []
+    per_slice = len(places) // num_slices
+    failed = set(failed_ranks)
+    return [s for s in range(num_slices)
+            if all(r in failed for r in range(s * per_slice, (s + 1) * per_slice))]
+
+
+def lost_slice_line(places: List[Dict[str, Any]], num_slices: int, s: int) -> str:
+    per_slice = len(places) // num_slices
+    return (f"{_slice_text(places, s)} lost: all {per_slice} of its ranks failed before "
+            "tpu_dist-ray-run stopped the job")
+
+
 def rank_environments(places: List[Dict[str, Any]], master: str, port: int, job_id: str,
                       job_secret: str, attempt: int, max_failures: int,
-                      extra: Dict[str, str], fr_dir: Optional[str] = None) -> List[Dict[str, str]]:
+                      extra: Dict[str, str], fr_dir: Optional[str] = None,
+                      megascale: Optional[List[Dict[str, str]]] = None) -> List[Dict[str, str]]:
     """What each rank's binary gets on top of its node's environment, in rank
     order (places[i] is rank i's). `extra` (--env) wins over the rest;
-    `fr_dir`: TPU_DIST_FLIGHT_RECORDER_DIR (the launcher's dump directory)."""
+    `fr_dir`: TPU_DIST_FLIGHT_RECORDER_DIR (the launcher's dump directory);
+    `megascale`: each rank's MEGASCALE_* (megascale_environments)."""
     base = {"MASTER_ADDR": master, "MASTER_PORT": str(port), "TPU_DIST_JOB_ID": job_id,
             "TPU_DIST_JOB_SECRET": job_secret,
             "TPU_DIST_RESTART_COUNT": str(attempt),
@@ -321,13 +467,18 @@ def rank_environments(places: List[Dict[str, Any]], master: str, port: int, job_
     if fr_dir:
         base[fr_verdict.DIR_ENV] = fr_dir
     base.update(extra)
-    return [dict(base, LOCAL_RANK=str(p["local_rank"])) for p in places]
+    per_rank = megascale or [{} for _ in places]
+    return [dict(base, LOCAL_RANK=str(p["local_rank"]), **m) for p, m in zip(places, per_rank)]
 
 
 def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="tpu_dist-ray-run", description=__doc__.split("\n")[0])
     p.add_argument("--topology", default="4x4", help="the slice's topology (e.g. 4x4, 2x2x2)")
     p.add_argument("--accelerator-type", default="TPU-V6E", help="e.g. TPU-V6E, TPU-V7X, TPU-V4")
+    p.add_argument("--num-slices", type=int, default=1,
+                   help="whole slices to reserve; > 1: every rank gets MEGASCALE_* (default 1)")
+    p.add_argument("--megascale-port", type=int, default=8081,
+                   help="with --num-slices > 1: MEGASCALE_PORT and the coordinator's port")
     p.add_argument("--max-failures", type=int, default=0,
                    help="restarts of the whole group allowed after a failure (default 0)")
     p.add_argument("--grace-s", type=float, default=5.0,
@@ -360,11 +511,18 @@ def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
     args.command[0] = os.path.abspath(resolved)
     if args.max_failures < 0:
         p.error("--max-failures must be >= 0")
+    if args.num_slices < 1:
+        p.error(f"--num-slices must be >= 1, got {args.num_slices}")
+    if not 1 <= args.megascale_port <= 65535:
+        p.error(f"--megascale-port must be 1..65535, got {args.megascale_port}")
     env: Dict[str, str] = {}
     for item in args.env:
         name, sep, value = item.partition("=")
         if not sep or not name:
             p.error(f"--env {item!r}: expected NAME=VALUE")
+        if name in MEGASCALE_VARS:
+            p.error(f"--env {name}: MEGASCALE_* are computed by the launcher from the live "
+                    "slices on every attempt (--num-slices, --megascale-port)")
         env[name] = value
     args.env = env
     if args.fr_analyzer is None:
@@ -406,16 +564,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     slice_pg = ray.util.tpu.slice_placement_group(
         topology=args.topology,
         accelerator_version=ray.util.tpu.get_tpu_version_from_type(args.accelerator_type),
-        num_slices=1, resources_per_bundle={"TPU": 1})
+        num_slices=args.num_slices, resources_per_bundle={"TPU": 1})
     attempt: Optional[_Attempt] = None
     try:
         ray.get(slice_pg.placement_group.ready(), timeout=args.timeout_s)
         n, hosts = slice_pg.num_bundles, slice_pg.num_hosts
-        _log(f"reserved {args.accelerator_type} {args.topology}: {hosts} hosts x {n // hosts} "
-             f"devices ({time.monotonic() - t0:.1f} s)")
+        slices = f"{args.num_slices} x " if args.num_slices > 1 else ""
+        _log(f"reserved {slices}{args.accelerator_type} {args.topology}: {hosts} hosts x "
+             f"{n // hosts} devices ({time.monotonic() - t0:.1f} s)")
         job_id = f"rayrun_{uuid.uuid4().hex[:12]}"
         job_secret = new_job_secret()  # one per job: the same for every attempt
         for k in range(args.max_failures + 1):
+            if k:  # a lost host's bundles are rescheduled: wait for them
+                ray.get(slice_pg.placement_group.ready(), timeout=args.timeout_s)
             attempt = _Attempt(actor_cls, slice_pg.placement_group, n, n // hosts, args, job_id, k)
             attempt.start(job_secret)
             deadline = time.monotonic() + (args.job_timeout_s or float("inf"))
@@ -427,6 +588,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                 return 0
             if k == args.max_failures:
                 who = attempt.describe(failure.rank) if failure.rank >= 0 else "the job"
+                if failure.lost_slices:
+                    plural = "s" if len(failure.lost_slices) > 1 else ""
+                    lost = ", ".join(map(str, failure.lost_slices))
+                    failure.what += f" (slice{plural} {lost} lost)"
                 _log(f"giving up: {who} {failure.what}"
                      + (f" (after {k} restart{'s' if k != 1 else ''})" if k else "")
                      + f"; exit {failure.code}")

@@ -27,7 +27,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 import ray
 
 # Shipped by value with this module (ray_launcher.py): no torch in the actor.
-from tpu_dist.env import tpu_host_place
+from tpu_dist.env import tpu_host_place, tpu_slice_name
 
 _PR_SET_PDEATHSIG = 1
 _MAX_BUFFERED_LINES = 100_000  # a rank printing faster than we poll drops its oldest lines
@@ -50,14 +50,15 @@ class RankProcess:
 
     def place(self) -> Dict[str, Any]:
         """This device's place: the TPU host's (tpu_dist.env.tpu_host_place,
-        the Python mirror of discovery) and Ray's TPU id."""
+        the Python mirror of discovery), its slice's name (TPU_NAME, through
+        tpu_dist.env.tpu_slice_name) and Ray's TPU id."""
         ip = ray.util.get_node_ip_address()
         worker_id, hosts = tpu_host_place()
         tpu_ids = ray.get_runtime_context().get_accelerator_ids().get("TPU", [])
         if not tpu_ids:
             raise RuntimeError(f"actor on {ip} holds no TPU id (resources={{'TPU': 1}} expected)")
         return {"ip": ip, "hosts": hosts or [ip], "pid": os.getpid(),
-                "worker_id": worker_id,
+                "worker_id": worker_id, "tpu_name": tpu_slice_name(),
                 # Ray's TPU id on this host: the device index. Not
                 # TPU_VISIBLE_CHIPS, which on TPU7x is the chip of 2 devices.
                 "local_rank": int(tpu_ids[0])}

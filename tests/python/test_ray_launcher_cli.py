@@ -333,3 +333,111 @@ def test_a_group_without_rank_info_is_placed_on_the_tpu_host(monkeypatch) -> Non
     monkeypatch.delenv("TPU_WORKER_ID")
     assert host_placement_without_rank_info() is None
     assert backend._options_from_host_place() is None
+
+
+def _places(names_by_bundle: list, devices_per_host: int = 4) -> list:
+    """Single-host slices: bundle i on a host of slice names_by_bundle[i]."""
+    seen: dict = {}
+    out = []
+    for name in names_by_bundle:
+        local = seen.get(name, 0)
+        seen[name] = local + 1
+        out.append({"worker_id": 0, "local_rank": local, "tpu_name": name,
+                    "ip": f"10.0.0.{2 + sorted(set(names_by_bundle)).index(name)}",
+                    "hosts": [f"10.0.0.{2 + sorted(set(names_by_bundle)).index(name)}"]})
+    return out
+
+
+def test_several_slices_are_numbered_by_tpu_name_in_bundle_order() -> None:
+    # Ray spread single-host slices' bundles: the host's TPU_NAME decides.
+    places = _places(["v6e-4-1", "v6e-4-0", "v6e-4-1", "v6e-4-1", "v6e-4-0", "v6e-4-0",
+                      "v6e-4-1", "v6e-4-0"])
+    order = ray_launcher.assign_ranks(places, 2, 4)
+    by_rank = [places[i] for i in order]
+    assert [p["rank"] for p in by_rank] == list(range(8))
+    assert [p["slice"] for p in by_rank] == [0] * 4 + [1] * 4
+    assert {p["tpu_name"] for p in by_rank[:4]} == {"v6e-4-1"}  # first in bundle order
+    envs = ray_launcher.megascale_environments(by_rank, 2, 8081)
+    for rank, env in enumerate(envs):
+        assert env == {"MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.3:8081", "MEGASCALE_PORT": "8081",
+                       "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": str(rank // 4)}
+    full = ray_launcher.rank_environments(by_rank, "10.0.0.3", 29500, "j", "ab" * 32, 1, 1, {},
+                                          megascale=envs)
+    assert full[5]["MEGASCALE_SLICE_ID"] == "1" and full[5]["LOCAL_RANK"] == "1"
+    line = ray_launcher.slice_layout_line(by_rank, 2, envs)
+    assert line == ("2 slices: slice 0 (TPU_NAME v6e-4-1, ranks 0-3, host 10.0.0.3); "
+                    "slice 1 (TPU_NAME v6e-4-0, ranks 4-7, host 10.0.0.2); "
+                    "MEGASCALE_COORDINATOR_ADDRESS=10.0.0.3:8081 MEGASCALE_PORT=8081 "
+                    "MEGASCALE_NUM_SLICES=2, MEGASCALE_SLICE_ID by rank 0,0,0,0,1,1,1,1")
+    # One slice: no MEGASCALE_* from the launcher, ranks as before.
+    one = _places(["a"] * 4)
+    assert ray_launcher.assign_ranks(one, 1, 4) == [0, 1, 2, 3]
+    assert ray_launcher.megascale_environments(one, 1, 8081) == [{}] * 4
+
+
+def test_multi_host_slices_rank_slice_major() -> None:
+    # 2 slices x 2 hosts x 2 devices, bundles in Ray's order (slice-major).
+    places = [{"worker_id": (b % 4) // 2, "local_rank": b % 2, "tpu_name": f"v4-8-{b // 4}",
+               "ip": f"10.0.{b // 4}.{(b % 4) // 2}", "hosts": [f"h{b // 4}-0", f"h{b // 4}-1"]}
+              for b in range(8)]
+    order = ray_launcher.assign_ranks(places, 2, 2)
+    assert order == list(range(8))
+    envs = ray_launcher.megascale_environments([places[i] for i in order], 2, 9000)
+    assert envs[7]["MEGASCALE_COORDINATOR_ADDRESS"] == "h0-0:9000"
+    assert [e["MEGASCALE_SLICE_ID"] for e in envs] == ["0"] * 4 + ["1"] * 4
+
+
+@pytest.mark.parametrize("names, message", [
+    (["a"] * 4 + ["b"] * 2 + ["c"] * 2,
+     "the actors run on 3 TPU slices (TPU_NAME 'a', 'b', 'c'), expected --num-slices 2"),
+    (["a"] * 8, "the actors run on 1 TPU slices (TPU_NAME 'a'), expected --num-slices 2"),
+])
+def test_a_placement_that_is_not_whole_slices_is_refused(names: list, message: str) -> None:
+    with pytest.raises(RuntimeError) as e:
+        ray_launcher.assign_ranks(_places(names), 2, 4)
+    assert str(e.value) == message
+
+
+def test_a_slice_without_one_actor_per_device_is_refused() -> None:
+    places = _places(["a"] * 4 + ["b"] * 4)
+    places[5]["local_rank"] = 0  # two actors on device 0 of slice b
+    with pytest.raises(RuntimeError, match=r"TPU_NAME='b': the actors on this slice's hosts have "
+                                           r"ranks \[0, 0, 2, 3\] in the slice, expected 0\.\.3"):
+        ray_launcher.assign_ranks(places, 2, 4)
+
+
+def test_megascale_variables_and_slice_counts_are_not_taken_from_the_command_line(
+        capsys: pytest.CaptureFixture) -> None:
+    for argv, message in [
+            (["--env", "MEGASCALE_NUM_SLICES=3", "--", "true"],
+             "--env MEGASCALE_NUM_SLICES: MEGASCALE_* are computed by the launcher"),
+            (["--num-slices", "0", "--", "true"], "--num-slices must be >= 1, got 0"),
+            (["--megascale-port", "0", "--", "true"], "--megascale-port must be 1..65535")]:
+        with pytest.raises(SystemExit):
+            _parse(argv)
+        assert message in capsys.readouterr().err
+    args = _parse(["--num-slices", "2", "--", "true"])
+    assert (args.num_slices, args.megascale_port) == (2, 8081)
+
+
+def test_a_slice_whose_ranks_all_fail_is_named(capsys) -> None:
+    # Slice 1 (ranks 2, 3) is killed; rank 3's death shows one poll later,
+    # within the settle time; slice 0's ranks exit 75 after it.
+    attempt = _attempt([[None, None, 75], [None, None, None, 75], [-9], [None, -9]])
+    attempt.num_slices = 2
+    attempt.places = [dict(p, slice=r // 2, rank=r, tpu_name=f"v6e-4-{r // 2}",
+                           ip=f"10.0.0.{2 + r // 2}") for r, p in enumerate(attempt.places)]
+    failure = attempt.supervise(deadline=float("inf"))
+    assert failure is not None and failure.rank == 2 and failure.code == 137
+    assert failure.lost_slices == [1]
+    err = capsys.readouterr().err
+    assert ("tpu_dist-ray-run: slice 1 (TPU_NAME v6e-4-1, ranks 2-3, host 10.0.0.3) lost: all 2 "
+            "of its ranks failed before tpu_dist-ray-run stopped the job") in err
+    assert "rank 2 (slice 1, worker 0, device 2, 10.0.0.3) killed by SIGKILL" in err
+    assert "slice 0 (" not in err
+    # One rank of a slice is not a lost slice.
+    attempt = _attempt([[None, 75], [None, 75], [-9], [None, None, 0]])
+    attempt.num_slices = 2
+    attempt.places = [dict(p, slice=r // 2, rank=r, tpu_name=f"v6e-4-{r // 2}")
+                      for r, p in enumerate(attempt.places)]
+    assert attempt.supervise(deadline=float("inf")).lost_slices == []
