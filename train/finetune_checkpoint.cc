@@ -94,17 +94,43 @@ absl::StatusOr<CheckpointMetadata> ReadVerifiedMetadata(const CheckpointFileRead
   return ParseCheckpointMetadata(*text, path);
 }
 
+// Which AdamW state file this rank writes and reads. On an HSDP mesh
+// ("dp_replicate", "dp_shard") the state is sharded over dp_shard and equal
+// on every replica: replicate row 0 writes optim-<shard>-of-<S> (one copy, as
+// the model shards), every rank reads the file of its dp_shard coordinate.
+// Otherwise every rank writes and reads optim-<rank>-of-<world>.
+struct OptimShard {
+  int index = 0;
+  int count = 1;
+  bool writes = true;
+};
+OptimShard OptimShardOf(const fsdp::DeviceMesh& m) {
+  if (fsdp::IsHsdpMesh(m)) {
+    return {static_cast<int>(m.LocalRank(1)), static_cast<int>(m.size(1)), m.LocalRank(0) == 0};
+  }
+  return {m.global_rank(), static_cast<int>(m.size()), true};
+}
+// The mesh's replicas: dp_replicate on an HSDP mesh, else 1.
+int64_t ReplicasOf(const fsdp::DeviceMesh& m) { return fsdp::IsHsdpMesh(m) ? m.size(0) : 1; }
+
 // The listed files LoadShardedCheckpoint / LoadShardedAdamWState read on
-// `rank`: shards/metadata.json, its own shard files and rank 0's model
-// shard (unsharded tensors live there).
-std::vector<std::string> FilesRankReads(const CheckpointMetadata& meta, int rank, int world) {
-  const std::string mine = absl::StrCat("-", rank, "-of-", world, ".safetensors");
-  const std::string first = absl::StrCat("shard-0-of-", world, ".safetensors");
+// `rank` when the checkpoint has this run's layout: shards/metadata.json,
+// its own model shard, rank 0's (unsharded tensors live there), the model
+// shard of replicate row 0 at its dp_shard coordinate (HSDP: the row that
+// holds the blocks) and its AdamW file. `all`: every file under shards/ and
+// dcp/ (a checkpoint of another layout is read across files).
+std::vector<std::string> FilesRankReads(const CheckpointMetadata& meta, int rank, int world, const OptimShard& o,
+                                        bool all) {
+  const std::string mine = absl::StrCat("/shard-", rank, "-of-", world, ".safetensors");
+  const std::string first = absl::StrCat("/shard-0-of-", world, ".safetensors");
+  const std::string row0 = absl::StrCat("/shard-", o.index, "-of-", world, ".safetensors");
+  const std::string optim = absl::StrCat("/", fsdp::OptimizerShardFileName(o.index, o.count));
   std::vector<std::string> out;
   for (const CheckpointFile& f : meta.files) {
+    if (all && absl::StartsWith(f.path, absl::StrCat(kDcpDir, "/"))) out.push_back(f.path);
     if (!absl::StartsWith(f.path, absl::StrCat(kShardsDir, "/"))) continue;
-    if (f.path == absl::StrCat(kShardsDir, "/metadata.json") || absl::EndsWith(f.path, mine) ||
-        absl::EndsWith(f.path, first)) {
+    if (all || f.path == absl::StrCat(kShardsDir, "/metadata.json") || absl::EndsWith(f.path, mine) ||
+        absl::EndsWith(f.path, first) || absl::EndsWith(f.path, row0) || absl::EndsWith(f.path, optim)) {
       out.push_back(f.path);
     }
   }
@@ -155,7 +181,6 @@ absl::Status StartAsyncFineTuneCheckpoint(const CheckpointTarget& t, CheckpointM
                                           const TrainerState& state, int64_t sequence,
                                           CheckpointStaging* staging, AsyncCheckpointWriter* writer) {
   const int rank = t.mesh->global_rank();
-  const int world = static_cast<int>(t.mesh->size());
   std::optional<PendingCheckpoint> pending;
   absl::StatusOr<std::string> dir = ShareTempDir(t, manager, sequence, &pending);
   if (!dir.ok()) return dir.status();
@@ -164,7 +189,8 @@ absl::Status StartAsyncFineTuneCheckpoint(const CheckpointTarget& t, CheckpointM
   absl::StatusOr<fsdp::ShardedCheckpointParts> parts = fsdp::CollectShardedCheckpoint(t.model.ptr(), *t.mesh, sd);
   if (!parts.ok()) return parts.status();
   StageInto(parts->tensors, &staging->model);
-  StageInto(fsdp::CollectAdamWState(t.model.ptr(), *t.optimizer), &staging->optim);
+  const OptimShard optim = OptimShardOf(*t.mesh);
+  if (optim.writes) StageInto(fsdp::CollectAdamWState(t.model.ptr(), *t.optimizer), &staging->optim);
   staging->shards_metadata = parts->metadata_json;
   if (t.dcp_export) {
     absl::Status s = fsdp::SaveDcpCheckpoint(t.model.ptr(), *t.mesh, *dir + "/" + kDcpDir, t.optimizer, sd);
@@ -176,7 +202,7 @@ absl::Status StartAsyncFineTuneCheckpoint(const CheckpointTarget& t, CheckpointM
   if (!full.ok()) return full.status();
   auto full_dict = std::make_shared<fsdp::StateDict>(rank == 0 ? std::move(*full) : fsdp::StateDict());
   const int64_t flat_rank = parts->rank, flat_world = parts->world_size;
-  auto write = [t, staging, full_dict, state, rank, world, flat_rank, flat_world, d = *dir]() -> absl::Status {
+  auto write = [t, staging, full_dict, state, rank, optim, flat_rank, flat_world, d = *dir]() -> absl::Status {
     const std::string shards = d + "/" + kShardsDir;
     fsdp::ShardedCheckpointParts staged;
     staged.rank = flat_rank;
@@ -184,7 +210,9 @@ absl::Status StartAsyncFineTuneCheckpoint(const CheckpointTarget& t, CheckpointM
     staged.tensors = staging->model;
     staged.metadata_json = staging->shards_metadata;
     if (absl::Status s = fsdp::WriteShardedParts(staged, shards); !s.ok()) return s;
-    if (absl::Status s = fsdp::WriteAdamWState(staging->optim, rank, world, shards); !s.ok()) return s;
+    if (optim.writes) {
+      if (absl::Status s = fsdp::WriteAdamWState(staging->optim, optim.index, optim.count, shards); !s.ok()) return s;
+    }
     if (const char* die = std::getenv("TPU_DIST_TEST_ASYNC_CKPT_DIE_RANK");
         die != nullptr && std::atoi(die) == rank && state.epoch == 1) {
       const char* rc = std::getenv("TORCHELASTIC_RESTART_COUNT");
@@ -215,6 +243,7 @@ std::string TrainerStateToJson(const TrainerState& s) {
   nlohmann::json j = {{"epoch", s.epoch},           {"step", s.step},
                       {"seed", s.seed},             {"world_size", s.world_size},
                       {"dataset_size", s.dataset_size}, {"loss", s.loss}};
+  if (s.dp_replicate != 1) j["dp_replicate"] = s.dp_replicate;  // HSDP only: 1-D files stay as they were
   return j.dump() + "\n";
 }
 
@@ -228,6 +257,7 @@ absl::StatusOr<TrainerState> TrainerStateFromJson(const std::string& text, const
     s.world_size = j.at("world_size").get<int>();
     s.dataset_size = j.at("dataset_size").get<int64_t>();
     s.loss = j.at("loss").is_null() ? NAN : j.at("loss").get<double>();
+    s.dp_replicate = j.value("dp_replicate", int64_t{1});
     return s;
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat(where, ": bad trainer state: ", ::tpudist::collectives::ExceptionMessage(e)));
@@ -257,10 +287,9 @@ absl::StatusOr<std::string> SaveFineTuneCheckpoint(const CheckpointTarget& t, Ch
   fsdp::StateDictOptions sd;
   sd.ignore_frozen_params = true;
   if (absl::Status s = fsdp::SaveShardedCheckpoint(t.model.ptr(), *t.mesh, shards, sd); !s.ok()) return s;
-  if (absl::Status s = fsdp::SaveShardedAdamWState(t.model.ptr(), *t.optimizer, rank,
-                                                   static_cast<int>(t.mesh->size()), shards);
-      !s.ok()) {
-    return s;
+  if (const OptimShard o = OptimShardOf(*t.mesh); o.writes) {
+    absl::Status s = fsdp::SaveShardedAdamWState(t.model.ptr(), *t.optimizer, o.index, o.count, shards);
+    if (!s.ok()) return s;
   }
   if (t.dcp_export) {
     absl::Status s = fsdp::SaveDcpCheckpoint(t.model.ptr(), *t.mesh, dir + "/" + kDcpDir, t.optimizer, sd);
@@ -305,14 +334,33 @@ absl::StatusOr<TrainerState> RestoreFineTuneCheckpoint(const CheckpointTarget& t
         state->dataset_size, ", seed ", state->seed, "; this run has ", expect.world_size, ", ",
         expect.dataset_size, ", ", expect.seed, ": resuming would not continue the same run"));
   }
-  if (absl::Status s =
-          VerifyCheckpointFiles(dir, *meta, VerifyMode::kChecksums, FilesRankReads(*meta, rank, world), reader);
+  // Another slice count (HSDP replicas) at the same world size: the model
+  // shards reload onto any layout; the AdamW state is sharded per layout, so
+  // it comes from the checkpoint's dcp/ copy (written with --dcp-export),
+  // which LoadDcpCheckpoint reads at any layout.
+  const int64_t replicas = ReplicasOf(*t.mesh);
+  const bool relayout = state->dp_replicate != replicas;
+  const std::string dcp = absl::StrCat(dir, "/", kDcpDir);
+  if (relayout && !std::filesystem::exists(dcp)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, ": written with ", state->dp_replicate, " replica(s) (dp_replicate), this run has ", replicas,
+        ": the AdamW state is sharded per layout and the checkpoint has no dcp/ copy to reshard it from "
+        "(write checkpoints with --dcp-export to resume on another slice count)"));
+  }
+  const OptimShard optim = OptimShardOf(*t.mesh);
+  if (absl::Status s = VerifyCheckpointFiles(dir, *meta, VerifyMode::kChecksums,
+                                             FilesRankReads(*meta, rank, world, optim, relayout), reader);
       !s.ok()) {
     return s;
   }
   const std::string shards = dir + "/" + kShardsDir;
   if (absl::Status s = fsdp::LoadShardedCheckpoint(t.model.ptr(), *t.mesh, shards); !s.ok()) return s;
-  if (absl::Status s = fsdp::LoadShardedAdamWState(t.model.ptr(), *t.optimizer, rank, world, shards); !s.ok()) {
+  if (relayout) {
+    if (absl::Status s = fsdp::LoadDcpCheckpoint(t.model.ptr(), *t.mesh, dcp, t.optimizer); !s.ok()) return s;
+    return state;
+  }
+  if (absl::Status s = fsdp::LoadShardedAdamWState(t.model.ptr(), *t.optimizer, optim.index, optim.count, shards);
+      !s.ok()) {
     return s;
   }
   return state;

@@ -6,13 +6,17 @@
 //     tokenizer.json, ...                 a loadable --model-dir, fp32)
 //     shards/shard-<r>-of-<W>.safetensors model shards (each rank) +
 //     shards/metadata.json                fsdp/fully_shard sharded_checkpoint.h
-//     shards/optim-<r>-of-<W>.safetensors AdamW state shards (each rank)
+//     shards/optim-<r>-of-<W>.safetensors AdamW state shards (each rank;
+//                                         HSDP (dp_replicate R x dp_shard S):
+//                                         optim-<s>-of-<S>, replicate row 0
+//                                         only: one copy, like the model's)
 //     dcp/shard-<r+1>-model-00001-of-00001.safetensors
 //                                         with dcp_export only: weights +
 //                                         AdamW state in torch DCP's HF
 //                                         layout (fsdp/fully_shard/dcp_checkpoint.h)
 //     trainer_state.json                  {"epoch","step","seed","world_size",
-//                                          "dataset_size","loss"} (rank 0)
+//                                          "dataset_size","loss"[,"dp_replicate"]}
+//                                         (rank 0)
 //     checkpoint.json                     CheckpointManager's marker, last
 //
 // Protocol (collective over the mesh; `manager` non-null on rank 0 only):
@@ -62,6 +66,9 @@ struct TrainerState {
   int world_size = 1;
   int64_t dataset_size = 0;
   double loss = 0.0;  // the epoch's all-reduced loss
+  // HSDP replicas of the writer's mesh (1: a 1-D or (dp, tp) mesh); recorded
+  // in trainer_state.json only when != 1.
+  int64_t dp_replicate = 1;
 };
 
 // Everything a checkpoint write or restore touches; views, not owned.
@@ -106,7 +113,10 @@ absl::Status StartAsyncFineTuneCheckpoint(const CheckpointTarget& target, Checkp
                                           CheckpointStaging* staging, AsyncCheckpointWriter* writer);
 
 // Restores model shards and optimizer state from checkpoint `dir` (every
-// rank; same world size as the writer) and returns its trainer state.
+// rank; same world size as the writer) and returns its trainer state. A
+// checkpoint of another HSDP replica count (slice count) at the same world
+// size reloads too: model shards onto the new layout, the AdamW state from
+// its dcp/ copy (FailedPrecondition naming both counts when it has none).
 // DataLoss naming the file when one this rank reads fails its CRC-32;
 // Unavailable naming the file when it cannot be read after retries;
 // FailedPrecondition when the world size differs, or (unless

@@ -60,11 +60,19 @@ absl::Status Annotate(const absl::Status& s, int rank, absl::string_view stage) 
 
 // tp == 1: the 1-D mesh {world} ("dp"); tp > 1: {world / tp, tp} ("dp", "tp"),
 // tp inner (the tp ranks of one replica are consecutive, on one host when tp
-// divides the devices per host), on the job's groups. Group names carry their
-// ranks (GroupNameFor), so the dp and tp groups never share a name.
-// REQUIRES: tp divides world.
-absl::StatusOr<fsdp::DeviceMesh> MakeMesh(const distributed::Job& job, int64_t tp) {
+// divides the devices per host); hsdp: {replicas, world / replicas}
+// ("dp_replicate", "dp_shard"), dp_shard inner (ranks are slice-major, so
+// with replicas == the slice count one dp_shard group is one slice and each
+// dp_replicate group holds one rank per slice, equal in-slice positions).
+// On the job's groups; group names carry their ranks (GroupNameFor), so the
+// groups of different dims never share a name.
+// REQUIRES: tp divides world; replicas divides world (hsdp).
+absl::StatusOr<fsdp::DeviceMesh> MakeMesh(const distributed::Job& job, int64_t tp, bool hsdp, int64_t replicas) {
   const int world = job.info().world_size;
+  if (hsdp) {
+    return fsdp::InitJobDeviceMesh(
+        job, {"tpu", {replicas, world / replicas}, {"dp_replicate", "dp_shard"}, "finetune_dp"});
+  }
   if (tp == 1) return fsdp::InitJobDeviceMesh(job, {"tpu", {world}, {"dp"}, "finetune_dp"});
   return fsdp::InitJobDeviceMesh(job, {"tpu", {world / tp, tp}, {"dp", "tp"}, "finetune_dp"});
 }
@@ -202,7 +210,13 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
     return s;
   }
   if (absl::Status s = ValidateTensorParallel(c.tp, world); !s.ok()) return s;
-  // The data-parallel coordinates: the tp ranks of one replica see one batch.
+  // HSDP's replicas: --dp-replicate, else the discovered slice count.
+  const int64_t replicas = !c.hsdp ? 1 : c.dp_replicate > 0 ? c.dp_replicate : info.num_slices;
+  if (c.hsdp) {
+    if (absl::Status s = ValidateHsdp(replicas, world, c.tp); !s.ok()) return s;
+  }
+  // The data-parallel coordinates: the tp ranks of one replica see one batch
+  // (HSDP: every rank is a data-parallel rank, as on the 1-D mesh).
   const int dp_world = static_cast<int>(world / c.tp), dp_rank = static_cast<int>(rank / c.tp);
   if (info.restart_count > c.max_failures) {
     return absl::FailedPreconditionError(absl::StrCat("attempt ", info.restart_count, " exceeds --max-failures ",
@@ -305,8 +319,16 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
       return result;
     }
 
-    absl::StatusOr<fsdp::DeviceMesh> mesh = MakeMesh(**job, c.tp);
+    absl::StatusOr<fsdp::DeviceMesh> mesh = MakeMesh(**job, c.tp, c.hsdp, replicas);
     if (!mesh.ok()) return Annotate(mesh.status(), rank, "device mesh");
+    if (rank == 0 && c.hsdp) {
+      printf("HSDP: mesh %lld x %lld (dp_replicate x dp_shard), dp_replicate from %s\n",
+             static_cast<long long>(replicas), static_cast<long long>(world / replicas),
+             c.dp_replicate > 0 ? "--dp-replicate" : absl::StrCat("the job's ", info.num_slices, " slice(s)").c_str());
+    } else if (rank == 0 && info.num_slices > 1) {
+      printf("%d slices: 1-D FSDP over all %d ranks (--hsdp shards inside each slice and replicates across them)\n",
+             info.num_slices, world);
+    }
 
     const int64_t flat_rank = fsdp::MeshFlatRank(*mesh);  // == rank: the mesh is row-major over the world
     absl::StatusOr<gemma::GemmaForCausalLM> model = gemma::LoadGemmaFromHf(c.model_dir);
@@ -342,6 +364,7 @@ absl::StatusOr<FineTuneResult> RunFineTune(const tpu_runtime::RankInfo& info, co
     expect.seed = c.seed;
     expect.world_size = world;
     expect.dataset_size = data->size();
+    expect.dp_replicate = replicas;
 
     int64_t start_epoch = 0, start_step = 0;
     if (start->kind == StartKind::kResume) {

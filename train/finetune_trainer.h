@@ -73,6 +73,16 @@ struct FineTuneConfig {
   // Tensor-parallel ranks per data-parallel replica: the mesh is (world/tp,
   // tp) with dims ("dp", "tp"); the sampler splits the data over dp only.
   int64_t tp = 1;
+  // HSDP (hybrid sharding, torch FSDP2's 2-D mesh): the mesh is
+  // (dp_replicate, world / dp_replicate) with dims ("dp_replicate",
+  // "dp_shard"): parameters, gradients and AdamW state are sharded over
+  // dp_shard (the ranks of one slice) and replicated over dp_replicate
+  // (across slices); every rank is a data-parallel rank (the sampler splits
+  // over the whole world, as the 1-D mesh does). dp_replicate 0: the job's
+  // slice count (RankInfo::num_slices, MEGASCALE_NUM_SLICES / tpurun
+  // --num-slices). Requires tp == 1.
+  bool hsdp = false;
+  int64_t dp_replicate = 0;
   std::string storage_path;   // required: a directory, or a URI (file://, s3://: checkpoint_storage.h)
   // With a URI storage_path, the local directory checkpoints are committed
   // in and then uploaded from ("" -> kDefaultStagingPath).

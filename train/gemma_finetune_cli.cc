@@ -29,6 +29,12 @@ ABSL_FLAG(double, lr, 2e-5, "AdamW learning rate");
 ABSL_FLAG(double, weight_decay, 0.01, "AdamW weight decay");
 ABSL_FLAG(int64_t, tp, 1,
           "tensor-parallel ranks per data-parallel replica; must divide the world size (mesh world/tp x tp)");
+ABSL_FLAG(bool, hsdp, false,
+          "hybrid sharding (HSDP): a (dp_replicate, world/dp_replicate) mesh with dims (\"dp_replicate\", "
+          "\"dp_shard\"): shard inside a slice, replicate across slices");
+ABSL_FLAG(int64_t, dp_replicate, 0,
+          "with --hsdp: replicas (the mesh's first dim); 0: the job's slice count (MEGASCALE_NUM_SLICES, "
+          "tpurun --num-slices)");
 ABSL_FLAG(std::string, storage_path, "",
           "run storage (required; default $STORAGE_PATH): a directory, file:///dir or s3://bucket[/prefix]");
 ABSL_FLAG(std::string, staging_path, "",
@@ -91,6 +97,16 @@ absl::StatusOr<FineTuneConfig> FineTuneConfigFromFlags() {
   c.lr = absl::GetFlag(FLAGS_lr);
   c.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   c.tp = absl::GetFlag(FLAGS_tp);
+  c.hsdp = absl::GetFlag(FLAGS_hsdp);
+  c.dp_replicate = absl::GetFlag(FLAGS_dp_replicate);
+  if (c.dp_replicate < 0 || (c.dp_replicate > 0 && !c.hsdp)) {
+    return absl::InvalidArgumentError(absl::StrCat("--dp-replicate ", c.dp_replicate,
+                                                   ": must be >= 1 and comes with --hsdp (0: the slice count)"));
+  }
+  if (c.hsdp && c.tp != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--hsdp with --tp ", c.tp, ": HSDP x tensor parallel (a 3-D mesh) is not supported"));
+  }
   c.storage_path = absl::GetFlag(FLAGS_storage_path);
   if (c.storage_path.empty() && getenv("STORAGE_PATH") != nullptr) c.storage_path = getenv("STORAGE_PATH");
   c.staging_path = absl::GetFlag(FLAGS_staging_path);

@@ -56,4 +56,16 @@ absl::Status ValidateTensorParallel(int64_t tp, int64_t world_size) {
                                                  " (the mesh is world/tp x tp)"));
 }
 
+absl::Status ValidateHsdp(int64_t dp_replicate, int64_t world_size, int64_t tp) {
+  if (tp != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--hsdp with --tp ", tp, ": HSDP x tensor parallel (a 3-D mesh) is not supported"));
+  }
+  if (dp_replicate >= 1 && world_size >= 1 && world_size % dp_replicate == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--hsdp: the world size ", world_size, " is not divisible by ", dp_replicate,
+      " replicas (dp_replicate: --dp-replicate, or the job's slice count; the mesh is dp_replicate x "
+      "world/dp_replicate)"));
+}
+
 }  // namespace tpudist::train

@@ -47,6 +47,14 @@ absl::Status ValidateTrainingFlags(const TrainingFlags& flags);
 // "--tp 3: must divide the world size 4 (the mesh is world/tp x tp)".
 absl::Status ValidateTensorParallel(int64_t tp, int64_t world_size);
 
+// HSDP (--hsdp): the mesh is (dp_replicate, world / dp_replicate) with dims
+// ("dp_replicate", "dp_shard"). InvalidArgument naming both numbers when
+// dp_replicate < 1 or does not divide `world_size`, e.g. "--hsdp: the world
+// size 6 is not divisible by 4 replicas (dp_replicate: --dp-replicate, or the
+// job's slice count)"; and when tp > 1 (HSDP x TP, a 3-D mesh, is not
+// supported).
+absl::Status ValidateHsdp(int64_t dp_replicate, int64_t world_size, int64_t tp);
+
 }  // namespace tpudist::train
 
 #endif  // TPU_DIST_TRAIN_TRAINING_FLAGS_H_

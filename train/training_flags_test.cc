@@ -88,5 +88,17 @@ TEST(TrainingFlagsTest, TensorParallelMustDivideTheWorld) {
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("--tp 3: must divide the world size 4"));
 }
 
+TEST(TrainingFlagsTest, HsdpReplicasMustDivideTheWorldNamingBothNumbers) {
+  EXPECT_TRUE(ValidateHsdp(2, 4, 1).ok());
+  EXPECT_TRUE(ValidateHsdp(1, 3, 1).ok());
+  EXPECT_TRUE(ValidateHsdp(4, 4, 1).ok());
+  absl::Status s = ValidateHsdp(4, 6, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("--hsdp: the world size 6 is not divisible by 4 replicas"));
+  EXPECT_THAT(std::string(ValidateHsdp(0, 4, 1).message()), ::testing::HasSubstr("not divisible by 0 replicas"));
+  EXPECT_THAT(std::string(ValidateHsdp(2, 4, 2).message()), ::testing::HasSubstr("--hsdp with --tp 2"));
+}
+
 }  // namespace
 }  // namespace tpudist::train

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "fsdp/fully_shard/state_dict.h"
 
 namespace tpudist::models::gemma {
 namespace {
@@ -81,12 +82,16 @@ absl::StatusOr<fsdp::FsdpModule> ParallelizeGemma(GemmaForCausalLM& model,
                                                   const fsdp::DeviceMesh& full_mesh,
                                                   const GemmaParallelOptions& options) {
   fsdp::DeviceMesh mesh = full_mesh;
-  if (full_mesh.ndim() == 2) {
+  if (fsdp::IsHsdpMesh(full_mesh)) {
+    // HSDP: FullyShard takes the 2-D mesh as it is (shard over dp_shard,
+    // replicate over dp_replicate); no TP.
+  } else if (full_mesh.ndim() == 2) {
     absl::StatusOr<fsdp::DeviceMesh> tp = full_mesh.Slice("tp");
     absl::StatusOr<fsdp::DeviceMesh> dp = full_mesh.Slice("dp");
     if (!tp.ok() || !dp.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "ParallelizeGemma: a 2-D mesh needs dims named \"dp\" and \"tp\", got ", full_mesh.ToString()));
+          "ParallelizeGemma: a 2-D mesh needs dims named (\"dp\", \"tp\") or (\"dp_replicate\", \"dp_shard\"), got ",
+          full_mesh.ToString()));
     }
     absl::StatusOr<fsdp::ParallelizePlan> tp_plan = MakeGemmaTpPlan(model->config(), tp->size());
     if (!tp_plan.ok()) return tp_plan.status();
@@ -95,7 +100,8 @@ absl::StatusOr<fsdp::FsdpModule> ParallelizeGemma(GemmaForCausalLM& model,
     mesh = *dp;
   } else if (full_mesh.ndim() != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("ParallelizeGemma: needs a 1-D or a (dp, tp) mesh, got ", full_mesh.ToString()));
+        absl::StrCat("ParallelizeGemma: needs a 1-D, a (dp, tp) or a (dp_replicate, dp_shard) mesh, got ",
+                     full_mesh.ToString()));
   }
   const GemmaShardingPlan plan = MakeGemmaShardingPlan(model->config(), options.freeze_ple);
   auto params = model->named_parameters(/*recurse=*/true);

@@ -10,6 +10,9 @@
 // On a 2-D mesh (dims "dp", "tp") tensor parallelism comes first, on the
 // "tp" slice, through the same module hooks (fsdp/parallelize_module.h);
 // FullyShard then shards the already TP-local tensors over the "dp" slice.
+// On a 2-D mesh with dims ("dp_replicate", "dp_shard") (HSDP, e.g. slices x
+// devices per slice) there is no TP: FullyShard takes the mesh as it is and
+// shards over dp_shard, replicating over dp_replicate (docs/fsdp.md, HSDP).
 // The TP plan (MakeGemmaTpPlan), per decoder layer:
 //
 //   self_attn.q_proj              ColwiseParallel   (H/tp whole query heads)
@@ -88,8 +91,9 @@ GemmaShardingPlan MakeGemmaShardingPlan(const GemmaConfig& config, bool freeze_p
 absl::StatusOr<fsdp::ParallelizePlan> MakeGemmaTpPlan(const GemmaConfig& config, int64_t tp);
 
 // Applies the plan to `model` in place and returns the root handle. `mesh`:
-// 1-D (FullyShard over all of it), or 2-D with dims named "dp" and "tp"
-// (TP on "tp", then FullyShard on "dp"). REQUIRES: `model` not yet
+// 1-D (FullyShard over all of it), 2-D with dims named "dp" and "tp"
+// (TP on "tp", then FullyShard on "dp"), or 2-D with dims named
+// "dp_replicate" and "dp_shard" (HSDP: FullyShard on the whole mesh). REQUIRES: `model` not yet
 // FullyShard-ed, parameters on CPU. Errors come from ParallelizeModule /
 // FullyShard (with the module's FQN prepended).
 absl::StatusOr<fsdp::FsdpModule> ParallelizeGemma(GemmaForCausalLM& model,

@@ -132,7 +132,9 @@ Oracle RunOracle(std::optional<at::ScalarType> compute, bool sgd = false) {
   return o;
 }
 
-void ExpectParity(std::optional<at::ScalarType> compute, double loss_tol, double weight_tol) {
+// hsdp: the (dp_replicate, dp_shard) = (2, kWorld / 2) mesh instead of the
+// 1-D one; every rank still takes its own batch (4 data-parallel ranks).
+void ExpectParity(std::optional<at::ScalarType> compute, double loss_tol, double weight_tol, bool hsdp = false) {
   at::set_num_threads(1);
   const Oracle oracle = RunOracle(compute);
   std::mutex mu;
@@ -140,8 +142,11 @@ void ExpectParity(std::optional<at::ScalarType> compute, double loss_tol, double
   std::map<std::string, at::Tensor> full;
   at::Tensor ple_before = PleWeight(*TinyModel()).detach().clone();
   test_support::RunMeshRanks(kWorld, [&](const test_support::RankContext& ctx) {
-    absl::StatusOr<fsdp::DeviceMesh> mesh = fsdp::InitDeviceMesh("cpu", {ctx.world_size}, {"dp"}, ctx.env);
+    absl::StatusOr<fsdp::DeviceMesh> mesh =
+        hsdp ? fsdp::InitDeviceMesh("cpu", {2, ctx.world_size / 2}, {"dp_replicate", "dp_shard"}, ctx.env)
+             : fsdp::InitDeviceMesh("cpu", {ctx.world_size}, {"dp"}, ctx.env);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
+    const int64_t shards = mesh->size(mesh->ndim() - 1), shard = mesh->LocalRank(mesh->ndim() - 1);
     GemmaForCausalLM model = TinyModel();
     GemmaParallelOptions popts;
     popts.param_dtype = compute;
@@ -155,7 +160,7 @@ void ExpectParity(std::optional<at::ScalarType> compute, double loss_tol, double
       at::Tensor loss = model->forward(ids, {}, ids).loss;
       loss.backward();
       if (s == 0) {  // this rank's Shard(0) rows of the mean gradient
-        at::Tensor want = oracle.grad0.chunk(ctx.world_size, 0)[ctx.rank];
+        at::Tensor want = oracle.grad0.chunk(shards, 0)[shard];
         at::Tensor got = model->named_parameters()[kGradProbe].grad();
         EXPECT_LE((got - want).abs().max().item<double>(), loss_tol * want.abs().max().item<double>() * 10);
       }
@@ -202,6 +207,10 @@ void ExpectParity(std::optional<at::ScalarType> compute, double loss_tol, double
 }
 
 TEST(ParallelizeGemmaTest, Fp32MatchesUnshardedOracle) { ExpectParity(std::nullopt, 1e-5, 1e-5); }
+// HSDP: the plan on a (dp_replicate, dp_shard) = (2, 2) mesh, the same bounds.
+TEST(ParallelizeGemmaTest, Hsdp2x2Fp32MatchesUnshardedOracle) {
+  ExpectParity(std::nullopt, 1e-5, 1e-5, /*hsdp=*/true);
+}
 
 TEST(ParallelizeGemmaTest, Bf16ComputeMatchesBf16Oracle) {
   // Same bf16 math on both sides, but reductions differ in order (fp32 AVG
