@@ -180,9 +180,13 @@ class _Attempt:
         self.actors = [actor_cls.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
             placement_group=pg, placement_group_bundle_index=i)).remote()
             for i in range(num_bundles)]
-        places = ray.get([a.place.remote() for a in self.actors], timeout=args.timeout_s)
         self.num_slices = args.num_slices
-        order = assign_ranks(places, self.num_slices, devices_per_host)
+        try:
+            places = ray.get([a.place.remote() for a in self.actors], timeout=args.timeout_s)
+            order = assign_ranks(places, self.num_slices, devices_per_host)
+        except Exception:
+            self.close()
+            raise
         self.actors = [self.actors[i] for i in order]  # index = rank
         self.places = [places[i] for i in order]
         self.megascale = megascale_environments(self.places, self.num_slices,
@@ -576,8 +580,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         job_secret = new_job_secret()  # one per job: the same for every attempt
         for k in range(args.max_failures + 1):
             if k:  # a lost host's bundles are rescheduled: wait for them
-                ray.get(slice_pg.placement_group.ready(), timeout=args.timeout_s)
-            attempt = _Attempt(actor_cls, slice_pg.placement_group, n, n // hosts, args, job_id, k)
+                try:
+                    ray.get(slice_pg.placement_group.ready(), timeout=args.timeout_s)
+                except ray.exceptions.GetTimeoutError:
+                    _log(f"giving up: the placement group of {slices}{args.accelerator_type} "
+                         f"{args.topology} is not ready again {args.timeout_s:.0f} s after "
+                         f"attempt {k - 1} failed (--timeout-s; were a lost slice's hosts not "
+                         "replaced?); exit 1")
+                    return 1
+            try:
+                attempt = _Attempt(actor_cls, slice_pg.placement_group, n, n // hosts, args,
+                                   job_id, k)
+            except RuntimeError as e:  # the actors' hosts do not make the slices asked for
+                _log(f"giving up: attempt {k}: {e}; exit 1")
+                return 1
             attempt.start(job_secret)
             deadline = time.monotonic() + (args.job_timeout_s or float("inf"))
             failure = attempt.supervise(deadline)

@@ -69,10 +69,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     c.storage = tmp_path_factory.mktemp("ray_runs")
     yield c
     c.down()
-    left = subprocess.run(["pgrep", "-f", f"{BUILD}/examples/"], capture_output=True,
-                          text=True, check=False).stdout.split()
+    left = [pid for pid in subprocess.run(["pgrep", "-f", f"{BUILD}/examples/"],
+                                          capture_output=True, text=True,
+                                          check=False).stdout.split() if _launched_here(pid)]
     assert not left, f"rank processes left after down: {left}"
     _assert_down_clean(c, procs, suffix, shm_before)
+
+
+def _launched_here(pid: str) -> bool:
+    """Whether a process is a rank tpu_dist-ray-run started (its job id
+    rayrun_*), not one of another test's tpurun jobs running beside this one."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(v.startswith(b"TPU_DIST_JOB_ID=rayrun_") for v in environ)
 
 
 def _launch(c: _Cluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
