@@ -424,7 +424,9 @@ def check(args: argparse.Namespace, kill_t: Optional[float], restart_t: Optional
             "rejoined_at_step": first_back["step"],
             "seconds_kill_to_rejoin": round(first_back["t"] - kill_t, 3),
             "seconds_restart_to_rejoin": round(first_back["t"] - restart_t, 3),
-            "uncommitted_attempts": sum(1 for r in posts if not r["committed"] and r["rank"] == 0),
+            # Step attempts that were not committed (the one the kill broke).
+            "uncommitted_attempts": len({(r["step"], r["quorum"]) for r in posts
+                                         if not r["committed"]}),
         })
     summary["done"] = [r for r in records if r.get("done")]
     with open(os.path.join(args.out, "summary.json"), "w") as f:

@@ -157,7 +157,8 @@ def test_ft_hsdp_kill_and_rejoin(tmp_path: Any) -> None:
     proc = subprocess.run(
         [sys.executable, EXAMPLE, "--replica-groups", "3", "--ranks-per-group", "1",
          "--kill-group", "1", "--kill-at-step", "4", "--steps-after-rejoin", "3",
-         "--step-sleep", "0.05", "--deadline-s", "100", "--out", out, "--job-id", job],
+         "--step-sleep", "0.05", "--steps", "1500", "--deadline-s", "100", "--out", out,
+         "--job-id", job],
         capture_output=True, text=True, timeout=150,
         env=dict(os.environ, OMP_NUM_THREADS="1"))
     elapsed = time.monotonic() - start
