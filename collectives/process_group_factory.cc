@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "collectives/generation_store.h"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 
 namespace tpudist::collectives {
@@ -38,7 +39,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> NewGlooProcessGroup(
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
   opts->threads = threads;
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
-  auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+  // Gloo's rendezvous keys ("rank_<r>" per context) live at its store's top
+  // level: each group gets its own namespace (generation_store.h).
+  auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(
+      GenerationStore(store, "gloo", group_name, rank), rank, size, opts);
   return WrapBackend(store, backend, group_name);
 }
 

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collectives/exception_message.h"
+#include "collectives/generation_store.h"
 #include "collectives/hierarchical_backend.h"
 #include "collectives/shm/algorithms.h"
 #include "collectives/slice_backend.h"
@@ -26,18 +27,6 @@ template <typename T>
 T ValueOrThrow(absl::StatusOr<T> v) {
   ThrowIfError(v.status());
   return *std::move(v);
-}
-
-// This construction's namespace in `store`: "tpu_dist/<group>/g<k>/", k = the
-// number of times `rank` has made a group named `group` over this store,
-// counted in the store itself ("tpu_dist/<group>/generation/<rank>"), so a
-// group re-made over a store that outlived its predecessor (env://'s
-// multi-tenant TCPStore after destroy_process_group) never reads its keys.
-c10::intrusive_ptr<c10d::Store> GenerationStore(const c10::intrusive_ptr<c10d::Store>& store,
-                                                const std::string& group, int rank) {
-  auto named = c10::make_intrusive<c10d::PrefixStore>("tpu_dist/" + group, store);
-  const int64_t generation = named->add(absl::StrCat("generation/", rank), 1);
-  return c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("g", generation), named);
 }
 
 }  // namespace
@@ -75,7 +64,7 @@ void ProcessGroupTpuDist::MakeFlightRecorder() {
 void ProcessGroupTpuDist::Connect(const c10::intrusive_ptr<c10d::Store>& store) {
   const int rank = rank_;
   const int size = size_;
-  store_ = GenerationStore(store, options_.group_name, rank);
+  store_ = GenerationStore(store, "tpu_dist", options_.group_name, rank);
   // Placement: every rank publishes its (slice id, host id); the layout
   // decides the path (shm / hosts of one slice / slices over DCN).
   const std::string host_id = DefaultHostId(options_.host_id);
