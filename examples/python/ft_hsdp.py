@@ -259,7 +259,10 @@ def participants_per_step(records: list[dict[str, Any]], steps: int) -> dict[int
     return parts
 
 
-def replay(parts: dict[int, list[int]], steps: int, ranks_per_group: int) -> dict[str, torch.Tensor]:
+def replay(parts: dict[int, list[int]], steps: int,
+           ranks_per_group: int) -> dict[str, torch.Tensor]:
+    """Plain torch, one process: the committed steps in order, each averaging
+    the gradients of its participants' batches (a group's K ranks first)."""
     model = make_model()
     optim = make_optimizer(model)
     params = list(model.parameters())

@@ -92,6 +92,7 @@ class ProcessGroupTpuDist(ProcessGroupWrapper):
         self._store_endpoint: Optional[tuple[str, int]] = None
         self._tcp_store: Optional[TCPStore] = None
         self._errored: Optional[Exception] = None
+        self._uuid = -1
         # How many configures re-formed the kept instance / made a new one.
         self.reconfigures = 0
         self.instances_created = 0
@@ -133,7 +134,10 @@ class ProcessGroupTpuDist(ProcessGroupWrapper):
         opts.handles = handles
         opts.hints = {"store_prefix": prefix}
         opts.timeout = self._timeout
-        opts.uuid = int(quorum_id) if quorum_id is not None else 0
+        # Fresh on every re-formation of this wrapper, as the API asks: the
+        # quorum id where torchft gives one (the same on every member).
+        self._uuid = max(self._uuid + 1, int(quorum_id) if quorum_id is not None else 0)
+        opts.uuid = self._uuid
         try:
             backend.reconfigure(opts).wait()
         except Exception as e:  # a failed rendezvous: the next quorum retries
