@@ -8,7 +8,8 @@ network namespaces), as tests/ray/test_ray_two_slices.py.
   slices by their hosts' TPU_NAME, gives every rank Ray's MEGASCALE_* (one
   coordinator, slice 0's host:8081), and each rank's own discovery puts it at
   rank = slice x 4 + device, slice rank // 4 of 2; the all_reduce sums 36.
-- losing a slice: gemma_finetune (2 epochs, --max-failures 1) under a wrapper
+- losing a slice: gemma_finetune --hsdp (2 epochs, --max-failures 1; the
+  mesh is (dp_replicate 2 = MEGASCALE_NUM_SLICES, dp_shard 4)) under a wrapper
   that prints the MEGASCALE_* each rank was started with; during epoch 2 the
   test SIGKILLs every rank of slice 1 from outside. The launcher names slice
   1 as lost (not slice 0), restarts all 8 ranks with MEGASCALE_* recomputed
@@ -49,7 +50,9 @@ ARGS = ["--topology", "2x2", "--accelerator-type", "TPU-V6E", "--num-slices", st
 # 16 steps an epoch: long enough to kill a slice mid-epoch 2.
 FINETUNE_ARGS = ["--dataset_split", "train[:256]", "--max_seq_len", "64",
                  "--batch_size_per_device", "2", "--num_epochs", "2", "--bf16=false",
-                 "--timeout", "120s"]
+                 "--timeout", "120s", "--hsdp"]
+HSDP_LINE = (f"[rank 0] HSDP: mesh {SLICES} x {DEVICES} (dp_replicate x dp_shard), dp_replicate "
+             f"from the job's {SLICES} slice(s)")
 EPOCH_LINE = re.compile(r"^\[rank 0\] Epoch (\d+)/(\d+) \| loss=(\d+\.\d{4}) \| ")
 STARTED = re.compile(rf"attempt (\d+): {WORLD} ranks started, .*\(rank:host/pid (.*)\)$")
 LAYOUT = re.compile(
@@ -161,6 +164,7 @@ def test_a_lost_slice_is_named_and_restarted_with_fresh_megascale_values(
     TIMES["finetune_uninterrupted"] = time.monotonic() - t0
     _record_pids(cluster, base.stderr)
     assert base.returncode == 0, base.stdout[-4000:] + base.stderr[-4000:]
+    assert HSDP_LINE in base.stdout.splitlines(), base.stdout[-3000:]
     expected = _epoch_losses(base.stdout.splitlines())
     assert sorted(expected) == [1, 2], base.stdout[-3000:]
 
@@ -233,6 +237,7 @@ def test_a_lost_slice_is_named_and_restarted_with_fresh_megascale_values(
     assert re.search(r"^\[rank 0\] Resuming from \S+ \(epoch 2, step 0\)$", text, re.M), \
         text[-4000:]
     assert f"all {WORLD} ranks succeeded" in text and "(after 1 restart)" in text
+    assert out.count(HSDP_LINE) == 2, text[-4000:]  # each attempt: 2 slices -> dp_replicate 2
     assert [int(m.group(1)) for m in map(EPOCH_LINE.match, out) if m] == [1, 2], text[-4000:]
     assert _epoch_losses(out) == expected
     runs = {name: [json.loads(line) for line in
