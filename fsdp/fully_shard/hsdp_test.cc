@@ -188,7 +188,8 @@ TEST_P(HsdpOracle, MatchesTorchFsdp2Hsdp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, HsdpOracle,
-                         ::testing::Values(std::make_pair(2, 2), std::make_pair(2, 1), std::make_pair(1, 4)),
+                         ::testing::Values(std::make_pair(2, 2), std::make_pair(2, 1), std::make_pair(1, 4),
+                                           std::make_pair(2, 4)),
                          [](const auto& info) {
                            return absl::StrCat(info.param.first, "x", info.param.second);
                          });

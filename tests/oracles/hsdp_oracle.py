@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gloo_ranks  # noqa: E402
 from dcp_oracle import MlpStack  # noqa: E402
 
-SHAPES = ((2, 2), (2, 1), (1, 4))
+SHAPES = ((2, 2), (2, 1), (1, 4), (2, 4))
 STEPS = 5
 BATCH = 8
 LR = 1e-2
