@@ -49,6 +49,8 @@ absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> NewGroup(
                     }
                     collectives::ProcessGroupTpuDist::Options o = config.tpu_dist;
                     o.group_name = name;
+                    // Flight-recorder dumps and messages name global ranks.
+                    o.global_ranks.assign(global_ranks.begin(), global_ranks.end());
                     return collectives::NewTpuDistProcessGroup(store, group_rank, size, o);
                   });
 }

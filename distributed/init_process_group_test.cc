@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/flight_recorder_dump.h"
 #include "collectives/process_group_factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -64,6 +65,44 @@ TEST(MakeGroupFactoryTest, TpuDistAndGlooAgreeOnSubgroups) {
           << backend << " rank " << rank;
     }
   });
+}
+
+// Subgroups made over the job's one store, as Job::NewGroup does (no prefix
+// added by the caller): each group namespaces its own keys, for Gloo too
+// (two equal-size Gloo groups once read each other's addresses and hung),
+// and the flight recorder files a subgroup's ops under its global ranks.
+TEST(NewGroupTest, SubgroupsOverOneStoreAndFlightRecorderByGlobalRank) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const int world = 4;
+  std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> ours(world);
+  ::tpudist::test_support::RunRankThreads(world, [&](int rank) {
+    const std::vector<int> ranks = {rank % 2, rank % 2 + 2};  // {0,2} or {1,3}
+    for (const char* backend : {"gloo", "tpu_dist", "gloo"}) {
+      GroupInitOptions o;
+      o.backend = backend;
+      o.group_name = "pairs";
+      o.job_id = absl::StrCat("dist_pairs_", getpid());
+      o.timeout = absl::Seconds(20);
+      o.gloo_threads = 1;
+      absl::StatusOr<GroupConfig> c = ResolveGroupConfig(nullptr, {}, o);
+      ASSERT_TRUE(c.ok()) << c.status();
+      absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> pg =
+          NewGroup(*c, store, rank / 2, ranks);
+      ASSERT_TRUE(pg.ok()) << pg.status();
+      const float scale = (ranks[0] + 1) + (ranks[1] + 1);
+      EXPECT_TRUE(at::equal(SumOf(*pg, rank), at::arange(1, 4, at::kFloat) * scale))
+          << backend << " rank " << rank;
+      if (IsTpuDist(*pg)) ours[rank] = *pg;
+    }
+  });
+  const std::string prefix = absl::StrCat(::testing::TempDir(), "/pairs_fr_", getpid(), "_");
+  absl::StatusOr<std::vector<std::string>> paths =
+      collectives::DumpFlightRecorders(prefix, "test", /*quiet=*/true);
+  ASSERT_TRUE(paths.ok()) << paths.status();
+  std::vector<std::string> expected;
+  for (int r = 0; r < world; ++r) expected.push_back(absl::StrCat(prefix, r));
+  EXPECT_THAT(*paths, ::testing::UnorderedElementsAreArray(expected));
+  for (const std::string& p : *paths) unlink(p.c_str());
 }
 
 TEST(MakeGroupFactoryTest, BadGroupRankIsAnError) {
