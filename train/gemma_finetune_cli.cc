@@ -133,9 +133,12 @@ absl::Status CheckJobShape(const tr::RankInfo& info) {
     absl::StatusOr<tr::SliceSpec> want =
         tr::SliceSpecFromFlags(acc.empty() ? info.slice.accelerator_type : acc, topo);
     if (!want.ok()) return want.status();
-    if (want->num_devices() != info.world_size) {
-      return absl::FailedPreconditionError(absl::StrCat("--topology/--accelerator-type give ", want->num_devices(),
-                                                        " devices but the job has ", info.world_size, " ranks"));
+    // The topology is one slice's; a multi-slice job has num_slices of them.
+    if (want->num_devices() * info.num_slices != info.world_size) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--topology/--accelerator-type give ", want->num_devices(), " devices",
+          info.num_slices > 1 ? absl::StrCat(" per slice x ", info.num_slices, " slices") : "",
+          " but the job has ", info.world_size, " ranks"));
     }
   }
   const int n = absl::GetFlag(FLAGS_num_workers);

@@ -18,7 +18,8 @@ namespace tpudist::train {
 absl::StatusOr<FineTuneConfig> FineTuneConfigFromFlags();
 
 // FailedPrecondition unless the job has the ranks --topology /
-// --accelerator-type / --num-workers ask for (each: unset = as discovered).
+// --accelerator-type / --num-workers ask for (each: unset = as discovered;
+// --topology is one slice's, so a multi-slice job has num_slices times its devices).
 absl::Status CheckJobShape(const tpu_runtime::RankInfo& info);
 
 // Rank 0's closing lines on stdout: "Training completed! Final metrics:

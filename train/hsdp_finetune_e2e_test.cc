@@ -130,8 +130,9 @@ TEST(HsdpFinetuneE2eTest, TwoSlicesMatchOneDFsdpKeepOneCopyAndReloadOntoOneSlice
   const std::vector<EpochMetrics> want = ReferenceRun(dir, 2);
   ASSERT_EQ(want.size(), 2u);
 
-  // 2 slices x 2 ranks, the mesh from MEGASCALE_NUM_SLICES.
-  RunOutput hsdp = TwoSlices(TrainArgs(dir, "hsdp") + " --hsdp");
+  // 2 slices x 2 ranks, the mesh from MEGASCALE_NUM_SLICES; --topology is
+  // one slice's (2 devices x 2 slices = the 4 ranks).
+  RunOutput hsdp = TwoSlices(TrainArgs(dir, "hsdp") + " --hsdp --topology 2x1");
   ASSERT_EQ(hsdp.exit_code, 0) << hsdp.output;
   EXPECT_THAT(hsdp.output, HasSubstr("HSDP: mesh 2 x 2 (dp_replicate x dp_shard), dp_replicate from the job's 2 "
                                      "slice(s)"));
