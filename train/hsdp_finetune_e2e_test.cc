@@ -6,7 +6,9 @@
 //     batch (tpurun --nproc 4, one slice): HSDP and FSDP are the same math
 //     (grad = sum / 4 either way), only the reduction order differs;
 //   - its checkpoint keeps one copy: replicate row 0 writes the AdamW state
-//     (optim-<s>-of-2), trainer_state.json records dp_replicate 2;
+//     (optim-<s>-of-2), trainer_state.json records dp_replicate 2; after a
+//     lost slice tpurun restarts the job, which resumes from it (async
+//     checkpoints) to the uninterrupted run's epoch-2 loss exactly;
 //   - a run stopped after epoch 1 (every rank of slice 1 SIGKILLed, no
 //     restarts) resumes on one slice with 1-D FSDP (another slice count, the
 //     same world): model shards reloaded onto the new layout, the AdamW
@@ -16,6 +18,8 @@
 //   - --hsdp --dp-replicate 2 on one slice (tpurun --nproc 4) gives the same
 //     losses, and --dp-replicate 3 on 4 ranks is refused naming both numbers.
 // Every child runs under `timeout`, so a hang fails the test.
+#include <stdlib.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -61,10 +65,11 @@ RunOutput OneSlice(const std::string& args) {
 }
 
 // Two emulated v6e 2x1 slices (MEGASCALE_NUM_SLICES=2), 4 ranks.
-RunOutput TwoSlices(const std::string& args) {
+RunOutput TwoSlices(const std::string& args, const std::string& tpurun_args = "") {
   const std::string cmd = absl::StrCat(
       "OMP_NUM_THREADS=1 timeout -s KILL 120 ", TPURUN_PATH,
-      " --accelerator-type v6e --topology 2x1 --hosts-emulated --num-slices 2 -- ", GEMMA_FINETUNE_PATH,
+      " --accelerator-type v6e --topology 2x1 --hosts-emulated --num-slices 2 ", tpurun_args, " -- ",
+      GEMMA_FINETUNE_PATH,
       " --timeout 120s ", args, " 2>&1");
   RunOutput r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -115,6 +120,30 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// TMPDIR pointed at the test's directory while it lives: tpurun writes the
+// flight-recorder dumps of the runs that lose ranks under $TMPDIR/tpurun_fr,
+// so none is left in /tmp.
+class ScopedTmpdir {
+ public:
+  explicit ScopedTmpdir(const std::string& dir) {
+    const char* old = getenv("TMPDIR");
+    if (old != nullptr) old_ = old;
+    had_ = old != nullptr;
+    setenv("TMPDIR", dir.c_str(), 1);
+  }
+  ~ScopedTmpdir() {
+    if (had_) {
+      setenv("TMPDIR", old_.c_str(), 1);
+    } else {
+      unsetenv("TMPDIR");
+    }
+  }
+
+ private:
+  std::string old_;
+  bool had_ = false;
+};
+
 // 1-D FSDP on one slice of 4 ranks: the reference, `epochs` epochs.
 std::vector<EpochMetrics> ReferenceRun(const std::string& dir, int epochs) {
   RunOutput fsdp = OneSlice(TrainArgs(dir, "fsdp") + absl::StrCat(" --num-epochs ", epochs));
@@ -127,6 +156,7 @@ std::vector<EpochMetrics> ReferenceRun(const std::string& dir, int epochs) {
 TEST(HsdpFinetuneE2eTest, TwoSlicesMatchOneDFsdpKeepOneCopyAndReloadOntoOneSlice) {
   const internal::TestTempDir tmp;
   const std::string dir = tmp.path();
+  const ScopedTmpdir tmpdir(dir);
   const std::vector<EpochMetrics> want = ReferenceRun(dir, 2);
   ASSERT_EQ(want.size(), 2u);
 
@@ -148,6 +178,20 @@ TEST(HsdpFinetuneE2eTest, TwoSlicesMatchOneDFsdpKeepOneCopyAndReloadOntoOneSlice
   EXPECT_EQ(optim, (std::set<std::string>{"optim-0-of-2.safetensors", "optim-1-of-2.safetensors"}));
   EXPECT_THAT(ReadFile(ckpt + "/trainer_state.json"), HasSubstr("\"dp_replicate\":2"));
 
+  // The same layout after a lost slice (tpurun restarts it): the AdamW state
+  // from optim-<s>-of-2 on every replica, asynchronous checkpoints; epoch 2
+  // ends at the uninterrupted HSDP run's loss exactly.
+  RunOutput restarted = TwoSlices(TrainArgs(dir, "restarted") +
+                                      " --hsdp --async-checkpoint --max-failures 1 --die-slice 1 --die-epoch 1"
+                                      " --die-step 3",
+                                  "--max-restarts 1");
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.output;
+  EXPECT_THAT(restarted.output, HasSubstr("(epoch 2, step 0)"));
+  const std::vector<EpochMetrics> got = Metrics(dir + "/restarted");
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.back().epoch, 2);
+  EXPECT_EQ(got.back().loss, Metrics(dir + "/hsdp").back().loss);
+
   // Stopped after epoch 1 on 2 slices, resumed on 1 slice (1-D FSDP).
   RunOutput stopped =
       TwoSlices(TrainArgs(dir, "relayout") + " --hsdp --dcp-export --die-slice 1 --die-epoch 1 --die-step 0");
@@ -164,6 +208,7 @@ TEST(HsdpFinetuneE2eTest, TwoSlicesMatchOneDFsdpKeepOneCopyAndReloadOntoOneSlice
 TEST(HsdpFinetuneE2eTest, DpReplicateOnOneSliceMatchesAndRefusals) {
   const internal::TestTempDir tmp;
   const std::string dir = tmp.path();
+  const ScopedTmpdir tmpdir(dir);
   const std::vector<EpochMetrics> want = ReferenceRun(dir, 1);
   ASSERT_EQ(want.size(), 1u);
   RunOutput hsdp = OneSlice(TrainArgs(dir, "hsdp_1slice") + " --num-epochs 1 --hsdp --dp-replicate 2");
