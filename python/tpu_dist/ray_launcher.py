@@ -538,6 +538,39 @@ def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
     return args
 
 
+def _place_attempt(ray: Any, actor_cls: Any, slice_pg: Any, n: int, devices_per_host: int,
+                   args: argparse.Namespace, job_id: str, k: int) -> Optional[_Attempt]:
+    """Attempt k's actors, placed: waits for the placement group (a lost
+    node's bundles are rescheduled onto another host once Ray has marked the
+    node dead, ~15 s of missed heartbeats) and starts again while a new actor
+    dies before it is placed (it was scheduled on the dead node), up to
+    --timeout-s. None after one line saying why it gave up."""
+    deadline = time.monotonic() + args.timeout_s
+    while True:
+        try:
+            ray.get(slice_pg.placement_group.ready(),
+                    timeout=max(1.0, deadline - time.monotonic()))
+            return _Attempt(actor_cls, slice_pg.placement_group, n, devices_per_host, args,
+                            job_id, k)
+        except ray.exceptions.GetTimeoutError:
+            _log(f"giving up: attempt {k}: the placement group of "
+                 f"{args.num_slices} x {args.accelerator_type} {args.topology} is not ready within "
+                 f"{args.timeout_s:.0f} s (--timeout-s; were a lost slice's hosts not replaced?); "
+                 "exit 1")
+            return None
+        except ray.exceptions.RayActorError as e:
+            if time.monotonic() > deadline:
+                _log(f"giving up: attempt {k}: rank actors still die before they are placed after "
+                     f"{args.timeout_s:.0f} s (--timeout-s): {type(e).__name__}; exit 1")
+                return None
+            _log(f"attempt {k}: a rank actor died before it was placed ({type(e).__name__}: its "
+                 "node is gone?); placing the attempt again once the placement group is ready")
+            time.sleep(1.0)
+        except RuntimeError as e:  # the actors' hosts do not make the slices asked for
+            _log(f"giving up: attempt {k}: {e}; exit 1")
+            return None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parse(argv)
     import ray
@@ -568,7 +601,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     slice_pg = ray.util.tpu.slice_placement_group(
         topology=args.topology,
         accelerator_version=ray.util.tpu.get_tpu_version_from_type(args.accelerator_type),
-        num_slices=args.num_slices, resources_per_bundle={"TPU": 1})
+        num_slices=args.num_slices, resources_per_bundle={"TPU": 1},
+        # Several slices: PACK, so that single-host slices (which carry no
+        # ray.io/tpu-slice-name to pin their bundles) each fill one host;
+        # SPREAD, Ray's default, scatters them over every free host. Multi-host
+        # slices are pinned by their label either way. One slice: the seed's.
+        **({"strategy": "PACK"} if args.num_slices > 1 else {}))
     attempt: Optional[_Attempt] = None
     try:
         ray.get(slice_pg.placement_group.ready(), timeout=args.timeout_s)
@@ -579,20 +617,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         job_id = f"rayrun_{uuid.uuid4().hex[:12]}"
         job_secret = new_job_secret()  # one per job: the same for every attempt
         for k in range(args.max_failures + 1):
-            if k:  # a lost host's bundles are rescheduled: wait for them
-                try:
-                    ray.get(slice_pg.placement_group.ready(), timeout=args.timeout_s)
-                except ray.exceptions.GetTimeoutError:
-                    _log(f"giving up: the placement group of {slices}{args.accelerator_type} "
-                         f"{args.topology} is not ready again {args.timeout_s:.0f} s after "
-                         f"attempt {k - 1} failed (--timeout-s; were a lost slice's hosts not "
-                         "replaced?); exit 1")
-                    return 1
-            try:
-                attempt = _Attempt(actor_cls, slice_pg.placement_group, n, n // hosts, args,
-                                   job_id, k)
-            except RuntimeError as e:  # the actors' hosts do not make the slices asked for
-                _log(f"giving up: attempt {k}: {e}; exit 1")
+            attempt = _place_attempt(ray, actor_cls, slice_pg, n, n // hosts, args, job_id, k)
+            if attempt is None:
                 return 1
             attempt.start(job_secret)
             deadline = time.monotonic() + (args.job_timeout_s or float("inf"))
