@@ -119,5 +119,30 @@ TEST(AbortTest, C10dAbortPoisonsTheGroup) {
   });
 }
 
+// torch's Backend::get_error: SUCCESS on a healthy group, COMM_ERROR after
+// abort(), TIMEOUT after an op missed its deadline (Gloo always answers
+// SUCCESS; torchft-style supervisors read this).
+TEST(AbortTest, GetErrorClassifiesThePoison) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("ab4");
+  RunRankThreads(2, [&](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, SmallOptions(job));
+    EXPECT_EQ(pg->getError(), c10d::ErrorType::SUCCESS);
+    std::vector<at::Tensor> t = {at::ones({4}, at::kFloat)};  // [4]
+    if (rank == 0) {
+      c10d::AllreduceOptions o;
+      o.timeout = std::chrono::milliseconds(200);  // rank 1 never joins
+      EXPECT_THAT(ErrorOf(pg->allreduce(t, o)), HasSubstr("deadline"));
+      EXPECT_EQ(pg->getError(), c10d::ErrorType::TIMEOUT);
+    }
+    store->add("ab4_timed_out", 1);
+    store->wait({"ab4_timed_out"});
+    auto fresh = c10::make_intrusive<ProcessGroupTpuDist>(
+        c10::make_intrusive<c10d::PrefixStore>("second", store), rank, 2, SmallOptions(job));
+    fresh->abort();
+    EXPECT_EQ(fresh->getError(), c10d::ErrorType::COMM_ERROR);
+  });
+}
+
 }  // namespace
 }  // namespace tpudist::collectives

@@ -241,6 +241,20 @@ absl::Status ProcessGroupTpuDist::status() const {
   return backend_->poison_status();
 }
 
+c10d::ErrorType ProcessGroupTpuDist::getError() {
+  const absl::Status s = status();
+  switch (s.code()) {
+    case absl::StatusCode::kOk:
+      return c10d::ErrorType::SUCCESS;
+    case absl::StatusCode::kDeadlineExceeded:
+      return c10d::ErrorType::TIMEOUT;
+    case absl::StatusCode::kUnavailable:  // a peer's connection or the job lost
+      return c10d::ErrorType::REMOTE_ERROR;
+    default:
+      return c10d::ErrorType::COMM_ERROR;
+  }
+}
+
 void ProcessGroupTpuDist::Abort(const absl::Status& cause) {
   const absl::Status c = cause.ok() ? absl::AbortedError("tpu_dist: Abort(OK)") : cause;
   if (p2p_) p2p_->Abort(c);

@@ -249,6 +249,12 @@ class ProcessGroupTpuDist : public c10d::Backend {
   // takes the GIL to free a tensor, and the process with SIGABRT.
   bool StopThreads();
   void shutdown() override { StopThreads(); }
+  // torch's Backend::get_error(): SUCCESS while the group is healthy, else
+  // the class of the error that poisoned it (status()): TIMEOUT for an op
+  // past its deadline, REMOTE_ERROR when a peer's connection or shm peer
+  // was lost (UNAVAILABLE), COMM_ERROR otherwise (abort() here, a job error
+  // passed to Abort, a mismatch). Gloo always says SUCCESS.
+  c10d::ErrorType getError() override;
 
   // --- Reconfigure (issue 33; process_group_reconfigure.cc) ---------------
   // Re-forms the group as rank `rank` of `size` over `store` (a fresh prefix
