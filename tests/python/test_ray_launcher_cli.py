@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tpu_dist import ray_launcher
+from tpu_dist import ray_launcher, ray_slices
 from tpu_dist.ray_launcher import _describe, _parse, rank_label
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -352,27 +352,27 @@ def test_several_slices_are_numbered_by_tpu_name_in_bundle_order() -> None:
     # Ray spread single-host slices' bundles: the host's TPU_NAME decides.
     places = _places(["v6e-4-1", "v6e-4-0", "v6e-4-1", "v6e-4-1", "v6e-4-0", "v6e-4-0",
                       "v6e-4-1", "v6e-4-0"])
-    order = ray_launcher.assign_ranks(places, 2, 4)
+    order = ray_slices.assign_ranks(places, 2, 4)
     by_rank = [places[i] for i in order]
     assert [p["rank"] for p in by_rank] == list(range(8))
     assert [p["slice"] for p in by_rank] == [0] * 4 + [1] * 4
     assert {p["tpu_name"] for p in by_rank[:4]} == {"v6e-4-1"}  # first in bundle order
-    envs = ray_launcher.megascale_environments(by_rank, 2, 8081)
+    envs = ray_slices.megascale_environments(by_rank, 2, 8081)
     for rank, env in enumerate(envs):
         assert env == {"MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.3:8081", "MEGASCALE_PORT": "8081",
                        "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": str(rank // 4)}
     full = ray_launcher.rank_environments(by_rank, "10.0.0.3", 29500, "j", "ab" * 32, 1, 1, {},
                                           megascale=envs)
     assert full[5]["MEGASCALE_SLICE_ID"] == "1" and full[5]["LOCAL_RANK"] == "1"
-    line = ray_launcher.slice_layout_line(by_rank, 2, envs)
+    line = ray_slices.slice_layout_line(by_rank, 2, envs)
     assert line == ("2 slices: slice 0 (TPU_NAME v6e-4-1, ranks 0-3, host 10.0.0.3); "
                     "slice 1 (TPU_NAME v6e-4-0, ranks 4-7, host 10.0.0.2); "
                     "MEGASCALE_COORDINATOR_ADDRESS=10.0.0.3:8081 MEGASCALE_PORT=8081 "
                     "MEGASCALE_NUM_SLICES=2, MEGASCALE_SLICE_ID by rank 0,0,0,0,1,1,1,1")
     # One slice: no MEGASCALE_* from the launcher, ranks as before.
     one = _places(["a"] * 4)
-    assert ray_launcher.assign_ranks(one, 1, 4) == [0, 1, 2, 3]
-    assert ray_launcher.megascale_environments(one, 1, 8081) == [{}] * 4
+    assert ray_slices.assign_ranks(one, 1, 4) == [0, 1, 2, 3]
+    assert ray_slices.megascale_environments(one, 1, 8081) == [{}] * 4
 
 
 def test_multi_host_slices_rank_slice_major() -> None:
@@ -380,9 +380,9 @@ def test_multi_host_slices_rank_slice_major() -> None:
     places = [{"worker_id": (b % 4) // 2, "local_rank": b % 2, "tpu_name": f"v4-8-{b // 4}",
                "ip": f"10.0.{b // 4}.{(b % 4) // 2}", "hosts": [f"h{b // 4}-0", f"h{b // 4}-1"]}
               for b in range(8)]
-    order = ray_launcher.assign_ranks(places, 2, 2)
+    order = ray_slices.assign_ranks(places, 2, 2)
     assert order == list(range(8))
-    envs = ray_launcher.megascale_environments([places[i] for i in order], 2, 9000)
+    envs = ray_slices.megascale_environments([places[i] for i in order], 2, 9000)
     assert envs[7]["MEGASCALE_COORDINATOR_ADDRESS"] == "h0-0:9000"
     assert [e["MEGASCALE_SLICE_ID"] for e in envs] == ["0"] * 4 + ["1"] * 4
 
@@ -394,7 +394,7 @@ def test_multi_host_slices_rank_slice_major() -> None:
 ])
 def test_a_placement_that_is_not_whole_slices_is_refused(names: list, message: str) -> None:
     with pytest.raises(RuntimeError) as e:
-        ray_launcher.assign_ranks(_places(names), 2, 4)
+        ray_slices.assign_ranks(_places(names), 2, 4)
     assert str(e.value) == message
 
 
@@ -403,7 +403,7 @@ def test_a_slice_without_one_actor_per_device_is_refused() -> None:
     places[5]["local_rank"] = 0  # two actors on device 0 of slice b
     with pytest.raises(RuntimeError, match=r"TPU_NAME='b': the actors on this slice's hosts have "
                                            r"ranks \[0, 0, 2, 3\] in the slice, expected 0\.\.3"):
-        ray_launcher.assign_ranks(places, 2, 4)
+        ray_slices.assign_ranks(places, 2, 4)
 
 
 def test_megascale_variables_and_slice_counts_are_not_taken_from_the_command_line(
