@@ -107,7 +107,9 @@ TEST(FlatBufferTest, AliasShardSharesStorageAndSurvivesZeroGrad) {
       at::Tensor a = AliasShard(flat, *layout, i, r), v = ShardView(flat, *layout, i, r);
       EXPECT_EQ(a.sizes(), v.sizes());
       EXPECT_TRUE(at::equal(a, v)) << r << " " << i;
-      if (a.numel() > 0) EXPECT_EQ(a.data_ptr(), v.data_ptr());
+      if (a.numel() > 0) {
+        EXPECT_EQ(a.data_ptr(), v.data_ptr());
+      }
       EXPECT_FALSE(a.is_view());
     }
   }
