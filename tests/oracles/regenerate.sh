@@ -19,5 +19,6 @@ mkdir -p "${out}"
 "${python}" "${here}/fsdp2_gemma_oracle.py" --out "${out}/fsdp2"
 "${python}" "${here}/dtensor_oracle.py" --out "${out}/dtensor"
 "${python}" "${here}/hsdp_oracle.py" --out "${out}/hsdp"
+"${python}" "${here}/hsdp_gemma_oracle.py" --out "${out}/hsdp_gemma"
 # The kernel path these floats are exact for (see cpu_tag.py).
 "${python}" "${here}/cpu_tag.py" "${out}/cpu.json"
