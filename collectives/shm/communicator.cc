@@ -1,5 +1,6 @@
 #include "collectives/shm/communicator.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -80,6 +81,9 @@ struct Communicator::Control {
   alignas(64) std::atomic<uint32_t> p2p_doorbell;
   std::atomic<uint32_t> p2p_doorbell_waiters;
   int64_t p2p_ring_bytes;  // layout parameter, checked by every peer
+  // The CPU this rank's op thread last ran a phase on, -1 before
+  // (SpreadIfColocated); written only when it changes.
+  alignas(64) std::atomic<int32_t> cpu;
   char reason[1024];
 };
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex needs 32-bit words");
@@ -150,6 +154,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     me->num_slots = options.num_slots;
     me->world = size;
     me->p2p_ring_bytes = options.p2p_ring_bytes;
+    me->cpu.store(-1, std::memory_order_relaxed);
     me->magic = kMagic;
     comm->segments_[rank] = std::move(*own);
     store.set(absl::StrCat("shm/ready/", rank), Bytes("1"));
@@ -183,6 +188,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
         " failed in the store: ", e.what()));
   }
   if (absl::Status s = comm->segments_[rank]->Unlink(); !s.ok()) return s;
+  comm->spread_ = options.spread_colocated_ranks && size > 1 && size <= UsableCores();
   return comm;
 }
 
@@ -280,7 +286,28 @@ absl::Status Communicator::BeginPhase(const OpContext& ctx) {
   // cores were 15 cache misses per phase.
   if (!poison_.ok()) return poison_;
   if (abort_requested_.load(std::memory_order_acquire)) return FailRequested(ctx);
+  if (spread_ && !SawForeignLoad()) SpreadIfColocated();
   return absl::OkStatus();
+}
+
+void Communicator::SpreadIfColocated() {
+  const int cpu = sched_getcpu();
+  if (cpu < 0) return;
+  Control* me = control(rank_);
+  if (me->cpu.load(std::memory_order_relaxed) != cpu) {
+    me->cpu.store(cpu, std::memory_order_relaxed);
+  }
+  // Only the higher rank of a pair moves, so two never swap.
+  bool colocated = false;
+  for (int r = 0; r < rank_ && !colocated; ++r) {
+    colocated = control(r)->cpu.load(std::memory_order_relaxed) == cpu;
+  }
+  if (!ShouldMove(colocation_, colocated, colocated ? SteadyNanos() : 0)) return;
+  std::vector<int> busy;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) busy.push_back(control(r)->cpu.load(std::memory_order_relaxed));
+  }
+  if (MoveToFreeCpu(busy)) me->cpu.store(sched_getcpu(), std::memory_order_relaxed);
 }
 
 absl::Status Communicator::PublishAndWait(const OpContext& ctx) {

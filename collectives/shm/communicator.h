@@ -59,6 +59,7 @@
 #include "absl/time/time.h"
 #include "collectives/core/op_header.h"
 #include "collectives/shm/p2p_ring.h"
+#include "collectives/shm/placement.h"
 #include "collectives/shm/segment.h"
 #include "collectives/shm/wait.h"
 
@@ -103,6 +104,11 @@ struct CommOptions {
   // took 5.3-5.7 ms against 9.3-10.2 with 256 KiB rings (bench/README.md,
   // Goal 5). Only the rings a rank sends on take memory.
   int64_t p2p_ring_bytes = 1 << 20;
+  // Ranks that have a core each (world <= UsableCores()) move themselves
+  // apart when the scheduler puts two on one CPU and their waits see no
+  // foreign load (SawForeignLoad(); placement.h). false:
+  // never (tests of placement-sensitive timing, experiments).
+  bool spread_colocated_ranks = true;
   // Rank numbers used in error messages: rank_labels[r] names local rank r
   // (the multi-host path passes group ranks); empty = local numbering.
   std::vector<int> rank_labels;
@@ -208,12 +214,17 @@ class Communicator {
                         const char* what);
   absl::Status PeerHealth(int r) const;
   size_t ring_stride() const;
+  // Publishes this thread's CPU and, when ranks have a core each and a
+  // lower-ranked peer keeps reporting the same CPU, moves (placement.h).
+  void SpreadIfColocated();
 
   int rank_;
   int size_;
   CommOptions options_;
   WaitPolicy wait_;  // options_.wait or the chosen one
   YieldGate yield_gate_;  // this rank's adaptive yield stage (wait.h)
+  bool spread_ = false;  // SpreadIfColocated() acts (ranks <= cores, option on)
+  ColocationTracker colocation_;
   size_t slot_stride_;
   std::vector<std::unique_ptr<Segment>> segments_;  // [size]; own at rank_
   uint64_t phase_ = 0;  // last published phase; phases start at 1

@@ -1,6 +1,7 @@
 // Unit tests of the shm building blocks: segment naming and lifecycle, and
 // the spin / yield / futex wait (the reduction kernels are tested in
 // collectives/core/reduce_kernels_test.cc).
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "collectives/shm/communicator.h"
+#include "collectives/shm/placement.h"
 #include "collectives/shm/segment.h"
 #include "collectives/shm/wait.h"
 #include "gmock/gmock.h"
@@ -168,5 +170,42 @@ TEST(WaitTest, NoCheckWhenTheFirstWakeReleases) {
   EXPECT_EQ(calls, 0);
 }
 
+
+// placement.h: a move needs phases_to_move co-located phases in a row, and
+// then at most one per min_interval_ns.
+TEST(PlacementTest, ShouldMoveAfterAStreakAndRateLimited) {
+  ColocationTracker t;
+  t.phases_to_move = 3;
+  t.min_interval_ns = 1000;
+  EXPECT_FALSE(ShouldMove(t, true, 0));
+  EXPECT_FALSE(ShouldMove(t, false, 0));  // the streak restarts
+  EXPECT_FALSE(ShouldMove(t, true, 0));
+  EXPECT_FALSE(ShouldMove(t, true, 0));
+  EXPECT_TRUE(ShouldMove(t, true, 0));
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(ShouldMove(t, true, 500)) << i;  // too soon
+  for (int i = 0; i < 2; ++i) EXPECT_FALSE(ShouldMove(t, true, 2000)) << i;
+  EXPECT_TRUE(ShouldMove(t, true, 2000));
+}
+
+// The thread lands on a CPU outside busy_cpus, and its mask is given back.
+TEST(PlacementTest, MoveToFreeCpuRestoresTheMask) {
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
+  std::thread t([&] {
+    std::vector<int> busy;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &before)) busy.push_back(c);
+    }
+    EXPECT_FALSE(MoveToFreeCpu(busy)) << "every CPU busy: nowhere to go";
+    if (CPU_COUNT(&before) >= 2) {
+      const int here = sched_getcpu();
+      EXPECT_TRUE(MoveToFreeCpu({here}));
+    }
+    cpu_set_t after;
+    ASSERT_EQ(sched_getaffinity(0, sizeof(after), &after), 0);
+    EXPECT_TRUE(CPU_EQUAL(&before, &after));
+  });
+  t.join();
+}
 }  // namespace
 }  // namespace tpudist::collectives::shm
