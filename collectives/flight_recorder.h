@@ -17,9 +17,11 @@
 // state and timestamps. flight_recorder_dump.h writes them in torch's dump
 // format (a pickled dict, one file per rank).
 //
-// Not recorded: the call site (Python or C++ frames). torch's own hook, which
-// c10d attaches to every tpu_dist group, already captures the Python stack
-// per op (torch._C._distributed_c10d._dump_fr_trace(backend="tpu_dist")).
+// Not recorded: the call site (Python or C++ frames). torch's own hook
+// captures the Python stack per op
+// (torch._C._distributed_c10d._dump_fr_trace(backend="tpu_dist")); the Python
+// package attaches it to tpu_dist groups only with TPU_DIST_TORCH_FR_HOOK=1
+// (python/tpu_dist/backend.py: it costs more per op than this recorder).
 //
 // Cost: one short critical section per state change (three per op), the
 // size/dtype vectors of the op's tensors, and no allocation once the ring

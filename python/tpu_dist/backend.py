@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 from typing import Any, Optional
 
 import torch
@@ -13,6 +14,10 @@ from tpu_dist import _C
 from tpu_dist.env import host_placement_without_rank_info, rank_info_or_none
 
 BACKEND_NAME = "tpu_dist"
+
+# "1": torch's FlightRecorderHook records this group's ops too (see
+# _choose_torch_flight_recorder_hook).
+TORCH_FR_HOOK_ENV = "TPU_DIST_TORCH_FR_HOOK"
 
 # The timeout of this process's default tpu_dist group (init_process_group's);
 # None while there is none.
@@ -38,6 +43,28 @@ def _group_timeout(timeout: datetime.timedelta) -> datetime.timedelta:
         except (RuntimeError, AttributeError):  # not ours after all
             return _world_timeout
     return timeout
+
+
+def _choose_torch_flight_recorder_hook() -> None:
+    """Decides whether torch attaches its FlightRecorderHook to the group being created.
+
+    torch 2.15 attaches the hook to every group whose backends are not listed
+    in distributed_c10d._FR_SELF_RECORDING_BACKENDS (read right after this
+    creator returns). tpu_dist records every op in a flight recorder of its own
+    (tpu_dist.dump_flight_recorder, dumps on failure, torch's format), so by
+    default it is listed: the hook would record each op a second time, and
+    its pre-hook (an entry with a Python stack captured per op) was the largest
+    single cost of a small dist.all_reduce (bench/README.md, "--layers").
+    TPU_DIST_TORCH_FR_HOOK=1 when the group is created keeps torch's hook, for
+    torch's own dump functions (_dump_fr_trace(backend="tpu_dist")).
+    """
+    listed = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if not isinstance(listed, set):  # a torch without the hook
+        return
+    if os.environ.get(TORCH_FR_HOOK_ENV, "0") == "1":
+        listed.discard(BACKEND_NAME)
+    else:
+        listed.add(BACKEND_NAME)
 
 
 def _options_from_host_place() -> Optional[_C.ProcessGroupTpuDist.Options]:
@@ -69,7 +96,8 @@ def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGr
     come from this process's RankInfo (`tpu_dist.rank_info()`, passed whole),
     and bind address, job secret and the TPU_DIST_* knobs from the
     environment, by the C++ rule (distributed/group_config.h), as for every
-    C++ binary.
+    C++ binary. torch's FlightRecorderHook is left off the group unless
+    TPU_DIST_TORCH_FR_HOOK=1 (see _choose_torch_flight_recorder_hook).
     """
     if backend_options is not None and not isinstance(backend_options,
                                                       _C.ProcessGroupTpuDist.Options):
@@ -79,6 +107,7 @@ def create_backend(dist_backend_opts: Any, backend_options: Any) -> _C.ProcessGr
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=float(timeout))
     timeout = _group_timeout(timeout)
+    _choose_torch_flight_recorder_hook()
     group_id = str(dist_backend_opts.group_id) or "default"
     # This process's RankInfo, discovered once here: the group takes its host
     # placement and job id from it and reads no TPU_* variable again.

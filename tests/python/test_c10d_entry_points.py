@@ -229,7 +229,9 @@ def _entry_points(rank: int, world: int) -> dict[str, Any]:
 
     # -- flight recorder: torch attaches its recording hook to every group that
     # does not record itself (Gloo does); a backend's entries are dumped under
-    # its name. The same all_reduce is recorded for both groups alike.
+    # its name. tpu_dist records itself, so torch's hook is only attached with
+    # TPU_DIST_TORCH_FR_HOOK=1 (the fixture sets it). The same all_reduce is
+    # recorded for both groups alike.
     from torch._C._distributed_c10d import _dump_fr_trace_json
     import json
 
@@ -278,7 +280,7 @@ def _detail_wrapper(rank: int, world: int, backend: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def results() -> list[dict[str, Any]]:
-    return run_ranks(_entry_points, WORLD, timeout_s=300)
+    return run_ranks(_entry_points, WORLD, timeout_s=300, env={"TPU_DIST_TORCH_FR_HOOK": "1"})
 
 
 def _assert(results: list[dict[str, Any]], key: str) -> None:
@@ -340,6 +342,26 @@ def test_subgroups_by_enumeration_and_local_sync_groups(results) -> None:
 def test_flight_recorder_records_tpu_dist_ops_as_gloos(results) -> None:
     for r in results:
         assert r["flight recorder"] is True, r["flight recorder entries"]
+
+
+def _torch_fr_hook_attached(rank: int, world: int) -> dict[str, Any]:
+    import tpu_dist  # noqa: F401  (registers the backend)
+
+    dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=60))
+    hooks = dist.distributed_c10d._world.pg_flight_recorder_hooks
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    out = {"attached": dist.group.WORLD in hooks, "sum": t.tolist()}
+    dist.destroy_process_group()
+    return out
+
+
+def test_torch_flight_recorder_hook_is_off_by_default() -> None:
+    """tpu_dist records its ops itself: without TPU_DIST_TORCH_FR_HOOK=1
+    torch's FlightRecorderHook (a second entry per op, with a Python stack)
+    is not attached to its groups."""
+    for r in run_ranks(_torch_fr_hook_attached, WORLD, timeout_s=120):
+        assert r == {"attached": False, "sum": [WORLD * 1.0] * 3}, r
 
 
 def test_detail_debug_wrapper_as_over_gloo() -> None:
