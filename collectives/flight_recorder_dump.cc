@@ -333,7 +333,8 @@ void FlightRecorderWatcher::Loop() {
   int64_t seen = 0;  // requests seen (the counter's value)
   bool store_ok = true;
   const int timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(poll_));
-  while (!stop_.load()) {
+  bool stopping = false;
+  while (!stopping) {
     struct pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {signal_fd.load(), POLLIN, 0}};
     const int nfds = fds[1].fd >= 0 ? 2 : 1;
     ::poll(fds, nfds, timeout_ms);
@@ -342,15 +343,19 @@ void FlightRecorderWatcher::Loop() {
       ssize_t n = read(wake_fd_, &v, sizeof(v));
       (void)n;
     }
-    if (stop_.load()) break;
-    if (nfds == 2 && (fds[1].revents & POLLIN) && read(fds[1].fd, &v, sizeof(v)) > 0) {
+    // A request made just before Stop() (a rank whose op failed, dumped and
+    // is now tearing its group down) is still posted: the others dump only
+    // if it reaches the store.
+    stopping = stop_.load();
+    if (!stopping && nfds == 2 && (fds[1].revents & POLLIN) &&
+        read(fds[1].fd, &v, sizeof(v)) > 0) {
       AutoDumpFlightRecorders("SIGUSR1", /*force=*/true);
     }
     if (!store_ok) continue;
     try {
       if (request_.exchange(false)) {
         seen = store_->add(kRequestKey, 1);  // this rank has dumped already
-      } else {
+      } else if (!stopping) {
         const int64_t now = store_->add(kRequestKey, 0);
         if (now > seen) {
           seen = now;
