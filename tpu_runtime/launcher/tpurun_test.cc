@@ -283,9 +283,19 @@ TEST(TpurunTest, RankKillingItselfIsNamedBySignal) {
 }
 
 TEST(TpurunTest, RestartKeepsJobIdAndCountsRestarts) {
-  const char* kScript =
-      "echo $TPU_DIST_JOB_ID $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS; "
-      "[ $TORCHELASTIC_RESTART_COUNT = 1 ]";
+  char dir_template[] = "/tmp/tpurun_restart_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  // Each rank prints, then waits (at most 20 s) until both ranks of this
+  // attempt have printed before failing in attempt 0: otherwise the first
+  // rank to fail got the other one stopped before its echo (a flake under
+  // load: rank 0's attempt-0 line missing).
+  const std::string script = absl::StrCat(
+      "echo $TPU_DIST_JOB_ID $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS; c=",
+      dir, "/$TORCHELASTIC_RESTART_COUNT; touch $c.r$RANK; i=0; "
+      "while { [ ! -e $c.r0 ] || [ ! -e $c.r1 ]; } && [ $i -lt 2000 ]; do sleep 0.01; "
+      "i=$((i+1)); done; [ $TORCHELASTIC_RESTART_COUNT = 1 ]");
+  const char* kScript = script.c_str();
   RunResult ok = Tpurun(
       {"--nproc", "2", "--max-restarts", "1", "--job-id", "keep", "--", "sh", "-c", kScript});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
@@ -295,6 +305,8 @@ TEST(TpurunTest, RestartKeepsJobIdAndCountsRestarts) {
   RunResult fails = Tpurun({"--nproc", "2", "--", "sh", "-c", kScript});
   EXPECT_EQ(fails.exit_code, 1) << fails.err;
   EXPECT_THAT(fails.err, HasSubstr("failed: exit status 1"));
+  for (const char* f : {"/0.r0", "/0.r1", "/1.r0", "/1.r1"}) unlink((dir + f).c_str());
+  rmdir(dir.c_str());
 }
 
 TEST(TpurunTest, SigtermToTpurunIsForwardedToRanks) {
