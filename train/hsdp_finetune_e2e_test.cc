@@ -71,15 +71,7 @@ RunOutput TwoSlices(const std::string& args, const std::string& tpurun_args = ""
       " --accelerator-type v6e --topology 2x1 --hosts-emulated --num-slices 2 ", tpurun_args, " -- ",
       GEMMA_FINETUNE_PATH,
       " --timeout 120s ", args, " 2>&1");
-  RunOutput r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return internal::RunCapturing(cmd);
 }
 
 std::vector<EpochMetrics> Metrics(const std::string& run_dir) {

@@ -18,12 +18,8 @@ struct RunOutput {
   std::string output;  // stdout + stderr of tpurun and every rank
 };
 
-// `tpurun --nproc N <tpurun_args> -- <gemma_finetune> --timeout 120s <args>`
-// with OMP_NUM_THREADS=1, at most limit_s seconds.
-inline RunOutput RunGemmaFinetune(const std::string& tpurun, const std::string& binary, int nproc,
-                                  const std::string& tpurun_args, const std::string& args, int limit_s) {
-  const std::string cmd = absl::StrCat("OMP_NUM_THREADS=1 timeout -s KILL ", limit_s, " ", tpurun, " --nproc ",
-                                       nproc, " ", tpurun_args, " -- ", binary, " --timeout 120s ", args, " 2>&1");
+// Runs `cmd` under sh, its stdout (and whatever it redirects there) captured.
+inline RunOutput RunCapturing(const std::string& cmd) {
   RunOutput r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -33,6 +29,14 @@ inline RunOutput RunGemmaFinetune(const std::string& tpurun, const std::string& 
   const int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// `tpurun --nproc N <tpurun_args> -- <gemma_finetune> --timeout 120s <args>`
+// with OMP_NUM_THREADS=1, at most limit_s seconds.
+inline RunOutput RunGemmaFinetune(const std::string& tpurun, const std::string& binary, int nproc,
+                                  const std::string& tpurun_args, const std::string& args, int limit_s) {
+  return RunCapturing(absl::StrCat("OMP_NUM_THREADS=1 timeout -s KILL ", limit_s, " ", tpurun, " --nproc ",
+                                   nproc, " ", tpurun_args, " -- ", binary, " --timeout 120s ", args, " 2>&1"));
 }
 
 }  // namespace tpudist::train::internal
