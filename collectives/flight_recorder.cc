@@ -22,9 +22,11 @@ FlightRecorder::FlightRecorder(size_t capacity, Group group)
 }
 
 uint64_t FlightRecorder::Record(Op op) {
+  return RecordInPlace([&op](Op& e) { e = std::move(op); });
+}
+
+uint64_t FlightRecorder::RecordInPlace(absl::FunctionRef<void(Op&)> fill) {
   const int64_t now = absl::GetCurrentTimeNanos();
-  const int64_t seq = static_cast<int64_t>(op.collective_seq_id);
-  const bool p2p = op.is_p2p;
   absl::MutexLock lock(&mu_);
   const uint64_t op_id = next_op_id_++;
   Entry* e;
@@ -33,7 +35,7 @@ uint64_t FlightRecorder::Record(Op op) {
   } else {
     e = &ring_[op_id % capacity_];
   }
-  e->op = std::move(op);
+  fill(e->op);
   e->record_id = next_record_id.fetch_add(1, std::memory_order_relaxed);
   e->op_id = op_id;
   e->time_created_ns = now;
@@ -42,7 +44,7 @@ uint64_t FlightRecorder::Record(Op op) {
   e->state = State::kScheduled;
   e->retired = false;
   e->error.clear();
-  if (!p2p) progress_.last_enqueued = seq;
+  if (!e->op.is_p2p) progress_.last_enqueued = static_cast<int64_t>(e->op.collective_seq_id);
   return op_id;
 }
 
@@ -52,8 +54,9 @@ FlightRecorder::Entry* FlightRecorder::Find(uint64_t op_id) {
   return e->op_id == op_id ? e : nullptr;
 }
 
-void FlightRecorder::Started(uint64_t op_id) {
-  const int64_t now = absl::GetCurrentTimeNanos();
+void FlightRecorder::Started(uint64_t op_id) { Started(op_id, absl::GetCurrentTimeNanos()); }
+
+void FlightRecorder::Started(uint64_t op_id, int64_t now) {
   absl::MutexLock lock(&mu_);
   Entry* e = Find(op_id);
   if (e == nullptr) return;
@@ -112,7 +115,7 @@ FlightRecorder::Progress FlightRecorder::progress() const {
   return progress_;
 }
 
-std::string TorchOpName(const std::string& c10d_name) {
+absl::string_view TorchOpName(absl::string_view c10d_name) {
   // torch's spelling (torch/distributed/flight_recorder/components/types.py
   // COLLECTIVES; what ProcessGroupGloo and c10d's FlightRecorderHook write).
   static constexpr std::pair<const char*, const char*> kNames[] = {

@@ -40,7 +40,9 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 
 namespace tpudist::collectives {
@@ -93,8 +95,16 @@ class FlightRecorder {
 
   // Records `op` as scheduled now; returns its op_id for Started/Finished.
   uint64_t Record(Op op);
-  // The op began to run. No-op if it has been overwritten meanwhile.
+  // Records an op as scheduled now, its fields written by `fill` into the
+  // entry in place: `fill` must set every field of the Op it is given, which
+  // holds the overwritten entry's values (so its strings and vectors keep
+  // their capacity: once the ring has wrapped a record allocates nothing).
+  // `fill` runs under the recorder's lock: it must not call back into it.
+  uint64_t RecordInPlace(absl::FunctionRef<void(Op&)> fill);
+  // The op began to run (at `now_ns`, Unix time; default: now). No-op if it
+  // has been overwritten meanwhile.
   void Started(uint64_t op_id);
+  void Started(uint64_t op_id, int64_t now_ns);
   // The op ended with `status`. No-op if it has been overwritten meanwhile.
   void Finished(uint64_t op_id, const absl::Status& status);
 
@@ -135,7 +145,8 @@ class FlightRecorder {
 // torch's profiling-name spelling of a tpu_dist op (c10d method name):
 // "allreduce" -> "all_reduce", "_allgather_base" -> "_all_gather_base",
 // "alltoall_base" -> "all_to_all_single", ...; unknown names unchanged.
-std::string TorchOpName(const std::string& c10d_name);
+// Returns static storage, or c10d_name's own characters when unknown.
+absl::string_view TorchOpName(absl::string_view c10d_name);
 
 }  // namespace tpudist::collectives
 

@@ -3,6 +3,7 @@
 // rank's (deterministic) input and computes the expected result itself.
 #include <ATen/ATen.h>
 
+#include <thread>
 #include <tuple>
 
 #include "collectives/process_group_tpu_dist.h"
@@ -324,6 +325,31 @@ TEST(ProcessGroupSingleTest, NonContiguousInputsAndFuture) {
       EXPECT_TRUE(at::equal(holder.select(0, r).select(1, 0),
                             Input(r, 20, at::kInt).slice(0, 0, 20, 2)));
     }
+  });
+}
+
+// The future is made by the first getFuture() (work.h): asked for only after
+// the op ended, it comes back complete with the op's outputs, the same future
+// on every call, and a callback added to it runs at once on the adder.
+TEST(ProcessGroupSingleTest, FutureAskedForAfterTheOpEndedIsComplete) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("late_future");
+  RunRankThreads(2, [&](int rank) {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, SmallOptions(job));
+    std::vector<at::Tensor> t = {at::full({4}, static_cast<float>(rank + 1))};  // [4]
+    auto work = pg->allreduce(t);
+    ASSERT_TRUE(work->wait());
+    auto future = work->getFuture();
+    ASSERT_TRUE(future->completed());
+    EXPECT_FALSE(future->hasError());
+    EXPECT_EQ(future.get(), work->getFuture().get());
+    auto list = future->value().toTensorList();
+    ASSERT_EQ(list.size(), 1u);
+    EXPECT_TRUE(at::equal(list.get(0), at::full({4}, 3.0f)));
+    const std::thread::id here = std::this_thread::get_id();
+    std::thread::id ran_on;
+    future->addCallback([&](c10::ivalue::Future&) { ran_on = std::this_thread::get_id(); });
+    EXPECT_EQ(ran_on, here);
   });
 }
 

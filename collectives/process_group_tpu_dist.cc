@@ -130,31 +130,40 @@ uint64_t ProcessGroupTpuDist::FrRecord(const char* name, c10d::OpType type, uint
                                        std::chrono::milliseconds timeout,
                                        const std::vector<at::Tensor>& inputs,
                                        const std::vector<at::Tensor>& outputs, int peer) {
-  if (!fr_desc_synced_.exchange(true)) {
+  if (!fr_desc_synced_.load(std::memory_order_relaxed) && !fr_desc_synced_.exchange(true)) {
     // torch sets the description (default_pg, ...) after construction, before any op.
     recorder_->Rename("", getGroupDesc());
   }
-  FlightRecorder::Op op;
-  op.collective_seq_id = seq;
-  if (type == c10d::OpType::SEND || type == c10d::OpType::RECV) {
-    // torch's spelling: "send <src>-><dst>", "recv <dst><-<src>" (group ranks).
-    op.name = type == c10d::OpType::SEND ? absl::StrCat("send ", rank_, "->", peer)
-                                         : absl::StrCat("recv ", rank_, "<-", peer);
-    op.is_p2p = true;
-    op.p2p_seq_id = ++fr_p2p_seq_;
-  } else {
-    op.name = TorchOpName(name);
-  }
-  for (const at::Tensor& t : inputs) {
-    op.input_sizes.push_back(t.sizes().vec());
-    op.input_dtypes.push_back(t.scalar_type());
-  }
-  for (const at::Tensor& t : outputs) {
-    op.output_sizes.push_back(t.sizes().vec());
-    op.output_dtypes.push_back(t.scalar_type());
-  }
-  op.timeout_ms = timeout.count();
-  return recorder_->Record(std::move(op));
+  // Written into the ring entry in place: no allocation per op once the
+  // ring has wrapped (the entry's vectors and name keep their capacity).
+  const bool p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV;
+  const uint64_t p2p_seq = p2p ? ++fr_p2p_seq_ : 0;
+  auto describe = [](const std::vector<at::Tensor>& ts, std::vector<std::vector<int64_t>>& sizes,
+                     std::vector<c10::ScalarType>& dtypes) {
+    sizes.resize(ts.size());
+    dtypes.resize(ts.size());
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const c10::IntArrayRef s = ts[i].sizes();
+      sizes[i].assign(s.begin(), s.end());
+      dtypes[i] = ts[i].scalar_type();
+    }
+  };
+  return recorder_->RecordInPlace([&](FlightRecorder::Op& op) {
+    op.collective_seq_id = seq;
+    op.is_p2p = p2p;
+    op.p2p_seq_id = p2p_seq;
+    if (p2p) {
+      // torch's spelling: "send <src>-><dst>", "recv <dst><-<src>" (group ranks).
+      op.name = type == c10d::OpType::SEND ? absl::StrCat("send ", rank_, "->", peer)
+                                           : absl::StrCat("recv ", rank_, "<-", peer);
+    } else {
+      const absl::string_view torch_name = TorchOpName(name);
+      op.name.assign(torch_name.data(), torch_name.size());
+    }
+    describe(inputs, op.input_sizes, op.input_dtypes);
+    describe(outputs, op.output_sizes, op.output_dtypes);
+    op.timeout_ms = timeout.count();
+  });
 }
 
 void ProcessGroupTpuDist::FrFinished(uint64_t id, const absl::Status& status) {
@@ -294,18 +303,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
   // The op computes its status; `finish` completes the Work after the worker
   // counts as idle again (OpWorker's `then`), so a caller woken by it can run
   // its next waited-on op inline.
-  auto result = std::make_shared<absl::Status>();
+  // `run` leaves the op's status in the Work (which `finish` holds, so it
+  // outlives `run`); `finish` completes the Work with it.
+  TpuDistWork* result = work.get();
   // A held future completes on the worker's callback threads (work.h).
   CallbackThreads* callbacks =
       (type == c10d::OpType::RECV ? p2p_worker_ : worker_)->callbacks();
-  std::function<void()> finish = [work, result, callbacks] { work->Finish(*result, callbacks); };
+  std::function<void()> finish = [work, callbacks] { work->Finish(work->op_status(), callbacks); };
   std::function<void()> run = [this, result, name, timeout, bytes, fr, fr_id,
                                body = std::move(body)] {
-    if (fr) recorder_->Started(fr_id);
     OpContext ctx;
     ctx.name = name;
     ctx.bytes = bytes;
     ctx.start = absl::Now();
+    if (fr) recorder_->Started(fr_id, absl::ToUnixNanos(ctx.start));
     ctx.timeout = absl::FromChrono(timeout);
     absl::Status s;
     try {
@@ -314,7 +325,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
       s = backend_->Poison(absl::InternalError(absl::StrCat(name, ": ", ::tpudist::collectives::ExceptionMessage(e))));
     }
     if (fr) FrFinished(fr_id, s);
-    *result = std::move(s);
+    result->set_op_status(std::move(s));
   };
   // Collectives whose caller waits at once (c10d's asyncOp == false) skip
   // the two thread handoffs when the queue is idle (issue order is

@@ -4,15 +4,22 @@
 #include <string>
 
 namespace tpudist::collectives {
+namespace {
+
+// List[Tensor], the type of every TpuDistWork future; made once (a type is
+// a shared_ptr: making it per op costs an allocation).
+const c10::TypePtr& TensorListType() {
+  static const c10::TypePtr* const type =
+      new c10::TypePtr(c10::ListType::create(c10::TensorType::get()));
+  return *type;
+}
+
+}  // namespace
 
 TpuDistWork::TpuDistWork(int rank, c10d::OpType type,
                          std::vector<at::Tensor> outputs,
                          std::chrono::milliseconds op_timeout)
-    : c10d::Work(rank, type),
-      outputs_(std::move(outputs)),
-      op_timeout_(op_timeout),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+    : c10d::Work(rank, type), outputs_(std::move(outputs)), op_timeout_(op_timeout) {}
 
 void TpuDistWork::Finish(const absl::Status& status, CallbackThreads* callbacks) {
   std::exception_ptr error;
@@ -20,14 +27,21 @@ void TpuDistWork::Finish(const absl::Status& status, CallbackThreads* callbacks)
     error = std::make_exception_ptr(
         std::runtime_error(std::string("tpu_dist: ") + status.ToString()));
   }
+  bool no_future;
   {
     absl::MutexLock lock(&future_mu_);
-    if (!future_handed_out_) {
-      // No holder, so no callbacks: complete it before getFuture() can hand
-      // it out pending (callbacks added later run on their adder's thread).
-      Complete(error);
-      return;
+    no_future = future_ == nullptr;
+    if (no_future) {
+      // Nobody holds a future, so nobody added a callback: a later
+      // getFuture() makes one complete (its callbacks run on their adder's
+      // thread). No future, no output list: the common op pays for neither.
+      ended_ = true;
+      ended_error_ = error;
     }
+  }
+  if (no_future) {
+    finish(error);
+    return;
   }
   if (callbacks != nullptr) {
     callbacks->Post([self = c10::intrusive_ptr<TpuDistWork>::unsafe_reclaim_from_nonowning(this),
@@ -37,16 +51,25 @@ void TpuDistWork::Finish(const absl::Status& status, CallbackThreads* callbacks)
   Complete(error);  // handed out, no callback threads: here
 }
 
+void TpuDistWork::CompleteFuture(c10::ivalue::Future& future, const std::exception_ptr& error) {
+  if (error) {
+    future.setError(error);
+  } else {
+    future.markCompleted(c10::IValue(outputs_));
+  }
+}
+
 void TpuDistWork::Complete(std::exception_ptr error) {
   // The future completes first so that anyone released by wait() sees a
   // completed future.
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    absl::MutexLock lock(&future_mu_);
+    future = future_;
+  }
   std::exception_ptr callback_error;
   try {
-    if (error) {
-      future_->setError(error);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
-    }
+    CompleteFuture(*future, error);
   } catch (...) {  // a callback threw (c10 skips the callbacks after it)
     callback_error = std::current_exception();
   }
@@ -73,7 +96,17 @@ std::vector<at::Tensor> TpuDistWork::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> TpuDistWork::getFuture() {
   absl::MutexLock lock(&future_mu_);
-  future_handed_out_ = true;
+  if (future_ == nullptr) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(TensorListType());
+    if (ended_) {
+      // The op ended before anyone asked: complete it now. Nobody else holds
+      // it, so no callback runs here (under the lock).
+      try {
+        CompleteFuture(*future_, ended_error_);
+      } catch (...) {
+      }
+    }
+  }
   return future_;
 }
 

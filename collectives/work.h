@@ -13,9 +13,9 @@
 // with the op's error.
 // The future completes, and its callbacks run, on a callback thread
 // (OpWorker::Post), never on the worker thread: a callback may issue ops and
-// wait for them (PowerSGD). Without a holder of the future (getFuture() not
-// called before the op ended) nobody can have added a callback, and it
-// completes on the finishing thread, saving the hop. As with Gloo, the Work
+// wait for them (PowerSGD). The future is made by the first getFuture(): an
+// op nobody asked the future of (a plain wait(), dist.all_reduce) makes none,
+// and one asked for after the op ended gets a future made complete. As with Gloo, the Work
 // itself completes after the future and its callbacks: a callback that
 // throws fails the Work (wait() rethrows it) and harms no thread. A callback
 // chained with then() fails its own future instead (c10 semantics).
@@ -55,6 +55,10 @@ class TpuDistWork : public c10d::Work {
   // The queued op that Finish()es this work, for wait() to run on the
   // waiter. Set once by the issuer before the work is handed out.
   void set_queued_op(OpWorker::QueuedOp op) { queued_op_ = std::move(op); }
+  // The op's status, left by the thread that ran it for the Finish() that
+  // follows (on that thread, or one the op queue orders after it).
+  void set_op_status(absl::Status s) { op_status_ = std::move(s); }
+  const absl::Status& op_status() const { return op_status_; }
 
   bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
   std::vector<at::Tensor> result() override;
@@ -63,14 +67,20 @@ class TpuDistWork : public c10d::Work {
  private:
   // Completes future_ with `error` or outputs_ (running its callbacks),
   // then the Work, with `error` or the exception a callback threw.
+  // REQUIRES: future_ was made (getFuture() was called).
   void Complete(std::exception_ptr error);
+  // Completes `future` with `error` or outputs_; rethrows what a callback threw.
+  void CompleteFuture(c10::ivalue::Future& future, const std::exception_ptr& error);
 
   std::vector<at::Tensor> outputs_;  // op-specific shapes
   std::chrono::milliseconds op_timeout_;
   OpWorker::QueuedOp queued_op_;  // empty: the op ran inline
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  absl::Status op_status_;  // see set_op_status()
   absl::Mutex future_mu_;
-  bool future_handed_out_ ABSL_GUARDED_BY(future_mu_) = false;  // getFuture() was called
+  // Made by the first getFuture(); null until then.
+  c10::intrusive_ptr<c10::ivalue::Future> future_ ABSL_GUARDED_BY(future_mu_);
+  bool ended_ ABSL_GUARDED_BY(future_mu_) = false;  // Finish() ran without a future
+  std::exception_ptr ended_error_ ABSL_GUARDED_BY(future_mu_);  // its error, if any
 };
 
 }  // namespace tpudist::collectives

@@ -16,6 +16,9 @@ for each world on each library, world by world, one library after the other:
   gloo_torch      Gloo through torch.distributed (the same script)
   openmpi, mpich, impi   mpi_peers.c on Open MPI, MPICH, Intel MPI
   deepspeed_shm   deepspeed.comm.inference_all_reduce (its shm op), all_reduce only
+  torch_floor     torch.distributed over torch's own no-op backend ("fake",
+                  FakeProcessGroup): what torch's Python and dispatcher cost per
+                  op with a backend that does nothing; a floor, not a peer
   memcpy          one thread, one process, memcpy of the same bytes
 
 The method, the same in all: one process per rank, one intra-op thread each, fp32
@@ -57,6 +60,7 @@ LIBS = [
     ("mpich", "MPICH", "peer"),
     ("impi", "Intel MPI", "peer"),
     ("deepspeed_shm", "DeepSpeed shm", "python"),
+    ("torch_floor", "torch.dist no-op floor", "ref"),
     ("memcpy", "memcpy 1 thread", "ref"),
 ]
 LABEL = {k: label for k, label, _ in LIBS}
@@ -248,7 +252,7 @@ def lib_command(lib: str, world: int, ops: str, sizes: str, args) -> tuple[list,
         return ([str(exe), f"--world={world}", f"--ops={ops}", "--dtypes=fp32",
                  f"--sizes={sizes}", f"--max_iters={mi}", "--stat=median", "--gloo=0",
                  "--floor_rounds=0", "--json_out=@JSON@"], {})
-    if lib in ("tpu_dist_torch", "gloo_torch", "deepspeed_shm"):
+    if lib in ("tpu_dist_torch", "gloo_torch", "deepspeed_shm", "torch_floor"):
         py = (peers / "venv" / "bin" / "python" if lib == "deepspeed_shm"
               else REPO / ".venv" / "bin" / "python")
         if not py.exists():
@@ -257,7 +261,8 @@ def lib_command(lib: str, world: int, ops: str, sizes: str, args) -> tuple[list,
             if "all_reduce" not in ops.split(","):
                 return "all_reduce only"
             ops = "all_reduce"
-        name = {"tpu_dist_torch": "tpu_dist", "gloo_torch": "gloo", "deepspeed_shm": "deepspeed"}
+        name = {"tpu_dist_torch": "tpu_dist", "gloo_torch": "gloo", "deepspeed_shm": "deepspeed",
+                "torch_floor": "fake"}
         return ([str(py), str(HERE / "torch_peers.py"), "--lib", name[lib], "--world",
                  str(world), "--ops", ops, "--sizes", sizes, "--max-iters", mi,
                  "--timeout", str(args.timeout)],

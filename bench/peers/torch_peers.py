@@ -1,6 +1,6 @@
 """torch.distributed collectives timed with bench/peers' one method.
 
-    python bench/peers/torch_peers.py --lib tpu_dist|gloo|deepspeed --world W
+    python bench/peers/torch_peers.py --lib tpu_dist|gloo|deepspeed|fake --world W
         [--ops all_reduce,reduce_scatter,...] [--sizes 8,4096,...] [--max-iters N]
 
 Starts W rank processes of itself (one process per rank, one intra-op thread
@@ -19,7 +19,11 @@ Libraries:
   gloo       dist.init_process_group("gloo");
   deepspeed  deepspeed.comm.inference_all_reduce (DeepSpeed's shm all-reduce
              for CPU, its op JIT-built on first use) over a Gloo group, all_reduce
-             only; run with the peers' scratch venv python (bench/peers/install.sh).
+             only; run with the peers' scratch venv python (bench/peers/install.sh);
+  fake       torch's own no-op backend (FakeProcessGroup, FakeStore: every
+             rank alone, nothing moves): torch.distributed's per-op cost with
+             a backend that does nothing, the floor under any backend's
+             torch.distributed figure.
 This is the per-op timer bench/peers/run.py uses for these three; run it alone
 to compare one change (e.g. `--lib tpu_dist --world 2 --ops all_reduce`).
 """
@@ -37,7 +41,8 @@ import sys
 import threading
 import time
 
-LIB_KEYS = {"tpu_dist": "tpu_dist_torch", "gloo": "gloo_torch", "deepspeed": "deepspeed_shm"}
+LIB_KEYS = {"tpu_dist": "tpu_dist_torch", "gloo": "gloo_torch", "deepspeed": "deepspeed_shm",
+            "fake": "torch_floor"}
 
 
 def iterations(nbytes: int, max_iters: int) -> int:
@@ -67,6 +72,11 @@ def _rank(args: argparse.Namespace) -> None:
         dist.init_process_group("tpu_dist", timeout=timeout)
     elif lib == "gloo":
         dist.init_process_group("gloo", timeout=timeout)
+    elif lib == "fake":
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world,
+                                timeout=timeout)
     else:
         import deepspeed
         import deepspeed.comm as dscomm

@@ -94,8 +94,9 @@ def test_json_markdown_and_plot_from_a_fake_run(tmp_path: Path) -> None:
     assert width > 700 and height > 500  # 2 worlds across, 2 ops down
 
 
-def test_torch_peers_times_every_op_on_gloo_and_tpu_dist() -> None:
-    for lib, key in (("gloo", "gloo_torch"), ("tpu_dist", "tpu_dist_torch")):
+def test_torch_peers_times_every_op_on_gloo_tpu_dist_and_the_no_op_floor() -> None:
+    for lib, key in (("gloo", "gloo_torch"), ("tpu_dist", "tpu_dist_torch"),
+                     ("fake", "torch_floor")):
         res = subprocess.run(
             [sys.executable, str(TORCH_PEERS), "--lib", lib, "--world", "2", "--sizes", "8",
              "--max-iters", "5", "--timeout", "120", "--op-timeout", "60"],
