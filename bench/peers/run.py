@@ -4,7 +4,8 @@
     tools/bench.sh peers [flags]      (= bench/peers/run.py [flags])
         [--worlds 2 4 16] [--ops all_reduce,reduce_scatter,...]
         [--sizes 8,4K,64K,1M,16M] [--libs tpu_dist_cpp,openmpi,...]
-        [--max-iters 200] [--quick] [--skip-install] [--out FILE] [--build DIR]
+        [--max-iters 200] [--repeats N] [--quick] [--skip-install] [--out FILE]
+        [--build DIR]
 
 Installs the peers (bench/peers/install.sh: Open MPI and MPICH from Debian, Intel
 MPI and DeepSpeed from PyPI into a scratch venv, all pinned; our MPI benchmark
@@ -23,7 +24,9 @@ for each world on each library, world by world, one library after the other:
 
 The method, the same in all: one process per rank, one intra-op thread each, fp32
 SUM; per case barrier, one warm-up op, barrier, N ops each timed on its own,
-rank 0's median; N = clamp(512 MiB / size, 5, --max-iters). Sizes as in
+rank 0's median; N = clamp(512 MiB / size, 5, --max-iters). --repeats R: the
+whole sweep R times, round-robin over worlds and libraries, each cell the
+median of its R medians (all R kept in the JSON as <lib>_us_repeats). Sizes as in
 bench/README.md (split ops round to world x 4 B).
 
 Prints the CPU model, the load average, a table with every library's time per
@@ -42,6 +45,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -127,13 +131,21 @@ def merge(records: list[dict]) -> list[dict]:
     (world-free) joins every row of its bytes."""
     memcpy = {r["bytes"]: r["time_us"] for r in records if r.get("lib") == "memcpy"}
     rows: dict[tuple, dict] = {}
+    times: dict[tuple, list[float]] = {}
     for r in records:
         if r.get("lib") == "memcpy" or "op" not in r:
             continue
         key = (r["op"], r["world"], r["bytes"])
-        row = rows.setdefault(key, {"op": r["op"], "dtype": "fp32", "world": r["world"],
-                                    "bytes": r["bytes"]})
-        row[f"{r['lib']}_us"] = r["time_us"]
+        rows.setdefault(key, {"op": r["op"], "dtype": "fp32", "world": r["world"],
+                              "bytes": r["bytes"]})
+        times.setdefault(key + (r["lib"],), []).append(r["time_us"])
+    # --repeats: a library's cell is the median of its repeats' medians, and
+    # every repeat is kept beside it (`<lib>_us_repeats`).
+    for (op, world, nbytes, lib), ts in times.items():
+        row = rows[(op, world, nbytes)]
+        row[f"{lib}_us"] = round(statistics.median(ts), 4)
+        if len(ts) > 1:
+            row[f"{lib}_us_repeats"] = ts
     order = {op: i for i, op in enumerate(OPS)}
     out = sorted(rows.values(), key=lambda r: (order.get(r["op"], 99), r["world"], r["bytes"]))
     for row in out:
@@ -181,6 +193,7 @@ def report(doc: dict) -> str:
            f"{doc['cpus']} CPUs; load average {doc['load_start']} at start, "
            f"{doc['load_end']} at end; {doc['seconds']:.0f} s in all"
            f"{' (--quick)' if doc.get('quick') else ''}"
+           f"{f'; each cell the median of {r} runs' if (r := doc.get('repeats', 1)) > 1 else ''}"
            f"{' (PARTIAL: the run was stopped)' if doc.get('partial') else ''}.",
            "",
            "Times in us, rank 0's median per op (fp32 SUM, one process per rank, one "
@@ -324,6 +337,9 @@ def main() -> int:
     p.add_argument("--sizes", default=SIZES, help="bytes, or with K/M suffixes (KiB, MiB)")
     p.add_argument("--libs", default=",".join(k for k, _, _ in LIBS))
     p.add_argument("--max-iters", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run every (world, library) N times, round-robin; a cell is the "
+                        "median of the N medians (this box swings 2x between runs)")
     p.add_argument("--quick", action="store_true",
                    help="worlds 2 4, all_reduce,reduce_scatter,all_gather, --max-iters 50")
     p.add_argument("--skip-install", action="store_true", help="do not run install.sh first")
@@ -361,6 +377,7 @@ def main() -> int:
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "commit": args.commit, "machine": cpu_model(), "cpus": os.cpu_count(),
             "load_start": load(), "quick": args.quick, "max_iters": args.max_iters,
+            "repeats": args.repeats,
             "method": "rank 0's median of per-op times after barrier, warm-up, barrier; "
                       "fp32 SUM; one process per rank, one intra-op thread each"}
     print(f"{meta['machine']}, {meta['cpus']} CPUs, load average {meta['load_start']}")
@@ -374,20 +391,21 @@ def main() -> int:
     tmp.mkdir(parents=True, exist_ok=True)
     records: list[dict] = []
     runs: list[dict] = []
-    for world in args.worlds:
-        for lib in libs:
-            if lib == "memcpy":
-                continue
-            recs, run = time_lib(lib, world, ",".join(ops), sizes, args, tmp)
-            records += recs
-            runs.append(run)
-            print(f"  world {world:2d} {LABEL[lib]:20s} {run['seconds']:7.1f} s  load "
-                  f"{run['load_before']} -> {run['load_after']}  {run['status']}", flush=True)
-            # What is measured so far, in case the run is stopped (marked partial).
-            partial = document(records, runs, libs, {**meta, "partial": True, "load_end": load(),
-                                                     "seconds": time.monotonic() - t_start})
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps({**partial, "records": records}, indent=1))
+    for rep, world, lib in ((rep, w, lib) for rep in range(args.repeats)
+                            for w in args.worlds for lib in libs):
+        if lib == "memcpy":
+            continue
+        recs, run = time_lib(lib, world, ",".join(ops), sizes, args, tmp)
+        run["repeat"] = rep
+        records += recs
+        runs.append(run)
+        print(f"  world {world:2d} {LABEL[lib]:20s} {run['seconds']:7.1f} s  load "
+              f"{run['load_before']} -> {run['load_after']}  {run['status']}", flush=True)
+        # What is measured so far, in case the run is stopped (marked partial).
+        partial = document(records, runs, libs, {**meta, "partial": True, "load_end": load(),
+                                                 "seconds": time.monotonic() - t_start})
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({**partial, "records": records}, indent=1))
     if "memcpy" in libs:  # every byte count any case used
         all_bytes = sorted({r["bytes"] for r in records} or
                            {case_bytes(o, int(s), w) for o in ops for s in sizes.split(",")

@@ -68,6 +68,18 @@ def test_rows_ratios_and_memcpy() -> None:
             run.parse_size("64K"), run.parse_size("16MiB")] == [64, 8, 65536, 16 << 20]
 
 
+def test_repeats_give_the_median_of_their_medians() -> None:
+    run = _load_run()
+    recs = FAKE + [_rec("tpu_dist_cpp", "all_reduce", 2, 8, 9.0),
+                   _rec("tpu_dist_cpp", "all_reduce", 2, 8, 1.0),
+                   _rec("impi", "all_reduce", 2, 8, 0.5)]
+    ar = run.merge(recs)[0]
+    assert ar["tpu_dist_cpp_us"] == 1.2 and ar["tpu_dist_cpp_us_repeats"] == [1.2, 9.0, 1.0]
+    assert ar["impi_us"] == 0.4  # median of 0.3 and 0.5
+    assert ar["cpp_over_best_peer"] == 3.0  # 1.2 / 0.4 (openmpi 0.4 ties; either is 0.4)
+    assert "deepspeed_shm_us_repeats" not in ar  # one run: no list
+
+
 def test_json_markdown_and_plot_from_a_fake_run(tmp_path: Path) -> None:
     src = tmp_path / "in.json"
     runs = [{"lib": "openmpi", "world": 2, "seconds": 0.5, "load_before": "1 1 1",
