@@ -296,6 +296,26 @@ def lib_command(lib: str, world: int, ops: str, sizes: str, args) -> tuple[list,
     return f"unknown library {lib}"
 
 
+def shm_segments() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def remove_shm(names: set[str], prefix: str) -> int:
+    """Unlinks the /dev/shm entries among `names` that start with `prefix`."""
+    removed = 0
+    for name in sorted(names):
+        if name.startswith(prefix):
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
 def time_lib(lib: str, world: int, ops: str, sizes: str, args, tmp: Path):
     """Runs one library at one world: (records, run summary)."""
     lb, t0 = load(), time.monotonic()
@@ -309,7 +329,11 @@ def time_lib(lib: str, world: int, ops: str, sizes: str, args, tmp: Path):
     env = {"OMP_NUM_THREADS": "1", **env}
     json_out = tmp / f"{lib}_w{world}.json"
     argv = [a.replace("@JSON@", str(json_out)) for a in argv]
+    shm_before = shm_segments()
     rc, out, err = run_cmd(argv, args.timeout, env)
+    if lib == "deepspeed_shm":
+        # DeepSpeed's shm op never unlinks its buffers: remove the ones this run made.
+        run["shm_removed"] = remove_shm(shm_segments() - shm_before, "deepspeed_allreduce_buffer_")
     if lib == "tpu_dist_cpp" and json_out.exists():
         doc = json.loads(json_out.read_text())
         run["version"] = f"commit {args.commit}"
