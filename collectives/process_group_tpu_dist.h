@@ -130,7 +130,7 @@ class ProcessGroupTpuDist : public c10d::Backend {
     // that run ahead, streamed broadcast) even on idle cores: tests and
     // experiments (shm::CommOptions::assume_foreign_load).
     bool shm_assume_foreign_load = false;
-    int64_t small_allreduce_bytes = 64 << 10;  // one-shot allreduce limit
+    int64_t small_allreduce_bytes = 32 << 10;  // one-shot allreduce limit
     // Across hosts: payloads of at least this many bytes use every local
     // rank's TCP rail at once (HierarchicalOptions::multi_rail_min_bytes).
     int64_t multi_rail_min_bytes = 2 << 20;
