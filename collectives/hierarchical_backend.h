@@ -60,7 +60,7 @@ namespace tpudist::collectives {
 
 struct HierarchicalOptions {
   shm::CommOptions shm;            // group_name is suffixed per host
-  int64_t small_allreduce_bytes = 64 << 10;
+  int64_t small_allreduce_bytes = 32 << 10;  // as ProcessGroupTpuDist::Options
   std::string bind_address;        // numeric, see ResolveBindAddress
   std::string advertise_address;   // "" = bind_address
   std::string job_secret;          // bytes; "" = TCP connections unauthenticated

@@ -137,7 +137,9 @@ TEST(GroupConfigTest, ShmTuningFromTheEnvironment) {
   EXPECT_FALSE(c.tpu_dist.shm_assume_foreign_load);
   EXPECT_EQ(c.tpu_dist.shm_slot_bytes, 0);
   EXPECT_EQ(c.tpu_dist.shm_num_slots, 0);
-  EXPECT_EQ(c.tpu_dist.small_allreduce_bytes, 64 << 10);
+  // No variable: the backend's own default (its Options contract).
+  EXPECT_EQ(c.tpu_dist.small_allreduce_bytes,
+            ::tpudist::collectives::ProcessGroupTpuDist::Options{}.small_allreduce_bytes);
   EXPECT_TRUE(c.tpu_dist.shm_p2p);
   EXPECT_FALSE(Resolve(nullptr, {{"TPU_DIST_SHM_P2P", "0"}}).tpu_dist.shm_p2p);
   EXPECT_TRUE(Resolve(nullptr, {{"TPU_DIST_SHM_P2P", "1"}}).tpu_dist.shm_p2p);
