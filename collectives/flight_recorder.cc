@@ -25,8 +25,9 @@ uint64_t FlightRecorder::Record(Op op) {
   return RecordInPlace([&op](Op& e) { e = std::move(op); });
 }
 
-uint64_t FlightRecorder::RecordInPlace(absl::FunctionRef<void(Op&)> fill) {
-  const int64_t now = absl::GetCurrentTimeNanos();
+uint64_t FlightRecorder::RecordInPlace(absl::FunctionRef<void(Op&)> fill,
+                                       int64_t started_at_ns) {
+  const int64_t now = started_at_ns > 0 ? started_at_ns : absl::GetCurrentTimeNanos();
   absl::MutexLock lock(&mu_);
   const uint64_t op_id = next_op_id_++;
   Entry* e;
@@ -45,6 +46,11 @@ uint64_t FlightRecorder::RecordInPlace(absl::FunctionRef<void(Op&)> fill) {
   e->retired = false;
   e->error.clear();
   if (!e->op.is_p2p) progress_.last_enqueued = static_cast<int64_t>(e->op.collective_seq_id);
+  if (started_at_ns > 0) {
+    e->time_started_ns = now;
+    e->state = State::kStarted;
+    if (!e->op.is_p2p) progress_.last_started = static_cast<int64_t>(e->op.collective_seq_id);
+  }
   return op_id;
 }
 

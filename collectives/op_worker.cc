@@ -109,13 +109,23 @@ int64_t OpWorker::ops_done() const {
 
 bool OpWorker::RunInlineIfIdle(const std::function<void()>& op,
                                const std::function<void()>& then) {
-  State& s = *state_;
-  {
-    absl::MutexLock lock(&s.mu);
-    if (s.busy || !s.queue.empty() || s.stop) return false;
-    s.busy = true;
-  }
+  if (!BeginInline()) return false;
   op();
+  EndInline();
+  if (then) then();
+  return true;
+}
+
+bool OpWorker::BeginInline() {
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  if (s.busy || !s.queue.empty() || s.stop) return false;
+  s.busy = true;
+  return true;
+}
+
+void OpWorker::EndInline() {
+  State& s = *state_;
   bool pending;
   {
     absl::MutexLock lock(&s.mu);
@@ -126,8 +136,6 @@ bool OpWorker::RunInlineIfIdle(const std::function<void()>& op,
   // Wake the worker only if ops queued up meanwhile: an idle worker woken
   // for nothing costs a context switch per inline op.
   if (pending) s.cv.SignalAll();
-  if (then) then();
-  return true;
 }
 
 bool OpWorker::QueuedOp::RunHere() const {

@@ -107,6 +107,13 @@ class OpWorker {
   // ops, where two thread handoffs would cost more than the op.
   bool RunInlineIfIdle(const std::function<void()>& op,
                        const std::function<void()>& then = nullptr);
+  // RunInlineIfIdle in two halves, for a caller that runs its op without
+  // wrapping it in a std::function: BeginInline() returns true if no op is
+  // queued or running and the worker is not stopping, and then counts the caller
+  // as the running op; the caller runs the op and calls EndInline() exactly
+  // once, then does its `then` step. false: nothing changed; queue the op.
+  bool BeginInline();
+  void EndInline();
 
   // Runs `task` on one of the callback threads (completing a Work's future
   // and running its callbacks): never on the worker thread, never behind a

@@ -129,7 +129,8 @@ void ProcessGroupTpuDist::setGroupUid(const std::string& pg_uid) {
 uint64_t ProcessGroupTpuDist::FrRecord(const char* name, c10d::OpType type, uint64_t seq,
                                        std::chrono::milliseconds timeout,
                                        const std::vector<at::Tensor>& inputs,
-                                       const std::vector<at::Tensor>& outputs, int peer) {
+                                       const std::vector<at::Tensor>& outputs, int peer,
+                                       int64_t started_at_ns) {
   if (!fr_desc_synced_.load(std::memory_order_relaxed) && !fr_desc_synced_.exchange(true)) {
     // torch sets the description (default_pg, ...) after construction, before any op.
     recorder_->Rename("", getGroupDesc());
@@ -163,7 +164,7 @@ uint64_t ProcessGroupTpuDist::FrRecord(const char* name, c10d::OpType type, uint
     describe(inputs, op.input_sizes, op.input_dtypes);
     describe(outputs, op.output_sizes, op.output_dtypes);
     op.timeout_ms = timeout.count();
-  });
+  }, started_at_ns);
 }
 
 void ProcessGroupTpuDist::FrFinished(uint64_t id, const absl::Status& status) {
@@ -282,67 +283,82 @@ std::chrono::milliseconds ProcessGroupTpuDist::OpTimeout(
   return requested == c10d::kUnsetTimeout ? timeout() : requested;
 }
 
+void ProcessGroupTpuDist::RunOp(const char* name, std::chrono::milliseconds timeout,
+                                int64_t bytes, bool fr, uint64_t fr_id, absl::Time start,
+                                const OpBody& body, TpuDistWork* work) {
+  OpContext ctx;
+  ctx.name = name;
+  ctx.bytes = bytes;
+  ctx.start = start;
+  ctx.timeout = absl::FromChrono(timeout);
+  absl::Status s;
+  try {
+    s = body(*backend_, ctx);
+  } catch (const std::exception& e) {  // torch copy_ / store errors
+    s = backend_->Poison(absl::InternalError(
+        absl::StrCat(name, ": ", ::tpudist::collectives::ExceptionMessage(e))));
+  }
+  if (fr) FrFinished(fr_id, s);
+  work->set_op_status(std::move(s));
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
     const char* name, c10d::OpType type, std::chrono::milliseconds timeout,
     int64_t bytes, bool caller_waits, std::vector<at::Tensor> outputs, OpBody body,
     const std::vector<at::Tensor>& inputs, int peer) {
   TORCH_CHECK(worker_ != nullptr, "tpu_dist group '", options_.group_name, "' rank ", rank_,
               ": ", name, " after a failed Reconfigure: ", disconnected_.ToString());
-  // Flight recorder: scheduled now, started and ended by `run` below (on the
-  // worker or inline). A coalesced op's completion marker is not an op.
-  uint64_t fr_id = 0;
+  // Flight recorder: scheduled, started and ended around the op. A
+  // coalesced op's completion marker is not an op.
   const bool fr = recorder_ != nullptr && type != c10d::OpType::ALLREDUCE_COALESCED &&
                   type != c10d::OpType::ALLGATHER_COALESCED &&
                   type != c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED &&
                   type != c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED;
-  if (fr) {
-    fr_id = FrRecord(name, type, op_seq_, timeout, inputs.empty() ? outputs : inputs, outputs,
-                     peer);
-  }
-  auto work = c10::make_intrusive<TpuDistWork>(rank_, type, std::move(outputs), timeout);
-  // The op computes its status; `finish` completes the Work after the worker
-  // counts as idle again (OpWorker's `then`), so a caller woken by it can run
-  // its next waited-on op inline.
-  // `run` leaves the op's status in the Work (which `finish` holds, so it
-  // outlives `run`); `finish` completes the Work with it.
-  TpuDistWork* result = work.get();
   // A held future completes on the worker's callback threads (work.h).
   CallbackThreads* callbacks =
       (type == c10d::OpType::RECV ? p2p_worker_ : worker_)->callbacks();
+  // Collectives whose caller waits at once (c10d's asyncOp == false) run on
+  // the calling thread when the queue is idle (issue order is unaffected):
+  // no thread handoff, no closures; scheduled and started are one time. An
+  // async op (the c10d default; FSDP's prefetch, Python's async_op=True) goes
+  // to the worker: run inline it would block its issuer until every peer
+  // arrived; a wait() on it while it is still next in an idle queue runs it
+  // on the waiter (work.h). A recv waits on the p2p worker: it must block
+  // neither the issuer nor the collectives queued after it.
+  if (type != c10d::OpType::RECV && caller_waits && bytes <= options_.inline_max_bytes &&
+      worker_->BeginInline()) {
+    const int64_t now_ns = absl::GetCurrentTimeNanos();
+    const uint64_t fr_id = fr ? FrRecord(name, type, op_seq_, timeout,
+                                         inputs.empty() ? outputs : inputs, outputs, peer, now_ns)
+                              : 0;
+    auto work = c10::make_intrusive<TpuDistWork>(rank_, type, std::move(outputs), timeout);
+    RunOp(name, timeout, bytes, fr, fr_id, absl::FromUnixNanos(now_ns), body, work.get());
+    // The worker counts as idle before the Work completes, so a caller woken
+    // by the completion can run its next op inline too.
+    worker_->EndInline();
+    work->Finish(work->op_status(), callbacks);
+    return work;
+  }
+  const uint64_t fr_id =
+      fr ? FrRecord(name, type, op_seq_, timeout, inputs.empty() ? outputs : inputs, outputs, peer)
+         : 0;
+  auto work = c10::make_intrusive<TpuDistWork>(rank_, type, std::move(outputs), timeout);
+  TpuDistWork* result = work.get();
+  // `run` leaves the op's status in the Work (which `finish` holds, so it
+  // outlives `run`); `finish` completes the Work with it after the worker
+  // counts as idle again (OpWorker's `then`).
   std::function<void()> finish = [work, callbacks] { work->Finish(work->op_status(), callbacks); };
   std::function<void()> run = [this, result, name, timeout, bytes, fr, fr_id,
                                body = std::move(body)] {
-    OpContext ctx;
-    ctx.name = name;
-    ctx.bytes = bytes;
-    ctx.start = absl::Now();
-    if (fr) recorder_->Started(fr_id, absl::ToUnixNanos(ctx.start));
-    ctx.timeout = absl::FromChrono(timeout);
-    absl::Status s;
-    try {
-      s = body(*backend_, ctx);
-    } catch (const std::exception& e) {  // torch copy_ / store errors
-      s = backend_->Poison(absl::InternalError(absl::StrCat(name, ": ", ::tpudist::collectives::ExceptionMessage(e))));
-    }
-    if (fr) FrFinished(fr_id, s);
-    result->set_op_status(std::move(s));
+    const absl::Time start = absl::Now();
+    if (fr) recorder_->Started(fr_id, absl::ToUnixNanos(start));
+    RunOp(name, timeout, bytes, fr, fr_id, start, body, result);
   };
-  // Collectives whose caller waits at once (c10d's asyncOp == false) skip
-  // the two thread handoffs when the queue is idle (issue order is
-  // unaffected). An async op (the c10d default; FSDP's prefetch, Python's
-  // async_op=True) goes to the worker: run inline it would block its issuer
-  // until every peer arrived; a wait() on it while it is still next in an
-  // idle queue runs it on the waiter (work.h). A recv waits on the p2p
-  // worker: it must block neither the issuer nor the collectives queued
-  // after it.
   if (type == c10d::OpType::RECV) {
     work->set_queued_op(p2p_worker_->Enqueue(std::move(run), std::move(finish)));
-    return work;
+  } else {
+    work->set_queued_op(worker_->Enqueue(std::move(run), std::move(finish)));
   }
-  if (caller_waits && bytes <= options_.inline_max_bytes && worker_->RunInlineIfIdle(run, finish)) {
-    return work;
-  }
-  work->set_queued_op(worker_->Enqueue(std::move(run), std::move(finish)));
   return work;
 }
 

@@ -399,10 +399,17 @@ class ProcessGroupTpuDist : public c10d::Backend {
   // scheduled (seq: its collective sequence number; peer >= 0: a send to /
   // recv from that group rank) and returns its id; FrFinished marks it ended
   // and, on the group's first failure, dumps and asks every rank to dump.
+  // started_at_ns > 0: recorded as started then too (an inline op).
   uint64_t FrRecord(const char* name, c10d::OpType type, uint64_t seq,
                     std::chrono::milliseconds timeout, const std::vector<at::Tensor>& inputs,
-                    const std::vector<at::Tensor>& outputs, int peer);
+                    const std::vector<at::Tensor>& outputs, int peer,
+                    int64_t started_at_ns = 0);
   void FrFinished(uint64_t id, const absl::Status& status);
+  // Runs `body` against the backend (started at `start`), records its end
+  // (fr: flight-recorder entry fr_id) and leaves its status in `work`. On the
+  // thread that runs the op: the worker, or the issuer for an inline op.
+  void RunOp(const char* name, std::chrono::milliseconds timeout, int64_t bytes, bool fr,
+             uint64_t fr_id, absl::Time start, const OpBody& body, TpuDistWork* work);
   std::chrono::milliseconds OpTimeout(std::chrono::milliseconds requested) const;
   // Construction / Reconfigure: the flight recorder for rank_ of size_, and
   // the connections over a new generation of `store` (process_group_tpu_dist.cc).

@@ -84,7 +84,8 @@ bool TpuDistWork::wait(std::chrono::milliseconds timeout) {
   // next in an idle queue (a no-op once it has been taken or has finished).
   if (limit >= op_timeout_) queued_op_.RunHere();
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!cv_.wait_for(lock, limit, [&] { return completed_; })) {
+  // (An op that ran inline is complete here: no deadline, no clock read.)
+  if (!completed_ && !cv_.wait_for(lock, limit, [&] { return completed_; })) {
     throw std::runtime_error("tpu_dist: Work::wait timed out after " +
                              std::to_string(limit.count()) + " ms");
   }

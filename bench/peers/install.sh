@@ -74,7 +74,7 @@ get_accelerator().create_op_builder("ShareMemCommBuilder").load()' >> "$log" 2>&
 fi
 
 cflags=(-O2 -std=c11 -Wall)
-cc -O2 -std=c11 -Wall -DPEERS_MEMCPY_ONLY -o "$peers/bin/mpi_peers_memcpy" "$here/mpi_peers.c" \
+cc -O2 -std=c11 -Wall -pthread -DPEERS_MEMCPY_ONLY -o "$peers/bin/mpi_peers_memcpy" "$here/mpi_peers.c" \
   >> "$log" 2>&1 || echo "install.sh: memcpy build failed (see $log)" >&2
 built=0
 build() {  # build NAME MPICC [env...]

@@ -7,6 +7,10 @@
  *       [--max_iters 200] [--lib NAME]
  *   mpi_peers_memcpy --sizes 8,4096 [--max_iters 200]   (built with
  *       -DPEERS_MEMCPY_ONLY: single-thread memcpy of the same bytes, no MPI)
+ *   mpi_peers_memcpy --pingpong 20000   (same build: the round trip of one
+ *       cache line between two threads pinned to the first two CPUs, the
+ *       host's core-to-core latency, which every shm collective pays per
+ *       synchronisation; rank 0's line as above with "op": "round_trip")
  *
  * Sizes follow bench/README.md: the largest buffer a rank touches (the
  * tensor of all_reduce and broadcast, the gathered output of all_gather, the
@@ -17,7 +21,7 @@
  *   {"lib": "openmpi", "op": "all_reduce", "world": 2, "bytes": 8,
  *    "time_us": 0.31, "iters": 200}
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +67,8 @@ static void* alloc_filled(int64_t bytes) {
 }
 
 #ifdef PEERS_MEMCPY_ONLY
+#include <pthread.h>
+#include <sched.h>
 
 static double now_s(void) {
   struct timespec ts;
@@ -70,12 +76,84 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* One cache line bounced between two threads: the main thread writes an odd
+ * value, the echo thread answers with the next even one. */
+static struct {
+  _Alignas(64) volatile int64_t ball;
+  _Alignas(64) int64_t rounds;
+  int cpu;
+} pp;
+
+static int pin(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+}
+
+static void* echo(void* arg) {
+  (void)arg;
+  if (pin(pp.cpu) != 0) return NULL;
+  for (int64_t i = 0; i < pp.rounds; ++i) {
+    const int64_t want = 2 * i + 1;
+    while (__atomic_load_n(&pp.ball, __ATOMIC_ACQUIRE) != want) {
+    }
+    __atomic_store_n(&pp.ball, want + 1, __ATOMIC_RELEASE);
+  }
+  return NULL;
+}
+
+/* Median round trip over batches of 100, in us, between the first two CPUs
+ * this process may run on; < 0 when there are not two. */
+static double round_trip_us(int64_t rounds) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return -1;
+  int cpus[2], found = 0;
+  for (int c = 0; c < CPU_SETSIZE && found < 2; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus[found++] = c;
+  }
+  if (found < 2) return -1;
+  const int64_t batch = 100, batches = rounds / batch > 0 ? rounds / batch : 1;
+  pp.ball = 0;
+  pp.rounds = batches * batch;
+  pp.cpu = cpus[1];
+  pthread_t t;
+  if (pin(cpus[0]) != 0 || pthread_create(&t, NULL, echo, NULL) != 0) return -1;
+  double* per = malloc(sizeof(double) * (size_t)batches);
+  for (int64_t b = 0; b < batches; ++b) {
+    const double t0 = now_s();
+    for (int64_t i = b * batch; i < (b + 1) * batch; ++i) {
+      __atomic_store_n(&pp.ball, 2 * i + 1, __ATOMIC_RELEASE);
+      while (__atomic_load_n(&pp.ball, __ATOMIC_ACQUIRE) != 2 * i + 2) {
+      }
+    }
+    per[b] = (now_s() - t0) / (double)batch;
+  }
+  pthread_join(t, NULL);
+  const double m = median(per, batches) * 1e6;
+  free(per);
+  sched_setaffinity(0, sizeof(allowed), &allowed);
+  return m;
+}
+
 int main(int argc, char** argv) {
   char* sizes_arg = NULL;
   int64_t max_iters = 200;
+  int64_t pingpong = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--sizes") == 0) sizes_arg = argv[i + 1];
     else if (strcmp(argv[i], "--max_iters") == 0) max_iters = atoll(argv[i + 1]);
+    else if (strcmp(argv[i], "--pingpong") == 0) pingpong = atoll(argv[i + 1]);
+  }
+  if (pingpong > 0) {
+    const double us = round_trip_us(pingpong);
+    if (us < 0) {
+      fprintf(stderr, "mpi_peers_memcpy: --pingpong needs two CPUs to pin to\n");
+      return 1;
+    }
+    printf("{\"lib\": \"pingpong\", \"op\": \"round_trip\", \"world\": 2, \"bytes\": 64, "
+           "\"time_us\": %.4f, \"iters\": %lld}\n", us, (long long)pingpong);
+    return 0;
   }
   if (sizes_arg == NULL || max_iters < 1) {
     fprintf(stderr, "usage: mpi_peers_memcpy --sizes 8,4096 [--max_iters N]\n");

@@ -22,6 +22,11 @@ for each world on each library, world by world, one library after the other:
                   op with a backend that does nothing; a floor, not a peer
   memcpy          one thread, one process, memcpy of the same bytes
 
+Before every library run, the host's core-to-core round trip (one cache line
+bounced between two threads pinned to two CPUs, `mpi_peers_memcpy --pingpong`)
+is timed and kept with that run (`core_rtt_us`): every shared-memory
+synchronisation pays it, and on a virtual machine it moves with the host.
+
 The method, the same in all: one process per rank, one intra-op thread each, fp32
 SUM; per case barrier, one warm-up op, barrier, N ops each timed on its own,
 rank 0's median; N = clamp(512 MiB / size, 5, --max-iters). --repeats R: the
@@ -202,12 +207,20 @@ def report(doc: dict) -> str:
            "",
            table(doc["rows"], libs),
            "",
-           "| library | version | world | wall s | load before -> after | status |",
-           "|---|---|---|---|---|---|"]
+           "| library | version | world | wall s | load before -> after | core round trip us "
+           "| status |",
+           "|---|---|---|---|---|---|---|"]
     for run in doc["runs"]:
+        rtt = run.get("core_rtt_us")
         out.append(f"| {LABEL.get(run['lib'], run['lib'])} | {run.get('version') or '-'} | "
                    f"{run.get('world', '-')} | {run['seconds']:.1f} | {run['load_before']} -> "
-                   f"{run['load_after']} | {run['status']} |")
+                   f"{run['load_after']} | {'-' if rtt is None else f'{rtt:.3f}'} | "
+                   f"{run['status']} |")
+    rtts = sorted(r["core_rtt_us"] for r in doc["runs"] if r.get("core_rtt_us"))
+    if rtts:
+        out += ["", f"Core-to-core round trip (one cache line, two pinned threads) before "
+                f"each library run: {rtts[0]:.3f} - {statistics.median(rtts):.3f} - "
+                f"{rtts[-1]:.3f} us (min - median - max over {len(rtts)} runs)."]
     return "\n".join(out) + "\n"
 
 
@@ -316,11 +329,20 @@ def remove_shm(names: set[str], prefix: str) -> int:
     return removed
 
 
+def core_rtt_us(args) -> float | None:
+    """The core-to-core round trip now (us), or None where it cannot run."""
+    exe = Path(args.peers_dir) / "bin" / "mpi_peers_memcpy"
+    rc, out, _ = run_cmd([str(exe), "--pingpong", "20000"], 60)
+    times = [r["time_us"] for r in json_lines(out) if r.get("op") == "round_trip"]
+    return times[0] if rc == 0 and times else None
+
+
 def time_lib(lib: str, world: int, ops: str, sizes: str, args, tmp: Path):
     """Runs one library at one world: (records, run summary)."""
+    rtt = core_rtt_us(args)
     lb, t0 = load(), time.monotonic()
     cmd = lib_command(lib, world, ops, sizes, args)
-    run = {"lib": lib, "world": world, "load_before": lb}
+    run = {"lib": lib, "world": world, "load_before": lb, "core_rtt_us": rtt}
     records: list[dict] = []
     if isinstance(cmd, str):
         run.update(seconds=0.0, load_after=lb, status=f"skipped: {cmd}")

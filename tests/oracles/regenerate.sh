@@ -14,6 +14,27 @@ python="${PYTHON:-${repo}/.venv/bin/python}"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 TOKENIZERS_PARALLELISM=false
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
 mkdir -p "${out}"
+# TPU_DIST_ORACLE_CACHE=DIR (ctest's oracle_fixtures sets it): reuse a set
+# made before from exactly the same inputs, as ccache reuses an
+# object file; otherwise make it and keep a copy there. Inputs: these
+# scripts, data/ (the tiny model and instructions they read), the pinned
+# requirements, the interpreter, this CPU's kernel tag. The values are those
+# a fresh run makes (the scripts are deterministic: test_fixtures_fresh.py).
+cache=""
+if [[ -n "${TPU_DIST_ORACLE_CACHE:-}" ]]; then
+  key="$( { cat "${here}"/*.py "${here}/regenerate.sh" "${repo}/requirements.txt" \
+              "${repo}/requirements-lock.txt";
+            find "${repo}/data" -type f | LC_ALL=C sort | xargs sha256sum | sed "s|${repo}/||"
+            "${python}" -c 'import sys; print(sys.version)';
+            "${python}" "${here}/cpu_tag.py" /dev/stdout; } | sha256sum | cut -c1-24)"
+  cache="${TPU_DIST_ORACLE_CACHE}/${key}"
+  if [[ -f "${cache}/.complete" ]]; then
+    cp -r "${cache}/." "${out}/"
+    rm -f "${out}/.complete"
+    echo "regenerate.sh: oracle fixtures from the cache ${cache} (same inputs)"
+    exit 0
+  fi
+fi
 "${python}" "${here}/make_gemma_fixtures.py" --out "${out}/gemma"
 "${python}" "${here}/make_tokenizer_fixtures.py" --out "${out}/tokenizer"
 "${python}" "${here}/fsdp2_gemma_oracle.py" --out "${out}/fsdp2"
@@ -28,3 +49,11 @@ mkdir -p "${out}"
 for d in gemma tokenizer fsdp2 dtensor hsdp hsdp_gemma; do
   cp "${out}/cpu.json" "${out}/${d}/cpu.json"
 done
+if [[ -n "${cache}" ]]; then
+  # Written aside, then renamed: a run stopped half-way leaves no entry.
+  mkdir -p "${TPU_DIST_ORACLE_CACHE}"
+  tmp="$(mktemp -d "${TPU_DIST_ORACLE_CACHE}/.tmp.XXXXXX")"
+  cp -r "${out}/." "${tmp}/" && touch "${tmp}/.complete" && mv -T "${tmp}" "${cache}" 2>/dev/null \
+    || rm -rf "${tmp}"
+  echo "regenerate.sh: kept a copy in ${cache}"
+fi

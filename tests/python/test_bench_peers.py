@@ -83,7 +83,12 @@ def test_repeats_give_the_median_of_their_medians() -> None:
 def test_json_markdown_and_plot_from_a_fake_run(tmp_path: Path) -> None:
     src = tmp_path / "in.json"
     runs = [{"lib": "openmpi", "world": 2, "seconds": 0.5, "load_before": "1 1 1",
-             "load_after": "1 1 1", "status": "ok", "version": "Open MPI v4.1.4"}]
+             "load_after": "1 1 1", "status": "ok", "version": "Open MPI v4.1.4",
+             "core_rtt_us": 0.41},
+            {"lib": "impi", "world": 2, "seconds": 0.4, "load_before": "1 1 1",
+             "load_after": "1 1 1", "status": "ok", "core_rtt_us": 0.2},
+            {"lib": "mpich", "world": 2, "seconds": 0.0, "load_before": "1 1 1",
+             "load_after": "1 1 1", "status": "skipped: not built", "core_rtt_us": None}]
     src.write_text(json.dumps({
         "date": "2026-12-06T08:00:00Z", "commit": "abc", "machine": "Test CPU", "cpus": 2,
         "load_start": "1 1 1", "load_end": "2 2 2", "seconds": 12.0, "quick": True,
@@ -99,7 +104,10 @@ def test_json_markdown_and_plot_from_a_fake_run(tmp_path: Path) -> None:
     assert [(p["world"], len(p["rows"])) for p in doc["results"]] == [(2, 1), (4, 1)]
     md = out.with_suffix(".md").read_text()
     assert "Test CPU" in md and "load average 1 1 1 at start, 2 2 2 at end" in md
-    assert "| Open MPI | Open MPI v4.1.4 | 2 | 0.5 | 1 1 1 -> 1 1 1 | ok |" in md
+    assert "| Open MPI | Open MPI v4.1.4 | 2 | 0.5 | 1 1 1 -> 1 1 1 | 0.410 | ok |" in md
+    assert "| MPICH | - | 2 | 0.0 | 1 1 1 -> 1 1 1 | - | skipped: not built |" in md
+    # The host's core-to-core round trip over the runs that measured it.
+    assert "each library run: 0.200 - 0.305 - 0.410 us (min - median - max over 2 runs)" in md
     png = out.with_suffix(".png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", png[16:24])
