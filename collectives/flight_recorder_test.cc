@@ -87,6 +87,27 @@ TEST(FlightRecorderTest, StatesScheduledStartedCompleted) {
   (void)c;
 }
 
+// An op run inline is recorded as scheduled and started at one time.
+TEST(FlightRecorderTest, RecordedAsStartedAtTheGivenTime) {
+  FlightRecorder fr(4, TwoRanks());
+  const int64_t t = 1'700'000'000'123'456'789;
+  const uint64_t a = fr.RecordInPlace([](FlightRecorder::Op& op) { op = AllReduce(1, 4); }, t);
+  const uint64_t b = fr.RecordInPlace([](FlightRecorder::Op& op) { op = AllReduce(2, 4); });
+  std::vector<FlightRecorder::Entry> e = fr.Entries();
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].state, FlightRecorder::State::kStarted);
+  EXPECT_EQ(e[0].time_created_ns, t);
+  ASSERT_TRUE(e[0].time_started_ns.has_value());
+  EXPECT_EQ(*e[0].time_started_ns, t);
+  EXPECT_EQ(e[1].state, FlightRecorder::State::kScheduled);
+  EXPECT_FALSE(e[1].time_started_ns.has_value());
+  EXPECT_EQ(fr.progress().last_started, 1);
+  EXPECT_EQ(fr.progress().last_enqueued, 2);
+  fr.Finished(a, absl::OkStatus());
+  EXPECT_EQ(fr.Entries()[0].state, FlightRecorder::State::kCompleted);
+  (void)b;
+}
+
 TEST(FlightRecorderTest, AFailedOpStaysStartedWithItsError) {
   FlightRecorder fr(4, TwoRanks());
   const uint64_t a = fr.Record(AllReduce(1, 4));

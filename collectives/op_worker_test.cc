@@ -96,6 +96,29 @@ TEST(OpWorkerTest, ThenRunsOnceTheWorkerIsIdle) {
   EXPECT_EQ(order, (std::vector<int>{1, 2}));
 }
 
+// BeginInline/EndInline (the process group's inline path): refused while an
+// op runs or is queued, and while the caller holds the worker, a queued op
+// waits for EndInline; ops_done counts the inline op.
+TEST(OpWorkerTest, BeginInlineOnlyWhenIdleAndHoldsTheWorkerUntilEndInline) {
+  OpWorker w;
+  std::atomic<bool> release{false}, queued_ran{false};
+  w.Enqueue([&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  EXPECT_FALSE(w.BeginInline());  // an op queued or running
+  release = true;
+  ASSERT_TRUE(WaitFor([&] { return w.ops_done() == 1; }, std::chrono::seconds(2)));
+  bool held = false;  // (WaitFor asks once more after success: remember it)
+  ASSERT_TRUE(WaitFor([&] { return held || (held = w.BeginInline()); }, std::chrono::seconds(2)));
+  EXPECT_FALSE(w.BeginInline());  // the caller holds it
+  w.Enqueue([&] { queued_ran = true; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(queued_ran.load());  // FIFO: behind the inline op
+  w.EndInline();
+  ASSERT_TRUE(WaitFor([&] { return queued_ran.load(); }, std::chrono::seconds(2)));
+  EXPECT_EQ(w.ops_done(), 3);
+}
+
 TEST(OpWorkerTest, DestroyedByItsOwnOpDoesNotDeadlockOrAbort) {
   // The only owner of the worker is the closure of an op queued on it, so
   // the worker is destroyed on its own thread when that closure is dropped.
