@@ -25,7 +25,9 @@ for each world on each library, world by world, one library after the other:
 Before every library run, the host's core-to-core round trip (one cache line
 bounced between two threads pinned to two CPUs, `mpi_peers_memcpy --pingpong`)
 is timed and kept with that run (`core_rtt_us`): every shared-memory
-synchronisation pays it, and on a virtual machine it moves with the host.
+synchronisation pays it, and on a virtual machine it moves with the host. The
+report adds C++ / best MPI per row within each host state (runs after a round
+trip under twice the run's shortest, and the others).
 
 The method, the same in all: one process per rank, one intra-op thread each, fp32
 SUM; per case barrier, one warm-up op, barrier, N ops each timed on its own,
@@ -168,6 +170,41 @@ def merge(records: list[dict]) -> list[dict]:
     return out
 
 
+def by_host_state(records: list[dict]) -> list[dict]:
+    """C++ / best MPI per row, separately for the runs timed after a short core
+    round trip ("near": under twice the run's shortest) and after a long one
+    ("far"): the host moves two vCPUs between cache-sharing cores and not, and
+    every library moves with it. Rows where C++ and a peer ran in the state."""
+    rtts = [r["core_rtt_us"] for r in records if r.get("core_rtt_us")]
+    if not rtts:
+        return []
+    cut = 2 * min(rtts)
+    cells: dict[tuple, list[float]] = {}
+    for r in records:
+        if r.get("core_rtt_us") is None or "op" not in r or r.get("lib") == "memcpy":
+            continue
+        state = "near" if r["core_rtt_us"] < cut else "far"
+        cells.setdefault((r["op"], r["world"], r["bytes"], state, r["lib"]), []).append(
+            r["time_us"])
+    mpis = [k for k, _, kind in LIBS if kind == "peer"]
+    out = []
+    for op, world, nbytes in sorted({k[:3] for k in cells},
+                                    key=lambda k: (OPS.index(k[0]) if k[0] in OPS else 99,
+                                                   k[1], k[2])):
+        row = {"op": op, "world": world, "bytes": nbytes}
+        for state in ("near", "far"):
+            cpp = cells.get((op, world, nbytes, state, "tpu_dist_cpp"))
+            peers = [(statistics.median(v), lib) for lib in mpis
+                     if (v := cells.get((op, world, nbytes, state, lib)))]
+            if cpp and peers:
+                best = min(peers)
+                row[f"{state}_ratio"] = round(statistics.median(cpp) / best[0], 3)
+                row[f"{state}_runs"] = len(cpp)
+        if any(k.endswith("_ratio") for k in row):
+            out.append(row)
+    return out
+
+
 def fmt_us(v) -> str:
     if v is None:
         return "-"
@@ -221,6 +258,15 @@ def report(doc: dict) -> str:
         out += ["", f"Core-to-core round trip (one cache line, two pinned threads) before "
                 f"each library run: {rtts[0]:.3f} - {statistics.median(rtts):.3f} - "
                 f"{rtts[-1]:.3f} us (min - median - max over {len(rtts)} runs)."]
+    states = doc.get("by_host_state") or []
+    if states:
+        ratio = lambda r, s: (f"{r[s + '_ratio']:.2f} ({r[s + '_runs']})"  # noqa: E731
+                              if s + "_ratio" in r else "-")
+        out += ["", "C++ / best MPI by host state: runs after a core round trip under twice "
+                "the shortest (near) and the others (far); in brackets the C++ runs.", "",
+                "| op | world | size | near | far |", "|---|---|---|---|---|"]
+        out += [f"| {r['op']} | {r['world']} | {size_name(r['bytes'])} | {ratio(r, 'near')} | "
+                f"{ratio(r, 'far')} |" for r in states]
     return "\n".join(out) + "\n"
 
 
@@ -244,7 +290,7 @@ def document(records: list[dict], runs: list[dict], libs: list[str], meta: dict)
     present = [k for k, _, _ in LIBS if k in libs and any(r.get(f"{k}_us") for r in rows)]
     return {**meta, "bench": "peers", "libs": libs,
             "series": [{"label": LABEL[k], "key": f"{k}_us"} for k in present],
-            "runs": runs, "rows": rows,
+            "runs": runs, "rows": rows, "by_host_state": by_host_state(records),
             # tools/plot_bench's shape: one "collectives" part per world.
             "results": ([{"bench": "collectives", "world": w, "hosts": 1,
                           "rows": [r for r in rows if r["world"] == w]} for w in worlds]
@@ -443,6 +489,8 @@ def main() -> int:
             continue
         recs, run = time_lib(lib, world, ",".join(ops), sizes, args, tmp)
         run["repeat"] = rep
+        for rec in recs:  # the host state each number was measured in
+            rec["core_rtt_us"] = run.get("core_rtt_us")
         records += recs
         runs.append(run)
         print(f"  world {world:2d} {LABEL[lib]:20s} {run['seconds']:7.1f} s  load "

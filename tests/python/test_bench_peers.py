@@ -80,6 +80,29 @@ def test_repeats_give_the_median_of_their_medians() -> None:
     assert "deepspeed_shm_us_repeats" not in ar  # one run: no list
 
 
+def test_ratios_by_host_state() -> None:
+    """Runs after a short core round trip (under twice the shortest) and after a
+    long one are compared within their own state."""
+    run = _load_run()
+
+    def rec(lib: str, t: float, rtt: float | None) -> dict:
+        return {**_rec(lib, "all_reduce", 2, 8, t), "core_rtt_us": rtt}
+
+    recs = [rec("tpu_dist_cpp", 0.7, 0.1), rec("tpu_dist_cpp", 0.8, 0.11),
+            rec("tpu_dist_cpp", 1.2, 0.45), rec("impi", 0.35, 0.1), rec("impi", 0.8, 0.42),
+            rec("openmpi", 0.5, 0.09), rec("deepspeed_shm", 0.1, 0.1),  # not an MPI
+            rec("tpu_dist_cpp", 9.0, None),  # no round trip measured: left out
+            {**_rec("tpu_dist_cpp", "all_gather", 4, 16, 3.0), "core_rtt_us": 0.1}]  # no peer
+    rows = run.by_host_state(recs)
+    assert rows == [{"op": "all_reduce", "world": 2, "bytes": 8, "near_ratio": 2.143,
+                     "near_runs": 2, "far_ratio": 1.5, "far_runs": 1}]  # 0.75/0.35, 1.2/0.8
+    assert run.by_host_state(FAKE) == []  # no round trips at all
+    doc = run.document(recs, [], [k for k, _, _ in run.LIBS],
+                       {"date": "d", "machine": "m", "cpus": 2, "load_start": "1",
+                        "load_end": "1", "seconds": 1.0})
+    assert "| all_reduce | 2 | 8 B | 2.14 (2) | 1.50 (1) |" in run.report(doc)
+
+
 def test_json_markdown_and_plot_from_a_fake_run(tmp_path: Path) -> None:
     src = tmp_path / "in.json"
     runs = [{"lib": "openmpi", "world": 2, "seconds": 0.5, "load_before": "1 1 1",
