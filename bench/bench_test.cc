@@ -70,6 +70,17 @@ TEST(CollectivesBenchFlagsTest, QuickOverridesTheSizes) {
   EXPECT_THROW(ParseCollectivesBenchFlags(&bad_argc, bad_argv.data()), std::invalid_argument);
 }
 
+// --flight_recorder=0 (the recorder's per-op cost, side by side); on by default.
+TEST(CollectivesBenchFlagsTest, FlightRecorderOnUnlessTurnedOff) {
+  std::vector<std::string> args = {"bench", "--flight_recorder=0"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  EXPECT_FALSE(ParseCollectivesBenchFlags(&argc, argv.data()).flight_recorder);
+  EXPECT_EQ(argc, 1);
+  EXPECT_TRUE(ParseCollectivesBenchFlags(&argc, argv.data()).flight_recorder);
+}
+
 // bench/peers/run.py's flags: exact sizes, an iteration cap, the median.
 TEST(CollectivesBenchFlagsTest, SizesMaxItersAndMedian) {
   std::vector<std::string> args = {"bench", "--sizes=8,4096,16777216", "--max_iters=200",

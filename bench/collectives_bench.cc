@@ -32,6 +32,7 @@
 //   collectives_bench --sizes=8,4096,1048576 --max_iters=200 --stat=median
 //                                              # exact sizes, at most 200 timed ops, the
 //                                              # median of per-op times (bench/peers/run.py)
+//   collectives_bench --flight_recorder=0      # groups without a flight recorder (its cost)
 //   collectives_bench --busy_threads_per_core=2  # with a competing load that the
 //                                              # bench starts and stops itself
 //   collectives_bench --world=4 --hosts=2      # 2 emulated hosts x 2 ranks (host id
@@ -344,6 +345,7 @@ int main(int argc, char** argv) {
     }
     if (env.flags.rail_chunk_bytes > 0) options.rail_chunk_bytes = env.flags.rail_chunk_bytes;
   }
+  if (!env.flags.flight_recorder) options.flight_recorder_entries = 0;
   if (env.flags.slot_bytes > 0) options.shm_slot_bytes = env.flags.slot_bytes;
   if (env.flags.slots > 0) options.shm_num_slots = env.flags.slots;
   if (env.flags.spin >= 0 || env.flags.yield >= 0 || env.flags.adaptive_yield >= 0 ||

@@ -38,6 +38,7 @@ CollectivesBenchFlags ParseCollectivesBenchFlags(int* argc, char** argv) {
     else if ((v = value(a, "--floor_rounds="))) f.floor_rounds = std::stoi(v);
     else if ((v = value(a, "--settle_ms="))) f.settle_ms = std::stoi(v);
     else if ((v = value(a, "--max_iters="))) f.max_iters = std::stoll(v);
+    else if ((v = value(a, "--flight_recorder="))) f.flight_recorder = std::stoi(v) != 0;
     else if ((v = value(a, "--sizes="))) {
       f.sizes.clear();
       for (absl::string_view s : absl::StrSplit(v, ',')) f.sizes.push_back(std::stoll(std::string(s)));

@@ -42,6 +42,7 @@ struct CollectivesBenchFlags {
   std::vector<int64_t> sizes;  // --sizes=8,4096,...: exactly these (else the sweep)
   int64_t max_iters = 0;   // > 0: at most this many timed ops per case
   bool median = false;     // --stat=median: median of per-op times (else the loop's mean)
+  bool flight_recorder = true;  // --flight_recorder=0: groups without one (its per-op cost)
 };
 
 // Parses our flags out of argv (argv[1..*argc)), moving the rest (Google

@@ -103,6 +103,28 @@ def test_ratios_by_host_state() -> None:
     assert "| all_reduce | 2 | 8 B | 2.14 (2) | 1.50 (1) |" in run.report(doc)
 
 
+def test_torch_vs_deepspeed_at_each_librarys_fastest_run() -> None:
+    """Each library's fastest run, and the bound (no-op floor + C++ op) against
+    DeepSpeed; rows without all four libraries are left out."""
+    run = _load_run()
+    def ar(lib: str, *times: float) -> list[dict]:
+        return [_rec(lib, "all_reduce", 2, 8, t) for t in times]
+
+    recs = (ar("tpu_dist_torch", 7.3, 20.0) + ar("torch_floor", 10.9, 4.9) +
+            ar("tpu_dist_cpp", 0.7, 1.3) + ar("deepspeed_shm", 5.0, 11.0) +
+            [_rec(lib, "all_gather", 2, 8, t)  # no DeepSpeed all_gather: left out
+             for lib, t in (("tpu_dist_torch", 6.0), ("torch_floor", 7.0),
+                            ("tpu_dist_cpp", 0.8))])
+    rows = run.torch_vs_deepspeed(recs)
+    assert rows == [{"op": "all_reduce", "world": 2, "bytes": 8, "tpu_dist_torch_best_us": 7.3,
+                     "torch_floor_best_us": 4.9, "tpu_dist_cpp_best_us": 0.7,
+                     "deepspeed_shm_best_us": 5.0, "ratio": 1.46, "bound_ratio": 1.12}]
+    doc = run.document(recs, [], [k for k, _, _ in run.LIBS],
+                       {"date": "d", "machine": "m", "cpus": 2, "load_start": "1",
+                        "load_end": "1", "seconds": 1.0})
+    assert "| all_reduce | 2 | 8 B | 7.3 | 4.9 | 0.7 | 5 | 1.46 | 1.12 |" in run.report(doc)
+
+
 def test_json_markdown_and_plot_from_a_fake_run(tmp_path: Path) -> None:
     src = tmp_path / "in.json"
     runs = [{"lib": "openmpi", "world": 2, "seconds": 0.5, "load_before": "1 1 1",
