@@ -170,6 +170,11 @@ def merge(records: list[dict]) -> list[dict]:
     return out
 
 
+def case_order(case: tuple) -> tuple:
+    """Sort key of an (op, world, bytes) case: OPS order, then world, then size."""
+    return (OPS.index(case[0]) if case[0] in OPS else 99, case[1], case[2])
+
+
 def by_host_state(records: list[dict]) -> list[dict]:
     """C++ / best MPI per row, separately for the runs timed after a short core
     round trip ("near": under twice the run's shortest) and after a long one
@@ -188,9 +193,7 @@ def by_host_state(records: list[dict]) -> list[dict]:
             r["time_us"])
     mpis = [k for k, _, kind in LIBS if kind == "peer"]
     out = []
-    for op, world, nbytes in sorted({k[:3] for k in cells},
-                                    key=lambda k: (OPS.index(k[0]) if k[0] in OPS else 99,
-                                                   k[1], k[2])):
+    for op, world, nbytes in sorted({k[:3] for k in cells}, key=case_order):
         row = {"op": op, "world": world, "bytes": nbytes}
         for state in ("near", "far"):
             cpp = cells.get((op, world, nbytes, state, "tpu_dist_cpp"))
@@ -220,9 +223,7 @@ def torch_vs_deepspeed(records: list[dict]) -> list[dict]:
         key = (r["op"], r["world"], r["bytes"], r["lib"])
         best[key] = min(best.get(key, float("inf")), r["time_us"])
     out = []
-    for op, world, nbytes in sorted({k[:3] for k in best},
-                                    key=lambda k: (OPS.index(k[0]) if k[0] in OPS else 99,
-                                                   k[1], k[2])):
+    for op, world, nbytes in sorted({k[:3] for k in best}, key=case_order):
         got = {lib: best.get((op, world, nbytes, lib))
                for lib in ("tpu_dist_torch", "torch_floor", "tpu_dist_cpp", "deepspeed_shm")}
         if any(v is None for v in got.values()):
