@@ -81,6 +81,27 @@ TEST(CollectivesBenchFlagsTest, FlightRecorderOnUnlessTurnedOff) {
   EXPECT_TRUE(ParseCollectivesBenchFlags(&argc, argv.data()).flight_recorder);
 }
 
+// --shm_sync= and --fastbox= (the shm protocol A/B); auto and on by
+// default, and a mode that does not exist is an error.
+TEST(CollectivesBenchFlagsTest, ShmSyncAndFastbox) {
+  std::vector<std::string> args = {"bench", "--shm_sync=arrivals", "--fastbox=0"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  const CollectivesBenchFlags f = ParseCollectivesBenchFlags(&argc, argv.data());
+  EXPECT_EQ(f.shm_sync, "arrivals");
+  EXPECT_FALSE(f.fastbox);
+  EXPECT_EQ(argc, 1);
+  const CollectivesBenchFlags d = ParseCollectivesBenchFlags(&argc, argv.data());
+  EXPECT_EQ(d.shm_sync, "auto");
+  EXPECT_TRUE(d.fastbox);
+  std::vector<std::string> bad = {"bench", "--shm_sync=spin"};
+  std::vector<char*> bad_argv;
+  for (std::string& a : bad) bad_argv.push_back(a.data());
+  int bad_argc = static_cast<int>(bad_argv.size());
+  EXPECT_THROW(ParseCollectivesBenchFlags(&bad_argc, bad_argv.data()), std::invalid_argument);
+}
+
 // bench/peers/run.py's flags: exact sizes, an iteration cap, the median.
 TEST(CollectivesBenchFlagsTest, SizesMaxItersAndMedian) {
   std::vector<std::string> args = {"bench", "--sizes=8,4096,16777216", "--max_iters=200",

@@ -33,6 +33,7 @@
 //                                              # exact sizes, at most 200 timed ops, the
 //                                              # median of per-op times (bench/peers/run.py)
 //   collectives_bench --flight_recorder=0      # groups without a flight recorder (its cost)
+//   collectives_bench --shm_sync=arrivals|poll --fastbox=0|1  # the shm sync and fastbox, A/B
 //   collectives_bench --busy_threads_per_core=2  # with a competing load that the
 //                                              # bench starts and stops itself
 //   collectives_bench --world=4 --hosts=2      # 2 emulated hosts x 2 ranks (host id
@@ -346,6 +347,9 @@ int main(int argc, char** argv) {
     if (env.flags.rail_chunk_bytes > 0) options.rail_chunk_bytes = env.flags.rail_chunk_bytes;
   }
   if (!env.flags.flight_recorder) options.flight_recorder_entries = 0;
+  options.shm_fastbox = env.flags.fastbox;
+  if (env.flags.shm_sync == "arrivals") options.shm_sync = tpudist::collectives::shm::CommOptions::Sync::kArrivals;
+  if (env.flags.shm_sync == "poll") options.shm_sync = tpudist::collectives::shm::CommOptions::Sync::kPollPeers;
   if (env.flags.slot_bytes > 0) options.shm_slot_bytes = env.flags.slot_bytes;
   if (env.flags.slots > 0) options.shm_num_slots = env.flags.slots;
   if (env.flags.spin >= 0 || env.flags.yield >= 0 || env.flags.adaptive_yield >= 0 ||

@@ -39,6 +39,13 @@ CollectivesBenchFlags ParseCollectivesBenchFlags(int* argc, char** argv) {
     else if ((v = value(a, "--settle_ms="))) f.settle_ms = std::stoi(v);
     else if ((v = value(a, "--max_iters="))) f.max_iters = std::stoll(v);
     else if ((v = value(a, "--flight_recorder="))) f.flight_recorder = std::stoi(v) != 0;
+    else if ((v = value(a, "--fastbox="))) f.fastbox = std::stoi(v) != 0;
+    else if ((v = value(a, "--shm_sync="))) {
+      f.shm_sync = v;
+      if (f.shm_sync != "auto" && f.shm_sync != "arrivals" && f.shm_sync != "poll") {
+        throw std::invalid_argument("--shm_sync= takes auto, arrivals or poll, got " + f.shm_sync);
+      }
+    }
     else if ((v = value(a, "--sizes="))) {
       f.sizes.clear();
       for (absl::string_view s : absl::StrSplit(v, ',')) f.sizes.push_back(std::stoll(std::string(s)));

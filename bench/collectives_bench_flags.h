@@ -43,6 +43,8 @@ struct CollectivesBenchFlags {
   int64_t max_iters = 0;   // > 0: at most this many timed ops per case
   bool median = false;     // --stat=median: median of per-op times (else the loop's mean)
   bool flight_recorder = true;  // --flight_recorder=0: groups without one (its per-op cost)
+  std::string shm_sync = "auto";  // --shm_sync=auto|arrivals|poll (shm::CommOptions::sync)
+  bool fastbox = true;            // --fastbox=0: payloads and headers in the slots only
 };
 
 // Parses our flags out of argv (argv[1..*argc)), moving the rest (Google

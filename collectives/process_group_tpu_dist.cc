@@ -75,6 +75,8 @@ void ProcessGroupTpuDist::Connect(const c10::intrusive_ptr<c10d::Store>& store) 
   comm_options.slot_bytes = options_.shm_slot_bytes;
   comm_options.num_slots = options_.shm_num_slots;
   comm_options.assume_foreign_load = options_.shm_assume_foreign_load;
+  comm_options.sync = options_.shm_sync;
+  comm_options.fastbox = options_.shm_fastbox;
   comm_options.setup_timeout = absl::FromChrono(options_.timeout);
   comm_options.wait = options_.wait;
   tcp::TcpP2pOptions p2p_options;

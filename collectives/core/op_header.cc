@@ -48,6 +48,34 @@ bool HeadersAgree(const OpHeader& a, const OpHeader& b) {
   return true;
 }
 
+namespace {
+
+// One round of a 64-bit mixer (splitmix64's finalizer) folded over words.
+uint64_t Mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
+}  // namespace
+
+uint64_t HeaderDigest(const OpHeader& h) {
+  uint64_t d = Mix(0x7470756469676573ull, (uint64_t{h.op} << 32) | h.op_seq);
+  d = Mix(d, (uint64_t{h.dtype} << 40) | (uint64_t{h.reduce} << 32) |
+                 static_cast<uint32_t>(h.root));
+  if (h.check_count) {
+    d = Mix(d, static_cast<uint64_t>(h.count));
+    d = Mix(d, h.ndim);
+    for (int i = 0; i < h.ndim && i < OpHeader::kMaxDims; ++i) {
+      d = Mix(d, static_cast<uint64_t>(h.dims[i]));
+    }
+  }
+  return d == 0 ? 1 : d;
+}
+
 OpHeader MakeHeader(const OpSpec& spec, OpKind kind, ReduceKind op, int root,
                     bool check_count) {
   OpHeader h;

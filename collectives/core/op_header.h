@@ -59,6 +59,13 @@ std::string DescribeHeader(const OpHeader& h);
 // True if two ranks' headers describe the same call (counts are compared
 // only when both set check_count).
 bool HeadersAgree(const OpHeader& a, const OpHeader& b);
+// A 64-bit digest of the fields HeadersAgree compares (counts and dims only
+// when check_count is set), never 0. Equal digests: the headers agree
+// (barring a 2^-64 collision); different digests prove nothing (one rank may
+// not check counts), so a reader that finds them different falls back to
+// HeadersAgree on the full headers. Lets ranks compare one 8-byte word per
+// peer instead of reading each peer's whole header (collectives/shm).
+uint64_t HeaderDigest(const OpHeader& h);
 
 // What an op is, for error messages and deadlines.
 struct OpContext {

@@ -51,6 +51,41 @@ TEST(OpHeaderTest, CountsIgnoredUnlessBothCheckThem) {
   EXPECT_TRUE(HeadersAgree(a, b));
 }
 
+// Every header HeadersAgree tells apart from `a` has another digest, equal
+// headers one digest, and the hint field and unchecked counts none.
+TEST(OpHeaderTest, HeaderDigestSeparatesWhatHeadersAgreeSeparates) {
+  const OpSpec spec = Spec(DataType::kFloat32, {10}, 10);
+  const OpHeader a = MakeHeader(spec, OpKind::kAllreduce, ReduceKind::kSum, -1, true);
+  const std::vector<OpHeader> others = {
+      MakeHeader(spec, OpKind::kAllreduce, ReduceKind::kMax, -1, true),
+      MakeHeader(spec, OpKind::kReduce, ReduceKind::kSum, -1, true),
+      MakeHeader(spec, OpKind::kAllreduce, ReduceKind::kSum, 0, true),
+      MakeHeader(Spec(DataType::kFloat32, {10}, 10, 4), OpKind::kAllreduce, ReduceKind::kSum,
+                 -1, true),
+      MakeHeader(Spec(DataType::kFloat64, {10}, 10), OpKind::kAllreduce, ReduceKind::kSum, -1,
+                 true),
+      MakeHeader(Spec(DataType::kFloat32, {2, 5}, 10), OpKind::kAllreduce, ReduceKind::kSum, -1,
+                 true),
+      MakeHeader(Spec(DataType::kFloat32, {11}, 11), OpKind::kAllreduce, ReduceKind::kSum, -1,
+                 true),
+  };
+  for (const OpHeader& b : others) {
+    ASSERT_FALSE(HeadersAgree(a, b)) << DescribeHeader(b);
+    EXPECT_NE(HeaderDigest(a), HeaderDigest(b)) << DescribeHeader(b);
+  }
+  OpHeader hinted = a;
+  hinted.saw_foreign_load = 1;
+  EXPECT_EQ(HeaderDigest(a), HeaderDigest(hinted));
+  EXPECT_EQ(HeaderDigest(a), HeaderDigest(MakeHeader(spec, OpKind::kAllreduce,
+                                                     ReduceKind::kSum, -1, true)));
+  const OpHeader x = MakeHeader(Spec(DataType::kUInt8, {6}, 6), OpKind::kAlltoall,
+                                ReduceKind{}, -1, false);
+  const OpHeader y = MakeHeader(Spec(DataType::kUInt8, {9}, 9), OpKind::kAlltoall,
+                                ReduceKind{}, -1, false);
+  EXPECT_EQ(HeaderDigest(x), HeaderDigest(y));
+  EXPECT_NE(HeaderDigest(OpHeader{}), 0u);
+}
+
 TEST(OpHeaderTest, MakeHeaderKeepsAtMostMaxDims) {
   std::vector<int64_t> shape(OpHeader::kMaxDims + 2, 1);
   const OpHeader h = MakeHeader(Spec(DataType::kInt32, shape, 1), OpKind::kAllgather,

@@ -40,7 +40,8 @@ absl::Status Reduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
         srcs[root] = own;
         ReduceInto(spec.dtype, op, own, srcs, c.size);
         return absl::OkStatus();
-      });
+      },
+      spec.count * static_cast<int64_t>(es));
 }
 
 absl::Status ReduceScatter(Communicator& comm, const OpSpec& spec,
@@ -55,7 +56,12 @@ absl::Status ReduceScatter(Communicator& comm, const OpSpec& spec,
   const size_t es = ElementSize(spec.dtype);
   const int world = comm.size();
   const int me = comm.rank();
-  const int64_t sub = comm.slot_bytes() / world / static_cast<int64_t>(es);
+  // A whole input that fits a fastbox goes there in one phase: sub-slots
+  // of exactly the output's size.
+  const int64_t in_bytes = spec.count * world * static_cast<int64_t>(es);
+  const bool small = in_bytes <= comm.fastbox_bytes();
+  const int64_t sub = small ? std::max<int64_t>(spec.count, 1)
+                            : comm.slot_bytes() / world / static_cast<int64_t>(es);
   return RunPhases(
       comm, spec, MakeHeader(spec, OpKind::kReduceScatter, op, -1, true),
       NumChunks(spec.count, sub),
@@ -75,7 +81,8 @@ absl::Status ReduceScatter(Communicator& comm, const OpSpec& spec,
         srcs[me] = At(inputs[me], c.begin * es);
         ReduceInto(spec.dtype, op, At(out, c.begin * es), srcs, c.size);
         return absl::OkStatus();
-      });
+      },
+      small ? in_bytes : -1);
 }
 
 absl::Status AllGather(Communicator& comm, const OpSpec& spec, const void* in,
@@ -99,7 +106,8 @@ absl::Status AllGather(Communicator& comm, const OpSpec& spec, const void* in,
           std::memcpy(At(outs[r], c.begin), comm.peer_data(r), c.size);
         }
         return absl::OkStatus();
-      });
+      },
+      bytes);
 }
 
 absl::Status Broadcast(Communicator& comm, const OpSpec& spec, int root,
@@ -134,7 +142,8 @@ absl::Status Broadcast(Communicator& comm, const OpSpec& spec, int root,
         if (!is_root && bytes > 0) std::memcpy(data, comm.peer_data(root), ChunkRange(bytes, chunk, 0).size);
         for (int r = 0; r < comm.size(); ++r) stream = stream || comm.peer_header(r)->saw_foreign_load != 0;
         return absl::OkStatus();
-      });
+      },
+      bytes);
   if (!first.ok() || chunks <= 1) return first;
   if (!stream) {
     for (int64_t i = 1; i < chunks; ++i) {
@@ -197,7 +206,8 @@ absl::Status Gather(Communicator& comm, const OpSpec& spec, int root,
           if (At(outs[r], c.begin) != src) std::memmove(At(outs[r], c.begin), src, c.size);
         }
         return absl::OkStatus();
-      });
+      },
+      bytes);
 }
 
 absl::Status Scatter(Communicator& comm, const OpSpec& spec, int root,
@@ -279,7 +289,8 @@ absl::Status AllToAll(Communicator& comm, const OpSpec& spec,
           }
         }
         return absl::OkStatus();
-      });
+      },
+      2 * world * static_cast<int64_t>(sizeof(int64_t)));
   if (!exchanged.ok()) return exchanged;
   const int64_t self_bytes = matrix[me * world + me];
   // memmove: a caller may pass views of one buffer whose own blocks overlap.
@@ -314,7 +325,7 @@ absl::Status Barrier(Communicator& comm, const OpSpec& spec) {
   // has published it, i.e. has entered the barrier.
   return RunPhases(
       comm, spec, MakeHeader(spec, OpKind::kBarrier, ReduceKind{}, -1, true), 1,
-      [](int64_t, void*) {}, [](int64_t) { return absl::OkStatus(); });
+      [](int64_t, void*) {}, [](int64_t) { return absl::OkStatus(); }, 0);
 }
 
 }  // namespace tpudist::collectives::shm

@@ -129,7 +129,7 @@ TEST_P(ShmAllReduceTest, MatchesTheReferenceOnEveryRank) {
       const int64_t es = static_cast<int64_t>(ElementSize(type));
       // Several pipelined chunks plus a ragged one (prime); with this slot.
       const int64_t many = 3 * param.slot_bytes / es + 7;
-      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{37}, many}) {
+      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{12}, int64_t{37}, many}) {  // 12 fp32: a full fastbox
         for (ReduceKind kind : all) {
           if (!CheckReducible(type, kind).ok()) continue;
           for (int64_t small_bytes : {int64_t{-1}, int64_t{1} << 40}) {  // pipelined, one-shot

@@ -44,7 +44,8 @@ absl::Status OneShot(Communicator& comm, const OpSpec& spec, ReduceKind op,
         const Range c = ChunkRange(spec.count, slot_elems, i);
         ReduceInto(spec.dtype, op, At(data, c.begin * es), PeerSlots(comm, 0), c.size);
         return absl::OkStatus();
-      });
+      },
+      spec.count * static_cast<int64_t>(es));
 }
 
 // Reduce-scatter + all-gather pipelined over chunks, ONE phase per chunk (a

@@ -21,8 +21,9 @@ namespace {
 
 constexpr uint64_t kMagic = 0x7470756473686d31ull;  // "tpudshm1"
 constexpr size_t kControlBytes = 4096;
-constexpr size_t kHeaderBytes = 256;
-static_assert(sizeof(OpHeader) <= kHeaderBytes, "OpHeader too large");
+constexpr size_t kHeaderBytes = 256;    // fastbox line + OpHeader
+constexpr size_t kOpHeaderOffset = 64;  // after the fastbox line
+static_assert(kOpHeaderOffset + sizeof(OpHeader) <= kHeaderBytes, "OpHeader too large");
 
 std::vector<uint8_t> Bytes(const std::string& s) {
   return std::vector<uint8_t>(s.begin(), s.end());
@@ -51,7 +52,14 @@ CommOptions Resolve(CommOptions options, int size) {
   if (options.slot_bytes == 0) options.slot_bytes = g.slot_bytes;
   if (options.num_slots == 0) options.num_slots = g.num_slots;
   if (!options.wait) options.wait = ChooseWaitPolicy(size, cores);
+  if (options.sync == CommOptions::Sync::kAuto) {
+    options.sync = size <= cores ? CommOptions::Sync::kPollPeers : CommOptions::Sync::kArrivals;
+  }
   return options;
+}
+
+const char* SyncName(CommOptions::Sync sync) {
+  return sync == CommOptions::Sync::kPollPeers ? "poll-peers" : "arrivals";
 }
 
 }  // namespace
@@ -68,6 +76,8 @@ struct Communicator::Control {
   int64_t slot_bytes;  // layout parameters, checked by every peer
   int32_t num_slots;
   int32_t world;
+  int32_t sync;     // CommOptions::Sync, resolved; checked by every peer
+  int32_t fastbox;  // CommOptions::fastbox; checked by every peer
   alignas(64) std::atomic<uint32_t> phase;
   alignas(64) std::atomic<uint32_t> waiters;
   alignas(64) std::atomic<uint32_t> abort;
@@ -87,6 +97,16 @@ struct Communicator::Control {
   char reason[1024];
 };
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex needs 32-bit words");
+
+// The first line of every slot (communicator.h). seq: the phase the slot
+// holds, stored last (release) by PublishNext when ranks poll each other;
+// its sleepers are counted in the owner's Control::waiters.
+struct Communicator::Fastbox {
+  std::atomic<uint32_t> seq;
+  uint32_t unused;
+  uint64_t digest;  // HeaderDigest of the phase's header; 0: none written
+  char payload[Communicator::kFastboxBytes];
+};
 
 Communicator::Communicator(int rank, int size, CommOptions options)
     : rank_(rank),
@@ -154,6 +174,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     me->num_slots = options.num_slots;
     me->world = size;
     me->p2p_ring_bytes = options.p2p_ring_bytes;
+    me->sync = static_cast<int32_t>(options.sync);
+    me->fastbox = options.fastbox ? 1 : 0;
     me->cpu.store(-1, std::memory_order_relaxed);
     me->magic = kMagic;
     comm->segments_[rank] = std::move(*own);
@@ -176,6 +198,15 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
             ", this rank ", options.num_slots, " slots of ", options.slot_bytes,
             " bytes and p2p rings of ", options.p2p_ring_bytes, " bytes for world ", size));
       }
+      if (pc->sync != static_cast<int32_t>(options.sync) ||
+          pc->fastbox != (options.fastbox ? 1 : 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shm setup of group '", options.group_name, "' on rank ", rank, ": rank ", r,
+            " syncs by ", SyncName(static_cast<CommOptions::Sync>(pc->sync)), " with fastboxes ",
+            pc->fastbox ? "on" : "off", ", this rank by ", SyncName(options.sync),
+            " with fastboxes ", options.fastbox ? "on" : "off",
+            " (do the ranks see different core counts? then pass CommOptions::sync)"));
+      }
       comm->segments_[r] = std::move(*peer);
     }
     store.set(absl::StrCat("shm/mapped/", rank), Bytes("1"));
@@ -189,6 +220,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
   }
   if (absl::Status s = comm->segments_[rank]->Unlink(); !s.ok()) return s;
   comm->spread_ = options.spread_colocated_ranks && size > 1 && size <= UsableCores();
+  comm->poll_peers_ = options.sync == CommOptions::Sync::kPollPeers;
   return comm;
 }
 
@@ -201,13 +233,30 @@ char* Communicator::slot(int r, uint64_t phase) const {
          slot_stride_ * (phase % options_.num_slots);
 }
 
-void* Communicator::my_data() const { return slot(rank_, phase_ + 1) + kHeaderBytes; }
-OpHeader* Communicator::my_header() const {
-  return reinterpret_cast<OpHeader*>(slot(rank_, phase_ + 1));
+Communicator::Fastbox* Communicator::fastbox(int r, uint64_t phase) const {
+  static_assert(sizeof(Fastbox) == 64, "a fastbox is one cache line");
+  return reinterpret_cast<Fastbox*>(slot(r, phase));
 }
-const void* Communicator::peer_data(int r) const { return slot(r, read_phase_) + kHeaderBytes; }
+
+int64_t Communicator::fastbox_bytes() const { return options_.fastbox ? kFastboxBytes : 0; }
+
+void* Communicator::my_data() const {
+  if (in_fastbox_) return fastbox(rank_, phase_ + 1)->payload;
+  return slot(rank_, phase_ + 1) + kHeaderBytes;
+}
+OpHeader* Communicator::my_header() const {
+  return reinterpret_cast<OpHeader*>(slot(rank_, phase_ + 1) + kOpHeaderOffset);
+}
+void Communicator::SetHeader(const OpHeader& header) {
+  *my_header() = header;
+  if (options_.fastbox) fastbox(rank_, phase_ + 1)->digest = HeaderDigest(header);
+}
+const void* Communicator::peer_data(int r) const {
+  if (in_fastbox_) return fastbox(r, read_phase_)->payload;
+  return slot(r, read_phase_) + kHeaderBytes;
+}
 const OpHeader* Communicator::peer_header(int r) const {
-  return reinterpret_cast<const OpHeader*>(slot(r, phase_));
+  return reinterpret_cast<const OpHeader*>(slot(r, phase_) + kOpHeaderOffset);
 }
 
 size_t Communicator::ring_stride() const {
@@ -251,10 +300,10 @@ absl::Status Communicator::PeerHealth(int r) const {
   return PeerAlive(r);
 }
 
-absl::Status Communicator::WaitPeer(int r, uint32_t target, const OpContext& ctx,
-                                    const char* what) {
+absl::Status Communicator::WaitPeer(int r, const std::atomic<uint32_t>* word,
+                                    uint32_t target, const OpContext& ctx, const char* what) {
   Control* c = control(r);
-  absl::Status s = WaitForSeq(&c->phase, &c->waiters, target, ctx.deadline(),
+  absl::Status s = WaitForSeq(word, &c->waiters, target, ctx.deadline(),
                               wait_, &yield_gate_, [&] {
                                 if (abort_requested_.load(std::memory_order_acquire)) {
                                   return absl::AbortedError("abort requested");
@@ -267,7 +316,7 @@ absl::Status Communicator::WaitPeer(int r, uint32_t target, const OpContext& ctx
   std::string detail = absl::StrCat(
       ctx.name, " on rank ", Label(rank_), " of group '", options_.group_name, "': ",
       s.message(), " while waiting for peer rank ", Label(r), " ", what, " (phase ",
-      target, ", peer at ", c->phase.load(), "); bytes ", ctx.bytes,
+      target, ", peer at ", word->load(), "); bytes ", ctx.bytes,
       ", elapsed ", absl::FormatDuration(elapsed), " vs timeout ",
       absl::FormatDuration(ctx.timeout));
   if (absl::IsDeadlineExceeded(s)) {
@@ -276,7 +325,7 @@ absl::Status Communicator::WaitPeer(int r, uint32_t target, const OpContext& ctx
   return Poison(absl::Status(s.code(), detail));
 }
 
-absl::Status Communicator::BeginPhase(const OpContext& ctx) {
+absl::Status Communicator::BeginPhase(const OpContext& ctx, bool in_fastbox) {
   // The slot of phase p + 1 is free once every peer has published phase
   // p + 2 - K (K = num_slots >= 2), i.e. at most p. The successful
   // PublishAndWait(p) this rank returned from already saw the group's
@@ -284,6 +333,7 @@ absl::Status Communicator::BeginPhase(const OpContext& ctx) {
   // published p (no rank publishes p + 1 before that count). So there is
   // nothing to wait for here: no per-peer reads, which at 16 ranks on 2
   // cores were 15 cache misses per phase.
+  in_fastbox_ = in_fastbox && options_.fastbox;
   if (!poison_.ok()) return poison_;
   if (abort_requested_.load(std::memory_order_acquire)) return FailRequested(ctx);
   if (spread_ && !SawForeignLoad()) SpreadIfColocated();
@@ -322,6 +372,19 @@ absl::Status Communicator::PublishNext(const OpContext& ctx) {
   read_phase_ = phase_;
   Control* me = control(rank_);
   const uint32_t phase = static_cast<uint32_t>(phase_);
+  if (poll_peers_) {
+    // Both words, then one fence before looking for sleepers (a sleeper
+    // counts itself in `waiters` before it re-reads the word it sleeps on).
+    std::atomic<uint32_t>* seq = &fastbox(rank_, phase_)->seq;
+    seq->store(phase, std::memory_order_release);
+    me->phase.store(phase, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (me->waiters.load(std::memory_order_relaxed) != 0) {
+      WakeAll(seq);
+      WakeAll(&me->phase);
+    }
+    return absl::OkStatus();
+  }
   PublishSeq(&me->phase, &me->waiters, phase);
   if (size_ == 1) return absl::OkStatus();
   Control* hub = control(0);
@@ -335,7 +398,7 @@ absl::Status Communicator::PublishNext(const OpContext& ctx) {
 
 absl::Status Communicator::WaitPeerPublished(int r, uint64_t phase, const OpContext& ctx) {
   if (!poison_.ok()) return poison_;
-  return WaitPeer(r, static_cast<uint32_t>(phase), ctx, "to publish");
+  return WaitPeer(r, &control(r)->phase, static_cast<uint32_t>(phase), ctx, "to publish");
 }
 
 const void* Communicator::peer_data_next(int r) const { return slot(r, phase_ + 1) + kHeaderBytes; }
@@ -344,6 +407,15 @@ absl::Status Communicator::WaitAllPublished(const OpContext& ctx) {
   if (!poison_.ok()) return poison_;
   if (size_ == 1) return absl::OkStatus();
   const uint32_t phase = static_cast<uint32_t>(phase_);
+  if (poll_peers_) {
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const std::atomic<uint32_t>* seq = &fastbox(r, phase_)->seq;
+      if (SeqReached(seq->load(std::memory_order_acquire), phase)) continue;
+      if (absl::Status s = WaitPeer(r, seq, phase, ctx, "to publish"); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   Control* hub = control(0);
   const uint32_t target = phase * static_cast<uint32_t>(size_);
   if (SeqReached(hub->arrivals.load(std::memory_order_acquire), target)) return absl::OkStatus();
@@ -364,7 +436,9 @@ absl::Status Communicator::WaitAllPublished(const OpContext& ctx) {
   // peer, the op, the bytes and the elapsed time.
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    if (absl::Status s = WaitPeer(r, phase, ctx, "to publish"); !s.ok()) return s;
+    if (absl::Status s = WaitPeer(r, &control(r)->phase, phase, ctx, "to publish"); !s.ok()) {
+      return s;
+    }
   }
   return Poison(absl::Status(all.code(), absl::StrCat(ctx.name, " on rank ", Label(rank_),
                                                       ": ", all.message())));
@@ -378,6 +452,12 @@ absl::Status Communicator::CheckHeaders(const OpContext& ctx) {
     return Poison(absl::Status(PeerHealth(r).code(),
                                absl::StrCat(ctx.name, " on rank ", Label(rank_), ": ",
                                             PeerHealth(r).message())));
+  }
+  if (options_.fastbox) {  // one digest word per peer, in the line the wait fetched
+    const uint64_t digest = fastbox(rank_, phase_)->digest;
+    bool same = true;
+    for (int r = 0; r < size_ && same; ++r) same = fastbox(r, phase_)->digest == digest;
+    if (same) return absl::OkStatus();
   }
   const OpHeader& mine = *peer_header(rank_);
   bool agree = true;
@@ -402,6 +482,7 @@ absl::Status Communicator::Poison(absl::Status status) {
     me->reason[n] = '\0';
     me->abort.store(1, std::memory_order_release);
     WakeAll(&me->phase);
+    for (int k = 0; k < options_.num_slots; ++k) WakeAll(&fastbox(rank_, k)->seq);
     WakeAll(&control(0)->arrivals);  // peers asleep in PublishAndWait
   }
   return poison_;

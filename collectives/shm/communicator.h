@@ -5,7 +5,12 @@
 //   Control   {magic, pid, rank, phase word, sleeper count, abort word,
 //              arrival count and its sleepers (rank 0's only), p2p doorbell
 //              and its sleepers, abort reason}     -- one 4 KiB page
-//   Slot[K]   {OpHeader (256 B), data (slot_bytes)} -- K = options.num_slots
+//   Slot[K]   {Fastbox (64 B), OpHeader, data (slot_bytes)} in 256 B +
+//              slot_bytes -- K = options.num_slots. The fastbox is one cache
+//              line: the phase the slot holds (the sync word when ranks
+//              poll each other), the digest of the phase's header and up
+//              to kFastboxBytes of payload, so a small one-phase op moves
+//              one line per peer instead of a header and a data line.
 //   Ring[W]   {P2pRingControl, data (p2p_ring_bytes)} -- ring d carries this
 //              rank's point-to-point messages to rank d (p2p.h); none when
 //              p2p_ring_bytes is 0. Untouched rings cost no memory (tmpfs
@@ -19,10 +24,17 @@
 //      always true already: step 3 of phase p-1 saw every peer publish p-1
 //      (>= p-K+1 for K >= 2), so BeginPhase only checks poison and abort;
 //   2. writes its header/data into slot p mod K;
-//   3. PublishAndWait(): stores p into its phase word, adds one to rank 0's
-//      arrival count and waits until that reaches p * W (the last rank to
-//      arrive wakes the sleepers: one futex word per group, so a rank
-//      sleeps at most once per phase), i.e. every peer has published p;
+//   3. PublishAndWait(): stores p into its phase word and then waits until
+//      every peer has published p, in one of two ways (CommOptions::sync,
+//      the same on every rank):
+//      - arrivals (ranks outnumber cores): adds one to rank 0's arrival
+//        count and waits until that reaches p * W (the last rank to arrive
+//        wakes the sleepers: one futex word per group, so a rank sleeps at
+//        most once per phase);
+//      - poll peers (a core per rank): also stores p into the fastbox of
+//        slot p mod K and waits on each peer's fastbox in turn: no shared
+//        read-modify-write line, and a small op's payload and header digest
+//        arrive in the line the wait already fetched;
 //   4. reads peers' slot p mod K (peer_data) until it next publishes.
 // Reading phase p always happens before publishing p+1, which is what makes
 // step 1 safe. (Ops may also run phases without the group barrier, next to a
@@ -95,6 +107,18 @@ struct CommOptions {
   absl::Duration setup_timeout = absl::Minutes(5);
   // nullopt: ChooseWaitPolicy(world, UsableCores()).
   std::optional<WaitPolicy> wait;
+  // How ranks learn that every peer published a phase (the header comment,
+  // step 3). kAuto: kPollPeers when world <= UsableCores(), else kArrivals
+  // (one futex word lets a rank sleep once per phase when ranks share
+  // cores). Every rank must end up with the same mode (Create fails
+  // otherwise).
+  enum class Sync { kAuto, kArrivals, kPollPeers };
+  Sync sync = Sync::kAuto;
+  // One-phase ops whose payload fits kFastboxBytes carry it in the slot's
+  // fastbox line, and every header phase compares header digests before
+  // reading whole headers. false: payloads in the slot's data, whole headers
+  // read (experiments: bench A/B). The same on every rank.
+  bool fastbox = true;
   // SawForeignLoad() always true (tests and experiments: the paths taken
   // next to a busy load, e.g. broadcast's streaming chunks).
   bool assume_foreign_load = false;
@@ -129,14 +153,24 @@ class Communicator {
   // OK, or the status that poisoned this communicator.
   const absl::Status& poison_status() const { return poison_; }
 
-  // Step 1 of a phase. Returns the poison status if poisoned.
-  absl::Status BeginPhase(const OpContext& ctx);
+  // Step 1 of a phase. Returns the poison status if poisoned. in_fastbox:
+  // this phase's payload lives in the fastbox (my_data() and peer_data()
+  // point there until the next BeginPhase): only for a lock-step phase whose
+  // payload is at most fastbox_bytes() on every rank, every rank passing the
+  // same value (a one-phase op decides it from its header's fields).
+  absl::Status BeginPhase(const OpContext& ctx, bool in_fastbox = false);
+  // Payload bytes a fastbox carries: kFastboxBytes, or 0 when
+  // CommOptions::fastbox is off.
+  int64_t fastbox_bytes() const;
+  static constexpr int64_t kFastboxBytes = 48;
   void* my_data() const;
-  OpHeader* my_header() const;
+  // Writes this phase's header (and, with fastboxes, its digest), read by
+  // CheckHeaders() and peer_header() after PublishAndWait.
+  void SetHeader(const OpHeader& header);
   // Steps 3 of a phase: PublishNext() then WaitAllPublished().
   absl::Status PublishAndWait(const OpContext& ctx);
   // Step 4: peer r's slot of the read phase: the last published phase, or
-  // the one ReadFrom() chose since.
+  // the one ReadFrom() chose since (its fastbox payload in a fastbox phase).
   const void* peer_data(int r) const;
   const OpHeader* peer_header(int r) const;
 
@@ -207,11 +241,17 @@ class Communicator {
 
  private:
   struct Control;
+  struct Fastbox;
   Communicator(int rank, int size, CommOptions options);
   Control* control(int r) const;
   char* slot(int r, uint64_t phase) const;
-  absl::Status WaitPeer(int r, uint32_t target, const OpContext& ctx,
-                        const char* what);
+  Fastbox* fastbox(int r, uint64_t phase) const;
+  OpHeader* my_header() const;
+  // Waits until `word` of peer r (its phase word, or its fastbox of the
+  // awaited phase) reaches `target`; on failure poisons with a message
+  // naming the op, the peer and `what` it was waited for.
+  absl::Status WaitPeer(int r, const std::atomic<uint32_t>* word, uint32_t target,
+                        const OpContext& ctx, const char* what);
   absl::Status PeerHealth(int r) const;
   size_t ring_stride() const;
   // Publishes this thread's CPU and, when ranks have a core each and a
@@ -224,6 +264,8 @@ class Communicator {
   WaitPolicy wait_;  // options_.wait or the chosen one
   YieldGate yield_gate_;  // this rank's adaptive yield stage (wait.h)
   bool spread_ = false;  // SpreadIfColocated() acts (ranks <= cores, option on)
+  bool poll_peers_ = false;  // options_.sync resolved: kPollPeers
+  bool in_fastbox_ = false;  // the current phase's payload is in the fastbox
   ColocationTracker colocation_;
   size_t slot_stride_;
   std::vector<std::unique_ptr<Segment>> segments_;  // [size]; own at rank_

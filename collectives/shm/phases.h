@@ -84,14 +84,18 @@ absl::Status RunPhasesAhead(Communicator& comm, const OpSpec& spec, int64_t firs
 // (checked before read(0)) and SawForeignLoad(); the rest as
 // RunPhasesAhead with AgreedLead. write(i, my_slot) fills this rank's slot
 // for phase i and must not depend on read(j) for j > i - num_slots / 2;
-// read(i) consumes peers' slots of phase i.
+// read(i) consumes peers' slots of phase i. phase0_bytes: the most bytes
+// write(0) puts into the slot on any rank (from the header's fields, so
+// every rank gets the same value), or -1 when unknown; a one-phase op whose
+// phase0_bytes fits comm.fastbox_bytes() runs in the fastbox line.
 template <typename Write, typename Read>
 absl::Status RunPhases(Communicator& comm, const OpSpec& spec, OpHeader header,
-                       int64_t phases, Write write, Read read) {
+                       int64_t phases, Write write, Read read, int64_t phase0_bytes = -1) {
   phases = std::max<int64_t>(phases, 1);
-  if (absl::Status s = comm.BeginPhase(spec.ctx); !s.ok()) return s;
+  const bool fast = phases == 1 && phase0_bytes >= 0 && phase0_bytes <= comm.fastbox_bytes();
+  if (absl::Status s = comm.BeginPhase(spec.ctx, fast); !s.ok()) return s;
   header.saw_foreign_load = comm.SawForeignLoad() ? 1 : 0;
-  *comm.my_header() = header;
+  comm.SetHeader(header);
   write(0, comm.my_data());
   if (absl::Status s = comm.PublishAndWait(spec.ctx); !s.ok()) return s;
   if (absl::Status s = comm.CheckHeaders(spec.ctx); !s.ok()) return s;
