@@ -50,9 +50,14 @@ bool HeadersAgree(const OpHeader& a, const OpHeader& b) {
 
 namespace {
 
-// One round of a 64-bit mixer (splitmix64's finalizer) folded over words.
+// Folds a word in with one multiply (rotating first, so equal words at
+// different positions do not cancel); Finish mixes the result through
+// splitmix64's finalizer.
 uint64_t Mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return ((h << 23) | (h >> 41)) ^ (v * 0x9e3779b97f4a7c15ull);
+}
+
+uint64_t Finish(uint64_t h) {
   h ^= h >> 30;
   h *= 0xbf58476d1ce4e5b9ull;
   h ^= h >> 27;
@@ -73,6 +78,7 @@ uint64_t HeaderDigest(const OpHeader& h) {
       d = Mix(d, static_cast<uint64_t>(h.dims[i]));
     }
   }
+  d = Finish(d);
   return d == 0 ? 1 : d;
 }
 

@@ -36,7 +36,7 @@ absl::Status Reduce(Communicator& comm, const OpSpec& spec, ReduceKind op,
         if (comm.rank() != root || spec.count == 0) return absl::OkStatus();
         const Range c = ChunkRange(spec.count, slot_elems, i);
         char* own = At(data, c.begin * es);
-        std::vector<const void*> srcs = PeerSlots(comm, 0);
+        internal::SlotPointers srcs = PeerSlots(comm, 0);
         srcs[root] = own;
         ReduceInto(spec.dtype, op, own, srcs, c.size);
         return absl::OkStatus();
@@ -77,7 +77,7 @@ absl::Status ReduceScatter(Communicator& comm, const OpSpec& spec,
       [&](int64_t i) {
         if (spec.count == 0) return absl::OkStatus();
         const Range c = ChunkRange(spec.count, sub, i);
-        std::vector<const void*> srcs = PeerSlots(comm, me * sub * es);
+        internal::SlotPointers srcs = PeerSlots(comm, me * sub * es);
         srcs[me] = At(inputs[me], c.begin * es);
         ReduceInto(spec.dtype, op, At(out, c.begin * es), srcs, c.size);
         return absl::OkStatus();

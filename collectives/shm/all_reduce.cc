@@ -103,7 +103,7 @@ absl::Status Pipelined(Communicator& comm, const OpSpec& spec, ReduceKind op,
       const Range c = chunk(i);
       const Range s = EvenSlice(c.size, world, me);
       char* own = At(data, (c.begin + s.begin) * es);
-      std::vector<const void*> inputs = PeerSlots(comm, s.begin * es);
+      internal::SlotPointers inputs = PeerSlots(comm, s.begin * es);
       inputs[me] = own;  // read in place: never copied into my slot
       ReduceInto(spec.dtype, op, own, inputs, s.size);
     }

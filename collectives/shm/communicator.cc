@@ -229,8 +229,10 @@ Communicator::Control* Communicator::control(int r) const {
 }
 
 char* Communicator::slot(int r, uint64_t phase) const {
-  return static_cast<char*>(segments_[r]->data()) + kControlBytes +
-         slot_stride_ * (phase % options_.num_slots);
+  // A mask for the usual power-of-two slot counts: no division per access.
+  const uint64_t k = static_cast<uint64_t>(options_.num_slots);
+  const uint64_t index = (k & (k - 1)) == 0 ? phase & (k - 1) : phase % k;
+  return static_cast<char*>(segments_[r]->data()) + kControlBytes + slot_stride_ * index;
 }
 
 Communicator::Fastbox* Communicator::fastbox(int r, uint64_t phase) const {

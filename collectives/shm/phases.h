@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "collectives/core/op_header.h"
 #include "collectives/shm/communicator.h"
@@ -104,9 +105,11 @@ absl::Status RunPhases(Communicator& comm, const OpSpec& spec, OpHeader header,
   return RunPhasesAhead(comm, spec, 1, phases, AgreedLead(comm), write, read);
 }
 
-// Every rank's slot of the current phase, offset by `off` bytes: [size()].
-inline std::vector<const void*> PeerSlots(const Communicator& comm, int64_t off) {
-  std::vector<const void*> v(comm.size());
+// Every rank's slot of the current phase, offset by `off` bytes: [size()]
+// (inline up to 16 ranks: no allocation per phase).
+using SlotPointers = absl::InlinedVector<const void*, 16>;
+inline SlotPointers PeerSlots(const Communicator& comm, int64_t off) {
+  SlotPointers v(comm.size());
   for (int r = 0; r < comm.size(); ++r) v[r] = At(comm.peer_data(r), off);
   return v;
 }
