@@ -133,9 +133,8 @@ class ProcessGroupTpuDist : public c10d::Backend {
     // How shm ranks learn that every peer published a phase, and whether
     // small one-phase ops ride in the slot's fastbox line
     // (shm::CommOptions::sync / fastbox; the same on every rank). Defaults:
-    // the communicator's choice (poll each peer when ranks have a core
-    // each, else one arrival count) and fastboxes on. For A/B runs
-    // (collectives_bench --shm_sync= --fastbox=).
+    // the communicator's choice (one arrival count) and fastboxes on. For
+    // A/B runs (collectives_bench --shm_sync= --fastbox=).
     shm::CommOptions::Sync shm_sync = shm::CommOptions::Sync::kAuto;
     bool shm_fastbox = true;
     int64_t small_allreduce_bytes = 32 << 10;  // one-shot allreduce limit

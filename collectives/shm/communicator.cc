@@ -52,9 +52,12 @@ CommOptions Resolve(CommOptions options, int size) {
   if (options.slot_bytes == 0) options.slot_bytes = g.slot_bytes;
   if (options.num_slots == 0) options.num_slots = g.num_slots;
   if (!options.wait) options.wait = ChooseWaitPolicy(size, cores);
-  if (options.sync == CommOptions::Sync::kAuto) {
-    options.sync = size <= cores ? CommOptions::Sync::kPollPeers : CommOptions::Sync::kArrivals;
-  }
+  // Polling peers is not the default: within one run it was 4-13% faster
+  // at 8-48 B and even at 64 KiB-1 MiB (shm_sync_bench), but across 30
+  // alternated collectives_bench runs at world 2 a 1 MiB all_reduce landed
+  // in this box's slow mode (2.5-3x) in 9 runs against 2 with arrivals
+  // (bench/README.md, "The fastbox").
+  if (options.sync == CommOptions::Sync::kAuto) options.sync = CommOptions::Sync::kArrivals;
   return options;
 }
 

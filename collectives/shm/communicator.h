@@ -27,14 +27,14 @@
 //   3. PublishAndWait(): stores p into its phase word and then waits until
 //      every peer has published p, in one of two ways (CommOptions::sync,
 //      the same on every rank):
-//      - arrivals (ranks outnumber cores): adds one to rank 0's arrival
-//        count and waits until that reaches p * W (the last rank to arrive
-//        wakes the sleepers: one futex word per group, so a rank sleeps at
-//        most once per phase);
-//      - poll peers (a core per rank): also stores p into the fastbox of
-//        slot p mod K and waits on each peer's fastbox in turn: no shared
-//        read-modify-write line, and a small op's payload and header digest
-//        arrive in the line the wait already fetched;
+//      - arrivals (the default): adds one to rank 0's arrival count and
+//        waits until that reaches p * W (the last rank to arrive wakes the
+//        sleepers: one futex word per group, so a rank sleeps at most once
+//        per phase);
+//      - poll peers (an option, for ranks with a core each): also stores p
+//        into the fastbox of slot p mod K and waits on each peer's fastbox
+//        in turn: no shared read-modify-write line, and a small op's
+//        payload and header digest arrive in the line the wait fetched;
 //   4. reads peers' slot p mod K (peer_data) until it next publishes.
 // Reading phase p always happens before publishing p+1, which is what makes
 // step 1 safe. (Ops may also run phases without the group barrier, next to a
@@ -108,10 +108,11 @@ struct CommOptions {
   // nullopt: ChooseWaitPolicy(world, UsableCores()).
   std::optional<WaitPolicy> wait;
   // How ranks learn that every peer published a phase (the header comment,
-  // step 3). kAuto: kPollPeers when world <= UsableCores(), else kArrivals
-  // (one futex word lets a rank sleep once per phase when ranks share
-  // cores). Every rank must end up with the same mode (Create fails
-  // otherwise).
+  // step 3). kAuto: kArrivals (one futex word lets a rank sleep once per
+  // phase when ranks share cores; kPollPeers, for ranks with a core each,
+  // measured faster at small sizes but more often slow at 1 MiB: see
+  // Resolve in communicator.cc). Every rank must end up with the same mode
+  // (Create fails otherwise).
   enum class Sync { kAuto, kArrivals, kPollPeers };
   Sync sync = Sync::kAuto;
   // One-phase ops whose payload fits kFastboxBytes carry it in the slot's
@@ -224,10 +225,11 @@ class Communicator {
   // The group rank that names local rank r in messages. Thread-safe.
   int Label(int r) const;  // options_.rank_labels[r], or r
 
-  // Compares every rank's header of the current phase with ours; on mismatch
-  // poisons and returns InvalidArgument listing each rank's header. Every rank
-  // sees the same headers, so every rank fails with the same message. Also
-  // fails (Aborted) if any peer has already poisoned itself.
+  // Compares every rank's header of the current phase with ours (with
+  // fastboxes, the digests first: whole headers only when they differ); on
+  // mismatch poisons and returns InvalidArgument listing each rank's header.
+  // Every rank sees the same headers, so every rank fails with the same
+  // message. Also fails (Aborted) if any peer has already poisoned itself.
   absl::Status CheckHeaders(const OpContext& ctx);
 
   // Poisons with `status` (if not already) and tells peers.
