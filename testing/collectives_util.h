@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "absl/time/time.h"
 #include "collectives/core/op_header.h"
 #include "collectives/process_group_tpu_dist.h"
+#include "collectives/shm/communicator.h"
 #include "gtest/gtest.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/HashStore.hpp"
@@ -114,6 +116,17 @@ AllToAllBuffers MakeAllToAllBuffers(int world, int rank, Bytes bytes, Value valu
     b.outs[j] = b.recv[j].data();
   }
   return b;
+}
+
+// shm::Communicator::Create for a test rank, 60 s setup timeout; null (and
+// a test failure) when it fails.
+inline std::unique_ptr<collectives::shm::Communicator> CreateShmComm(
+    c10d::Store& store, int rank, int world, collectives::shm::CommOptions options) {
+  options.setup_timeout = absl::Seconds(60);
+  absl::StatusOr<std::unique_ptr<collectives::shm::Communicator>> comm =
+      collectives::shm::Communicator::Create(store, rank, world, options);
+  EXPECT_TRUE(comm.ok()) << comm.status();
+  return comm.ok() ? std::move(*comm) : nullptr;
 }
 
 inline std::string UniqueJob(const std::string& tag) {

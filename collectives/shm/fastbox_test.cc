@@ -33,11 +33,7 @@ std::unique_ptr<Communicator> MustCreate(c10d::Store& store, int rank, int world
   options.num_slots = 2;
   options.sync = sync;
   options.fastbox = fastbox;
-  options.setup_timeout = absl::Seconds(60);
-  absl::StatusOr<std::unique_ptr<Communicator>> comm =
-      Communicator::Create(store, rank, world, options);
-  EXPECT_TRUE(comm.ok()) << comm.status();
-  return comm.ok() ? std::move(*comm) : nullptr;
+  return test_support::CreateShmComm(store, rank, world, options);
 }
 
 TEST(FastboxTest, RanksThatDisagreeOnSyncOrFastboxFailSetup) {

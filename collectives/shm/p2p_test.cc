@@ -33,11 +33,7 @@ std::unique_ptr<Communicator> Create(c10d::Store& store, const std::string& job,
   CommOptions options;
   options.job_id = job;
   options.p2p_ring_bytes = kRingBytes;
-  options.setup_timeout = absl::Seconds(60);
-  absl::StatusOr<std::unique_ptr<Communicator>> comm =
-      Communicator::Create(store, rank, world, options);
-  EXPECT_TRUE(comm.ok()) << comm.status();
-  return comm.ok() ? std::move(*comm) : nullptr;
+  return test_support::CreateShmComm(store, rank, world, options);
 }
 
 // Distinct bytes per (sender, receiver, tag, index, offset).
