@@ -36,10 +36,13 @@ std::unique_ptr<Communicator> MustCreate(c10d::Store& store, int rank, int world
   return test_support::CreateShmComm(store, rank, world, options);
 }
 
+// Both ranks fail; the one that reads the other's layout first names both
+// modes (its peer may then fail to map the segment the first one dropped).
 TEST(FastboxTest, RanksThatDisagreeOnSyncOrFastboxFailSetup) {
   for (int which = 0; which < 2; ++which) {  // sync, fastbox
     auto store = c10::make_intrusive<c10d::HashStore>();
     const std::string job = test_support::UniqueJob("fbsetup");
+    absl::Status status[2];
     test_support::RunRankThreads(2, [&](int rank) {
       CommOptions options;
       options.job_id = job;
@@ -48,11 +51,17 @@ TEST(FastboxTest, RanksThatDisagreeOnSyncOrFastboxFailSetup) {
       options.fastbox = !(which == 1 && rank == 1);
       absl::StatusOr<std::unique_ptr<Communicator>> comm =
           Communicator::Create(*store, rank, 2, options);
-      ASSERT_FALSE(comm.ok()) << "rank " << rank << " set up a group its peer disagrees with";
-      EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_THAT(comm.status().message(), HasSubstr(which == 0 ? "arrivals" : "fastboxes off"));
-      EXPECT_THAT(comm.status().message(), HasSubstr(absl::StrCat("rank ", 1 - rank)));
+      status[rank] = comm.ok() ? absl::OkStatus() : comm.status();
     });
+    int named = 0;
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_FALSE(status[rank].ok()) << "rank " << rank << " set up a group its peer disagrees with";
+      if (status[rank].code() != absl::StatusCode::kInvalidArgument) continue;
+      ++named;
+      EXPECT_THAT(status[rank].message(), HasSubstr(which == 0 ? "arrivals" : "fastboxes off"));
+      EXPECT_THAT(status[rank].message(), HasSubstr(absl::StrCat("rank ", 1 - rank)));
+    }
+    EXPECT_GE(named, 1) << status[0] << " / " << status[1];
   }
 }
 
