@@ -53,7 +53,7 @@ CommOptions Resolve(CommOptions options, int size) {
   if (options.num_slots == 0) options.num_slots = g.num_slots;
   if (!options.wait) options.wait = ChooseWaitPolicy(size, cores);
   // Polling peers is not the default: within one run it was 4-13% faster
-  // at 8-48 B and even at 64 KiB-1 MiB (shm_sync_bench), but across 30
+  // at 8-48 B and no slower at 64 KiB-1 MiB (shm_sync_bench), but across 30
   // alternated collectives_bench runs at world 2 a 1 MiB all_reduce landed
   // in this box's slow mode (2.5-3x) in 9 runs against 2 with arrivals
   // (bench/README.md, "The fastbox").
@@ -208,7 +208,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
             " syncs by ", SyncName(static_cast<CommOptions::Sync>(pc->sync)), " with fastboxes ",
             pc->fastbox ? "on" : "off", ", this rank by ", SyncName(options.sync),
             " with fastboxes ", options.fastbox ? "on" : "off",
-            " (do the ranks see different core counts? then pass CommOptions::sync)"));
+            " (every rank must pass the same CommOptions::sync and fastbox)"));
       }
       comm->segments_[r] = std::move(*peer);
     }
