@@ -1,9 +1,11 @@
 #include "collectives/flight_recorder.h"
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "collectives/fast_clock.h"
 
 namespace tpudist::collectives {
 namespace {
@@ -27,7 +29,7 @@ uint64_t FlightRecorder::Record(Op op) {
 
 uint64_t FlightRecorder::RecordInPlace(absl::FunctionRef<void(Op&)> fill,
                                        int64_t started_at_ns) {
-  const int64_t now = started_at_ns > 0 ? started_at_ns : absl::GetCurrentTimeNanos();
+  const int64_t now = started_at_ns > 0 ? started_at_ns : FastUnixNanos();
   absl::MutexLock lock(&mu_);
   const uint64_t op_id = next_op_id_++;
   Entry* e;
@@ -60,22 +62,25 @@ FlightRecorder::Entry* FlightRecorder::Find(uint64_t op_id) {
   return e->op_id == op_id ? e : nullptr;
 }
 
-void FlightRecorder::Started(uint64_t op_id) { Started(op_id, absl::GetCurrentTimeNanos()); }
+void FlightRecorder::Started(uint64_t op_id) { Started(op_id, FastUnixNanos()); }
 
 void FlightRecorder::Started(uint64_t op_id, int64_t now) {
   absl::MutexLock lock(&mu_);
   Entry* e = Find(op_id);
   if (e == nullptr) return;
-  e->time_started_ns = now;
+  // Timestamps of one op may come from two threads' clocks (fast_clock.h:
+  // within ~1 us of each other): an entry's times never run backwards.
+  e->time_started_ns = std::max(now, e->time_created_ns);
   e->state = State::kStarted;
   if (!e->op.is_p2p) progress_.last_started = static_cast<int64_t>(e->op.collective_seq_id);
 }
 
 void FlightRecorder::Finished(uint64_t op_id, const absl::Status& status) {
-  const int64_t now = absl::GetCurrentTimeNanos();
+  int64_t now = FastUnixNanos();
   absl::MutexLock lock(&mu_);
   Entry* e = Find(op_id);
   if (e == nullptr) return;
+  now = std::max(now, e->time_started_ns.value_or(e->time_created_ns));  // see Started()
   e->retired = true;
   if (!e->time_started_ns.has_value()) {
     e->time_started_ns = now;  // a failed op ran too, however briefly

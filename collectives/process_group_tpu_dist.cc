@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collectives/exception_message.h"
+#include "collectives/fast_clock.h"
 #include "collectives/generation_store.h"
 #include "collectives/hierarchical_backend.h"
 #include "collectives/shm/algorithms.h"
@@ -329,7 +330,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
   // neither the issuer nor the collectives queued after it.
   if (type != c10d::OpType::RECV && caller_waits && bytes <= options_.inline_max_bytes &&
       worker_->BeginInline()) {
-    const int64_t now_ns = absl::GetCurrentTimeNanos();
+    const int64_t now_ns = FastUnixNanos();
     const uint64_t fr_id = fr ? FrRecord(name, type, op_seq_, timeout,
                                          inputs.empty() ? outputs : inputs, outputs, peer, now_ns)
                               : 0;
@@ -352,8 +353,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
   std::function<void()> finish = [work, callbacks] { work->Finish(work->op_status(), callbacks); };
   std::function<void()> run = [this, result, name, timeout, bytes, fr, fr_id,
                                body = std::move(body)] {
-    const absl::Time start = absl::Now();
-    if (fr) recorder_->Started(fr_id, absl::ToUnixNanos(start));
+    const int64_t start_ns = FastUnixNanos();
+    if (fr) recorder_->Started(fr_id, start_ns);
+    const absl::Time start = absl::FromUnixNanos(start_ns);
     RunOp(name, timeout, bytes, fr, fr_id, start, body, result);
   };
   if (type == c10d::OpType::RECV) {
