@@ -5,7 +5,8 @@
 // (OpWorker::QueuedOp::RunHere). Checked: issue order across ranks when
 // inline, waited-on and worker-run ops mix; one op at a time; the op's own
 // deadline when a peer never joins; abort() from another thread; and that
-// the fast paths are taken at all.
+// the fast paths are taken at all; and that an inline op's Work, complete
+// before it is returned, keeps the Work contract.
 #include <ATen/ATen.h>
 
 #include <atomic>
@@ -224,6 +225,63 @@ TEST(CallerRunsOpTest, AbortFromAnotherThreadEndsAnOpRunByItsCaller) {
       done = true;
     });
   }
+}
+
+// A Work whose op ran inline is complete before it is returned (it never
+// locks or wakes): it must still keep c10d's whole Work contract, on success
+// and on failure: state, wait(), result(), a future made afterwards and its
+// callbacks.
+TEST(CallerRunsOpTest, AnInlineOpsWorkKeepsTheWorkContract) {
+  {
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(
+        c10::make_intrusive<c10d::HashStore>(), 0, 1, DefaultInlineOptions(UniqueJob("crw")));
+    std::vector<at::Tensor> t = {at::full({3}, 2.0f)};  // [3]
+    c10d::AllreduceOptions opts;
+    opts.asyncOp = false;
+    auto work = pg->allreduce(t, opts);
+    EXPECT_TRUE(work->isCompleted());
+    EXPECT_TRUE(work->isSuccess());
+    EXPECT_TRUE(work->wait());
+    ASSERT_EQ(work->result().size(), 1u);
+    EXPECT_TRUE(work->result()[0].is_same(t[0]));
+    auto future = work->getFuture();
+    ASSERT_TRUE(future->completed());
+    EXPECT_FALSE(future->hasError());
+    EXPECT_TRUE(future->value().toTensorVector()[0].is_same(t[0]));
+    std::atomic<bool> ran{false};
+    future->addCallback([&](c10::ivalue::Future& f) { ran = !f.hasError(); });
+    EXPECT_TRUE(ran.load());
+    EXPECT_EQ(work->getFuture().get(), future.get());
+    pg->shutdown();
+  }
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string job = UniqueJob("crf");
+  std::atomic<bool> done{false};
+  RunRankThreads(2, [&](int rank) {
+    ProcessGroupTpuDist::Options o = DefaultInlineOptions(job);
+    o.timeout = std::chrono::seconds(1);
+    auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
+    if (rank == 1) {  // never joins the op
+      while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    std::vector<at::Tensor> t = {at::ones({4})};  // [4]
+    c10d::AllreduceOptions opts;
+    opts.asyncOp = false;
+    auto work = pg->allreduce(t, opts);
+    EXPECT_TRUE(work->isCompleted()) << "a waited-on op did not run inline";
+    EXPECT_FALSE(work->isSuccess());
+    EXPECT_TRUE(work->exception() != nullptr);
+    EXPECT_THAT(ErrorOf(work, std::chrono::seconds(5)), HasSubstr("DEADLINE_EXCEEDED"));
+    auto future = work->getFuture();
+    ASSERT_TRUE(future->completed());
+    ASSERT_TRUE(future->hasError());
+    EXPECT_THAT(future->tryRetrieveErrorMessage(), HasSubstr("DEADLINE_EXCEEDED"));
+    std::string seen;
+    future->addCallback([&](c10::ivalue::Future& f) { seen = f.tryRetrieveErrorMessage(); });
+    EXPECT_THAT(seen, HasSubstr("DEADLINE_EXCEEDED"));
+    done = true;
+  });
 }
 
 }  // namespace

@@ -131,8 +131,8 @@ void ProcessGroupTpuDist::setGroupUid(const std::string& pg_uid) {
 
 uint64_t ProcessGroupTpuDist::FrRecord(const char* name, c10d::OpType type, uint64_t seq,
                                        std::chrono::milliseconds timeout,
-                                       const std::vector<at::Tensor>& inputs,
-                                       const std::vector<at::Tensor>& outputs, int peer,
+                                       c10::ArrayRef<at::Tensor> inputs,
+                                       c10::ArrayRef<at::Tensor> outputs, int peer,
                                        int64_t started_at_ns) {
   if (!fr_desc_synced_.load(std::memory_order_relaxed) && !fr_desc_synced_.exchange(true)) {
     // torch sets the description (default_pg, ...) after construction, before any op.
@@ -142,7 +142,7 @@ uint64_t ProcessGroupTpuDist::FrRecord(const char* name, c10d::OpType type, uint
   // ring has wrapped (the entry's vectors and name keep their capacity).
   const bool p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV;
   const uint64_t p2p_seq = p2p ? ++fr_p2p_seq_ : 0;
-  auto describe = [](const std::vector<at::Tensor>& ts, std::vector<std::vector<int64_t>>& sizes,
+  auto describe = [](c10::ArrayRef<at::Tensor> ts, std::vector<std::vector<int64_t>>& sizes,
                      std::vector<c10::ScalarType>& dtypes) {
     sizes.resize(ts.size());
     dtypes.resize(ts.size());
@@ -286,9 +286,9 @@ std::chrono::milliseconds ProcessGroupTpuDist::OpTimeout(
   return requested == c10d::kUnsetTimeout ? timeout() : requested;
 }
 
-void ProcessGroupTpuDist::RunOp(const char* name, std::chrono::milliseconds timeout,
-                                int64_t bytes, bool fr, uint64_t fr_id, absl::Time start,
-                                const OpBody& body, TpuDistWork* work) {
+absl::Status ProcessGroupTpuDist::RunOp(const char* name, std::chrono::milliseconds timeout,
+                                        int64_t bytes, bool fr, uint64_t fr_id,
+                                        absl::Time start, BodyRef body) {
   OpContext ctx;
   ctx.name = name;
   ctx.bytes = bytes;
@@ -302,61 +302,75 @@ void ProcessGroupTpuDist::RunOp(const char* name, std::chrono::milliseconds time
         absl::StrCat(name, ": ", ::tpudist::collectives::ExceptionMessage(e))));
   }
   if (fr) FrFinished(fr_id, s);
-  work->set_op_status(std::move(s));
+  return s;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::Enqueue(
-    const char* name, c10d::OpType type, std::chrono::milliseconds timeout,
-    int64_t bytes, bool caller_waits, std::vector<at::Tensor> outputs, OpBody body,
-    const std::vector<at::Tensor>& inputs, int peer) {
+bool ProcessGroupTpuDist::FrRecords(c10d::OpType type) const {
+  return recorder_ != nullptr && type != c10d::OpType::ALLREDUCE_COALESCED &&
+         type != c10d::OpType::ALLGATHER_COALESCED &&
+         type != c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED &&
+         type != c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::RunInline(
+    const char* name, c10d::OpType type, std::chrono::milliseconds timeout, int64_t bytes,
+    bool caller_waits, c10::ArrayRef<at::Tensor> outputs, BodyRef body,
+    c10::ArrayRef<at::Tensor> inputs, int peer) {
   TORCH_CHECK(worker_ != nullptr, "tpu_dist group '", options_.group_name, "' rank ", rank_,
               ": ", name, " after a failed Reconfigure: ", disconnected_.ToString());
-  // Flight recorder: scheduled, started and ended around the op. A
-  // coalesced op's completion marker is not an op.
-  const bool fr = recorder_ != nullptr && type != c10d::OpType::ALLREDUCE_COALESCED &&
-                  type != c10d::OpType::ALLGATHER_COALESCED &&
-                  type != c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED &&
-                  type != c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED;
-  // A held future completes on the worker's callback threads (work.h).
-  CallbackThreads* callbacks =
-      (type == c10d::OpType::RECV ? p2p_worker_ : worker_)->callbacks();
   // Collectives whose caller waits at once (c10d's asyncOp == false) run on
   // the calling thread when the queue is idle (issue order is unaffected):
-  // no thread handoff, no closures; scheduled and started are one time. An
+  // no thread handoff, no closure; scheduled and started are one time. An
   // async op (the c10d default; FSDP's prefetch, Python's async_op=True) goes
   // to the worker: run inline it would block its issuer until every peer
   // arrived; a wait() on it while it is still next in an idle queue runs it
   // on the waiter (work.h). A recv waits on the p2p worker: it must block
   // neither the issuer nor the collectives queued after it.
-  if (type != c10d::OpType::RECV && caller_waits && bytes <= options_.inline_max_bytes &&
-      worker_->BeginInline()) {
-    const int64_t now_ns = FastUnixNanos();
-    const uint64_t fr_id = fr ? FrRecord(name, type, op_seq_, timeout,
-                                         inputs.empty() ? outputs : inputs, outputs, peer, now_ns)
-                              : 0;
-    auto work = c10::make_intrusive<TpuDistWork>(rank_, type, std::move(outputs), timeout);
-    RunOp(name, timeout, bytes, fr, fr_id, absl::FromUnixNanos(now_ns), body, work.get());
-    // The worker counts as idle before the Work completes, so a caller woken
-    // by the completion can run its next op inline too.
-    worker_->EndInline();
-    work->Finish(work->op_status(), callbacks);
-    return work;
+  if (type == c10d::OpType::RECV || !caller_waits || bytes > options_.inline_max_bytes ||
+      !worker_->BeginInline()) {
+    return {};
   }
+  const bool fr = FrRecords(type);
+  const int64_t now_ns = FastUnixNanos();
+  const uint64_t fr_id = fr ? FrRecord(name, type, op_seq_, timeout,
+                                       inputs.empty() ? outputs : inputs, outputs, peer, now_ns)
+                            : 0;
+  auto work = c10::make_intrusive<TpuDistWork>(rank_, type, outputs, timeout);
+  const absl::Status s =
+      RunOp(name, timeout, bytes, fr, fr_id, absl::FromUnixNanos(now_ns), body);
+  // The worker counts as idle before the Work completes, so a caller woken
+  // by the completion can run its next op inline too. (Nobody holds the
+  // Work yet: it completes without a lock or a wake.)
+  worker_->EndInline();
+  work->FinishUnshared(s);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::EnqueueOnWorker(
+    const char* name, c10d::OpType type, std::chrono::milliseconds timeout, int64_t bytes,
+    c10::ArrayRef<at::Tensor> outputs, OpBody body, c10::ArrayRef<at::Tensor> inputs, int peer) {
+  TORCH_CHECK(worker_ != nullptr, "tpu_dist group '", options_.group_name, "' rank ", rank_,
+              ": ", name, " after a failed Reconfigure: ", disconnected_.ToString());
+  // Flight recorder: scheduled here, started and ended around the op.
+  const bool fr = FrRecords(type);
+  // A held future completes on the worker's callback threads (work.h).
+  CallbackThreads* callbacks =
+      (type == c10d::OpType::RECV ? p2p_worker_ : worker_)->callbacks();
   const uint64_t fr_id =
       fr ? FrRecord(name, type, op_seq_, timeout, inputs.empty() ? outputs : inputs, outputs, peer)
          : 0;
-  auto work = c10::make_intrusive<TpuDistWork>(rank_, type, std::move(outputs), timeout);
+  auto work = c10::make_intrusive<TpuDistWork>(rank_, type, outputs, timeout);
   TpuDistWork* result = work.get();
   // `run` leaves the op's status in the Work (which `finish` holds, so it
   // outlives `run`); `finish` completes the Work with it after the worker
   // counts as idle again (OpWorker's `then`).
   std::function<void()> finish = [work, callbacks] { work->Finish(work->op_status(), callbacks); };
   std::function<void()> run = [this, result, name, timeout, bytes, fr, fr_id,
-                               body = std::move(body)] {
+                               body = std::move(body)]() mutable {
     const int64_t start_ns = FastUnixNanos();
     if (fr) recorder_->Started(fr_id, start_ns);
-    const absl::Time start = absl::FromUnixNanos(start_ns);
-    RunOp(name, timeout, bytes, fr, fr_id, start, body, result);
+    result->set_op_status(RunOp(name, timeout, bytes, fr, fr_id, absl::FromUnixNanos(start_ns),
+                                BodyRef::To(body)));
   };
   if (type == c10d::OpType::RECV) {
     work->set_queued_op(p2p_worker_->Enqueue(std::move(run), std::move(finish)));

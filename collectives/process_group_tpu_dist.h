@@ -386,37 +386,83 @@ class ProcessGroupTpuDist : public c10d::Backend {
                                       int src_rank, int tag) override;
 
  private:
-  // The body of an op, run on the worker thread against the communicator.
+  // The body of an op, run against the communicator (on the worker thread,
+  // or on the issuer for an inline op).
   using OpBody = std::function<absl::Status(CollectiveBackend&, const OpContext&)>;
+  // A non-owning reference to a body (a lambda, mutable or not), so an
+  // inline op runs its body without copying it into an OpBody (a heap
+  // closure). Valid while the referenced body lives.
+  class BodyRef {
+   public:
+    template <typename F>
+    static BodyRef To(F& f) {
+      return BodyRef(const_cast<void*>(static_cast<const void*>(&f)),
+                     [](void* o, CollectiveBackend& comm, const OpContext& ctx) {
+                       return (*static_cast<F*>(o))(comm, ctx);
+                     });
+    }
+    absl::Status operator()(CollectiveBackend& comm, const OpContext& ctx) const {
+      return call_(obj_, comm, ctx);
+    }
 
-  // Queues `body` and returns its Work; `outputs` are what the future
+   private:
+    using Call = absl::Status (*)(void*, CollectiveBackend&, const OpContext&);
+    BodyRef(void* obj, Call call) : obj_(obj), call_(call) {}
+    void* obj_;
+    Call call_;
+  };
+
+  // Issues `body` and returns its Work; `outputs` are what the future
   // resolves to. `caller_waits` (c10d's !asyncOp) allows running a small op
-  // inline on the calling thread when the queue is idle. For the flight
-  // recorder: `inputs` (empty: the op is in place, inputs are `outputs`),
-  // and the peer of a recv. Called under issue_mu_, right after NextSeq()
-  // for a collective.
+  // inline on the calling thread when the queue is idle (RunInline: the body
+  // runs in place, nothing allocated but the Work); otherwise it is queued
+  // on the worker (EnqueueOnWorker). For the flight recorder: `inputs`
+  // (empty: the op is in place, inputs are `outputs`), and the peer of a
+  // recv. Called under issue_mu_, right after NextSeq() for a collective.
+  template <typename Body>
   c10::intrusive_ptr<c10d::Work> Enqueue(const char* name, c10d::OpType type,
                                          std::chrono::milliseconds timeout,
                                          int64_t bytes, bool caller_waits,
-                                         std::vector<at::Tensor> outputs,
-                                         OpBody body,
-                                         const std::vector<at::Tensor>& inputs = {},
-                                         int peer = -1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(issue_mu_);
+                                         c10::ArrayRef<at::Tensor> outputs, Body body,
+                                         c10::ArrayRef<at::Tensor> inputs = {},
+                                         int peer = -1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(issue_mu_) {
+    c10::intrusive_ptr<c10d::Work> work = RunInline(name, type, timeout, bytes, caller_waits,
+                                                    outputs, BodyRef::To(body), inputs, peer);
+    if (work) return work;
+    return EnqueueOnWorker(name, type, timeout, bytes, outputs, OpBody(std::move(body)), inputs,
+                           peer);
+  }
+  // Runs the op on this thread and returns its (complete) Work if it may
+  // run inline now; else returns null, having done nothing.
+  c10::intrusive_ptr<c10d::Work> RunInline(const char* name, c10d::OpType type,
+                                           std::chrono::milliseconds timeout, int64_t bytes,
+                                           bool caller_waits, c10::ArrayRef<at::Tensor> outputs,
+                                           BodyRef body, c10::ArrayRef<at::Tensor> inputs,
+                                           int peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(issue_mu_);
+  c10::intrusive_ptr<c10d::Work> EnqueueOnWorker(const char* name, c10d::OpType type,
+                                                 std::chrono::milliseconds timeout,
+                                                 int64_t bytes,
+                                                 c10::ArrayRef<at::Tensor> outputs, OpBody body,
+                                                 c10::ArrayRef<at::Tensor> inputs, int peer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(issue_mu_);
+  // Whether the flight recorder records ops of `type` (a coalesced op's
+  // completion marker is not an op).
+  bool FrRecords(c10d::OpType type) const;
   // Flight-recorder hooks (no-ops when it is off). FrRecord records an op as
   // scheduled (seq: its collective sequence number; peer >= 0: a send to /
   // recv from that group rank) and returns its id; FrFinished marks it ended
   // and, on the group's first failure, dumps and asks every rank to dump.
   // started_at_ns > 0: recorded as started then too (an inline op).
   uint64_t FrRecord(const char* name, c10d::OpType type, uint64_t seq,
-                    std::chrono::milliseconds timeout, const std::vector<at::Tensor>& inputs,
-                    const std::vector<at::Tensor>& outputs, int peer,
+                    std::chrono::milliseconds timeout, c10::ArrayRef<at::Tensor> inputs,
+                    c10::ArrayRef<at::Tensor> outputs, int peer,
                     int64_t started_at_ns = 0);
   void FrFinished(uint64_t id, const absl::Status& status);
   // Runs `body` against the backend (started at `start`), records its end
-  // (fr: flight-recorder entry fr_id) and leaves its status in `work`. On the
-  // thread that runs the op: the worker, or the issuer for an inline op.
-  void RunOp(const char* name, std::chrono::milliseconds timeout, int64_t bytes, bool fr,
-             uint64_t fr_id, absl::Time start, const OpBody& body, TpuDistWork* work);
+  // (fr: flight-recorder entry fr_id) and returns its status. On the thread
+  // that runs the op: the worker, or the issuer for an inline op.
+  absl::Status RunOp(const char* name, std::chrono::milliseconds timeout, int64_t bytes, bool fr,
+                     uint64_t fr_id, absl::Time start, BodyRef body);
   std::chrono::milliseconds OpTimeout(std::chrono::milliseconds requested) const;
   // Construction / Reconfigure: the flight recorder for rank_ of size_, and
   // the connections over a new generation of `store` (process_group_tpu_dist.cc).

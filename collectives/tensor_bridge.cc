@@ -65,8 +65,8 @@ void CopyBackIfNeeded(at::Tensor& t, const at::Tensor& buffer) {
   if (!t.is_same(buffer)) t.copy_(buffer);
 }
 
-std::vector<int64_t> ShapeOf(const at::Tensor& t) {
-  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
+absl::InlinedVector<int64_t, 6> ShapeOf(const at::Tensor& t) {
+  return absl::InlinedVector<int64_t, 6>(t.sizes().begin(), t.sizes().end());
 }
 
 }  // namespace tpudist::collectives

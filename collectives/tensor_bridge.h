@@ -9,6 +9,8 @@
 
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collectives/core/reduce_kernels.h"
@@ -38,8 +40,8 @@ at::Tensor ContiguousBuffer(const at::Tensor& t);
 // into `t` if they differ. Both [same shape].
 void CopyBackIfNeeded(at::Tensor& t, const at::Tensor& buffer);
 
-// Shape as a vector, for op headers.
-std::vector<int64_t> ShapeOf(const at::Tensor& t);
+// Shape as OpSpec::shape wants it, for op headers (no allocation up to 6 dims).
+absl::InlinedVector<int64_t, 6> ShapeOf(const at::Tensor& t);
 
 }  // namespace tpudist::collectives
 

@@ -17,9 +17,22 @@ const c10::TypePtr& TensorListType() {
 }  // namespace
 
 TpuDistWork::TpuDistWork(int rank, c10d::OpType type,
-                         std::vector<at::Tensor> outputs,
+                         c10::ArrayRef<at::Tensor> outputs,
                          std::chrono::milliseconds op_timeout)
-    : c10d::Work(rank, type), outputs_(std::move(outputs)), op_timeout_(op_timeout) {}
+    : c10d::Work(rank, type), outputs_(outputs.begin(), outputs.end()),
+      op_timeout_(op_timeout) {}
+
+void TpuDistWork::FinishUnshared(const absl::Status& status) {
+  if (!status.ok()) {
+    exception_ = std::make_exception_ptr(
+        std::runtime_error(std::string("tpu_dist: ") + status.ToString()));
+    ended_error_ = exception_;
+  }
+  // c10d::Work::finish() without its lock and wake: nobody can be waiting.
+  completed_ = true;
+  ended_ = true;
+  finished_unshared_ = true;
+}
 
 void TpuDistWork::Finish(const absl::Status& status, CallbackThreads* callbacks) {
   std::exception_ptr error;
@@ -55,7 +68,7 @@ void TpuDistWork::CompleteFuture(c10::ivalue::Future& future, const std::excepti
   if (error) {
     future.setError(error);
   } else {
-    future.markCompleted(c10::IValue(outputs_));
+    future.markCompleted(c10::IValue(std::vector<at::Tensor>(outputs_.begin(), outputs_.end())));
   }
 }
 
@@ -80,11 +93,14 @@ bool TpuDistWork::wait(std::chrono::milliseconds timeout) {
   const auto limit = timeout == ::kNoTimeout
                          ? op_timeout_ + std::chrono::seconds(30)
                          : timeout;
+  if (finished_unshared_) {  // ran inline: complete before anyone saw it
+    if (exception_) std::rethrow_exception(exception_);
+    return true;
+  }
   // Blocking for as long as the op may run anyway: run it here if it is
   // next in an idle queue (a no-op once it has been taken or has finished).
   if (limit >= op_timeout_) queued_op_.RunHere();
   std::unique_lock<std::mutex> lock(mutex_);
-  // (An op that ran inline is complete here: no deadline, no clock read.)
   if (!completed_ && !cv_.wait_for(lock, limit, [&] { return completed_; })) {
     throw std::runtime_error("tpu_dist: Work::wait timed out after " +
                              std::to_string(limit.count()) + " ms");
@@ -93,7 +109,9 @@ bool TpuDistWork::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-std::vector<at::Tensor> TpuDistWork::result() { return outputs_; }
+std::vector<at::Tensor> TpuDistWork::result() {
+  return std::vector<at::Tensor>(outputs_.begin(), outputs_.end());
+}
 
 c10::intrusive_ptr<c10::ivalue::Future> TpuDistWork::getFuture() {
   absl::MutexLock lock(&future_mu_);

@@ -32,6 +32,9 @@
 #include <mutex>
 #include <vector>
 
+#include <c10/util/ArrayRef.h>
+#include <c10/util/SmallVector.h>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -44,7 +47,8 @@ namespace tpudist::collectives {
 class TpuDistWork : public c10d::Work {
  public:
   // outputs: the tensors the future resolves to (op-specific shapes).
-  TpuDistWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+  // Copied in (one inline slot: no allocation for a one-tensor op).
+  TpuDistWork(int rank, c10d::OpType type, c10::ArrayRef<at::Tensor> outputs,
               std::chrono::milliseconds op_timeout);
 
   // Completes the work; `status` non-OK makes it fail with that message.
@@ -54,6 +58,12 @@ class TpuDistWork : public c10d::Work {
       ABSL_LOCKS_EXCLUDED(future_mu_);
   // The queued op that Finish()es this work, for wait() to run on the
   // waiter. Set once by the issuer before the work is handed out.
+  // Finish() for a Work that nobody else has seen yet (an op run inline,
+  // before the Work is returned): completes it without locking or waking
+  // anyone, and marks it so wait() returns without locking.
+  // REQUIRES: the caller holds the only reference and no future was made.
+  void FinishUnshared(const absl::Status& status) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+
   void set_queued_op(OpWorker::QueuedOp op) { queued_op_ = std::move(op); }
   // The op's status, left by the thread that ran it for the Finish() that
   // follows (on that thread, or one the op queue orders after it).
@@ -72,10 +82,12 @@ class TpuDistWork : public c10d::Work {
   // Completes `future` with `error` or outputs_; rethrows what a callback threw.
   void CompleteFuture(c10::ivalue::Future& future, const std::exception_ptr& error);
 
-  std::vector<at::Tensor> outputs_;  // op-specific shapes
+  c10::SmallVector<at::Tensor, 1> outputs_;  // op-specific shapes
   std::chrono::milliseconds op_timeout_;
   OpWorker::QueuedOp queued_op_;  // empty: the op ran inline
   absl::Status op_status_;  // see set_op_status()
+  // Set by FinishUnshared() before anyone else sees the Work; then fixed.
+  bool finished_unshared_ = false;
   absl::Mutex future_mu_;
   // Made by the first getFuture(); null until then.
   c10::intrusive_ptr<c10::ivalue::Future> future_ ABSL_GUARDED_BY(future_mu_);

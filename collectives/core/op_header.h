@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
 #include "collectives/core/reduce_kernels.h"
 
@@ -82,7 +83,8 @@ struct OpSpec {
   OpContext ctx;
   uint32_t seq = 0;
   DataType dtype = DataType::kUInt8;
-  std::vector<int64_t> shape;
+  // The tensor's dims; inline up to 6 (no allocation per op).
+  absl::InlinedVector<int64_t, 6> shape;
   int64_t count = 0;
 };
 

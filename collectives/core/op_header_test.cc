@@ -12,7 +12,7 @@ OpSpec Spec(DataType dtype, std::vector<int64_t> shape, int64_t count, uint32_t 
   spec.ctx.name = "allreduce";
   spec.seq = seq;
   spec.dtype = dtype;
-  spec.shape = std::move(shape);
+  spec.shape.assign(shape.begin(), shape.end());
   spec.count = count;
   return spec;
 }
