@@ -152,6 +152,7 @@ uint64_t ProcessGroupTpuDist::FrRecord(const char* name, c10d::OpType type, uint
       dtypes[i] = ts[i].scalar_type();
     }
   };
+  const absl::string_view torch_name = p2p ? absl::string_view() : TorchOpName(name);
   return recorder_->RecordInPlace([&](FlightRecorder::Op& op) {
     op.collective_seq_id = seq;
     op.is_p2p = p2p;
@@ -161,8 +162,8 @@ uint64_t ProcessGroupTpuDist::FrRecord(const char* name, c10d::OpType type, uint
       op.name = type == c10d::OpType::SEND ? absl::StrCat("send ", rank_, "->", peer)
                                            : absl::StrCat("recv ", rank_, "<-", peer);
     } else {
-      const absl::string_view torch_name = TorchOpName(name);
-      op.name.assign(torch_name.data(), torch_name.size());
+      // A ring entry mostly held the same op before: keep its name then.
+      if (op.name != torch_name) op.name.assign(torch_name.data(), torch_name.size());
     }
     describe(inputs, op.input_sizes, op.input_dtypes);
     describe(outputs, op.output_sizes, op.output_dtypes);
