@@ -14,6 +14,13 @@ const c10::TypePtr& TensorListType() {
   return *type;
 }
 
+// The exception a Work fails with for `status`; null when OK.
+std::exception_ptr ErrorFor(const absl::Status& status) {
+  if (status.ok()) return nullptr;
+  return std::make_exception_ptr(
+      std::runtime_error(std::string("tpu_dist: ") + status.ToString()));
+}
+
 }  // namespace
 
 TpuDistWork::TpuDistWork(int rank, c10d::OpType type,
@@ -23,11 +30,8 @@ TpuDistWork::TpuDistWork(int rank, c10d::OpType type,
       op_timeout_(op_timeout) {}
 
 void TpuDistWork::FinishUnshared(const absl::Status& status) {
-  if (!status.ok()) {
-    exception_ = std::make_exception_ptr(
-        std::runtime_error(std::string("tpu_dist: ") + status.ToString()));
-    ended_error_ = exception_;
-  }
+  exception_ = ErrorFor(status);
+  ended_error_ = exception_;
   // c10d::Work::finish() without its lock and wake: nobody can be waiting.
   completed_ = true;
   ended_ = true;
@@ -35,11 +39,7 @@ void TpuDistWork::FinishUnshared(const absl::Status& status) {
 }
 
 void TpuDistWork::Finish(const absl::Status& status, CallbackThreads* callbacks) {
-  std::exception_ptr error;
-  if (!status.ok()) {
-    error = std::make_exception_ptr(
-        std::runtime_error(std::string("tpu_dist: ") + status.ToString()));
-  }
+  const std::exception_ptr error = ErrorFor(status);
   bool no_future;
   {
     absl::MutexLock lock(&future_mu_);
@@ -90,13 +90,13 @@ void TpuDistWork::Complete(std::exception_ptr error) {
 }
 
 bool TpuDistWork::wait(std::chrono::milliseconds timeout) {
-  const auto limit = timeout == ::kNoTimeout
-                         ? op_timeout_ + std::chrono::seconds(30)
-                         : timeout;
   if (finished_unshared_) {  // ran inline: complete before anyone saw it
     if (exception_) std::rethrow_exception(exception_);
     return true;
   }
+  const auto limit = timeout == ::kNoTimeout
+                         ? op_timeout_ + std::chrono::seconds(30)
+                         : timeout;
   // Blocking for as long as the op may run anyway: run it here if it is
   // next in an idle queue (a no-op once it has been taken or has finished).
   if (limit >= op_timeout_) queued_op_.RunHere();

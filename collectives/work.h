@@ -56,14 +56,14 @@ class TpuDistWork : public c10d::Work {
   // here, callbacks included).
   void Finish(const absl::Status& status, CallbackThreads* callbacks = nullptr)
       ABSL_LOCKS_EXCLUDED(future_mu_);
-  // The queued op that Finish()es this work, for wait() to run on the
-  // waiter. Set once by the issuer before the work is handed out.
   // Finish() for a Work that nobody else has seen yet (an op run inline,
   // before the Work is returned): completes it without locking or waking
   // anyone, and marks it so wait() returns without locking.
   // REQUIRES: the caller holds the only reference and no future was made.
   void FinishUnshared(const absl::Status& status) ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
+  // The queued op that Finish()es this work, for wait() to run on the
+  // waiter. Set once by the issuer before the work is handed out.
   void set_queued_op(OpWorker::QueuedOp op) { queued_op_ = std::move(op); }
   // The op's status, left by the thread that ran it for the Finish() that
   // follows (on that thread, or one the op queue orders after it).
