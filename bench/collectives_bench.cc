@@ -255,11 +255,17 @@ void PrintGoals(const std::vector<tb::CollectiveRow>& rows, int world) {
     if (r.op != CollectiveOp::kAllReduce || r.dtype != "fp32") continue;
     if (r.bytes != 8 && r.bytes != (16 << 20)) continue;
     const tb::DerivedRow d = tb::Derive(r);
-    std::printf("%-6s tpu_dist %10.2f us | gloo %10.2f us | gloo/tpu_dist %6.1fx (goal %s) | "
-                "memcpy %9.2f us = %5.1f%% of tpu_dist time%s\n",
-                tb::SizeName(r.bytes).c_str(), r.tpu_dist_s * 1e6, r.gloo_s * 1e6,
-                d.speedup_vs_gloo, r.bytes == 8 ? ">=30x" : ">=5x", r.memcpy_s * 1e6,
-                100.0 * d.fraction_of_memcpy, r.bytes == 8 ? "" : " (goal >=50%)");
+    std::string gloo = "gloo not run (--gloo=0)";
+    if (r.gloo_s > 0) {
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), "gloo %10.2f us | gloo/tpu_dist %6.1fx (goal %s)",
+                    r.gloo_s * 1e6, d.speedup_vs_gloo, r.bytes == 8 ? ">=30x" : ">=5x");
+      gloo = buf;
+    }
+    std::printf("%-6s tpu_dist %10.2f us | %s | memcpy %9.2f us = %5.1f%% of tpu_dist time%s\n",
+                tb::SizeName(r.bytes).c_str(), r.tpu_dist_s * 1e6, gloo.c_str(),
+                r.memcpy_s * 1e6, 100.0 * d.fraction_of_memcpy,
+                r.bytes == 8 ? "" : " (goal >=50%)");
   }
 }
 

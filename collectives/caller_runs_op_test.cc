@@ -5,8 +5,10 @@
 // (OpWorker::QueuedOp::RunHere). Checked: issue order across ranks when
 // inline, waited-on and worker-run ops mix; one op at a time; the op's own
 // deadline when a peer never joins; abort() from another thread; and that
-// the fast paths are taken at all; and that an inline op's Work, complete
-// before it is returned, keeps the Work contract.
+// the fast paths are taken at all; that an inline op's Work, complete
+// before it is returned, keeps the Work contract; and that an inline op
+// blocked on a late peer is already in the flight recorder (its
+// bookkeeping runs while it waits).
 #include <ATen/ATen.h>
 
 #include <atomic>
@@ -282,6 +284,52 @@ TEST(CallerRunsOpTest, AnInlineOpsWorkKeepsTheWorkContract) {
     EXPECT_THAT(seen, HasSubstr("DEADLINE_EXCEEDED"));
     done = true;
   });
+}
+
+
+// An inline op makes its flight-recorder entry while it waits for a late
+// peer (OpContext::while_waiting), not after the op: a hang must show the
+// op that hangs. Rank 1 joins only once it has seen rank 0's entry as
+// started (or after 10 s, failing). With the option off the entry is made
+// before the op, which must show it too.
+TEST(CallerRunsOpTest, AnInlineOpBlockedOnALatePeerIsInTheFlightRecorder) {
+  for (const bool while_waiting : {true, false}) {
+    SCOPED_TRACE(while_waiting ? "bookkeeping while waiting" : "bookkeeping before the op");
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    const std::string job = UniqueJob(while_waiting ? "crfr1" : "crfr0");
+    std::atomic<ProcessGroupTpuDist*> rank0{nullptr};
+    RunRankThreads(2, [&](int rank) {
+      ProcessGroupTpuDist::Options o = DefaultInlineOptions(job);
+      o.bookkeeping_while_waiting = while_waiting;
+      auto pg = c10::make_intrusive<ProcessGroupTpuDist>(store, rank, 2, o);
+      std::vector<at::Tensor> t = {at::full({2}, static_cast<float>(rank + 1))};  // [2]
+      c10d::AllreduceOptions opts;
+      opts.asyncOp = false;
+      if (rank == 1) {
+        while (rank0.load() == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        const auto start = Clock::now();
+        bool seen = false;
+        while (!seen && SecondsSince(start) < 10.0) {
+          for (const FlightRecorder::Entry& e : rank0.load()->flight_recorder()->Entries()) {
+            seen = seen || (e.op.name == "all_reduce" &&
+                            e.state == FlightRecorder::State::kStarted && !e.retired);
+          }
+          if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        EXPECT_TRUE(seen) << "rank 0's blocked all_reduce was not in its flight recorder";
+      } else {
+        rank0 = pg.get();
+      }
+      auto work = pg->allreduce(t, opts);
+      EXPECT_TRUE(work->isCompleted());
+      EXPECT_TRUE(work->isSuccess());
+      EXPECT_EQ(t[0][0].item<float>(), 3.0f);
+      const std::vector<FlightRecorder::Entry> entries = pg->flight_recorder()->Entries();
+      ASSERT_FALSE(entries.empty());
+      EXPECT_EQ(entries.back().op.name, "all_reduce");
+      EXPECT_EQ(entries.back().state, FlightRecorder::State::kCompleted);
+    });
+  }
 }
 
 }  // namespace

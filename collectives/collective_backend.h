@@ -76,6 +76,10 @@ class CollectiveBackend {
   // for point-to-point over its rings (shm/p2p.h); null if none. Owned by
   // the backend; valid for its lifetime.
   virtual shm::Communicator* local_communicator() const { return nullptr; }
+  // True if every wait of an op for a peer first runs the op's
+  // OpContext::while_waiting; an issuer whose bookkeeping must exist before
+  // the op can block (a flight-recorder entry) runs it up front otherwise.
+  virtual bool RunsWaitHooks() const { return false; }
 };
 
 // The single-host backend. Owns its communicator.
@@ -85,6 +89,8 @@ class ShmBackend final : public CollectiveBackend {
   ShmBackend(std::unique_ptr<shm::Communicator> comm, int64_t small_allreduce_bytes);
 
   int size() const override { return comm_->size(); }
+  // shm::Communicator's waits run it (WaitAllPublished, WaitPeerPublished).
+  bool RunsWaitHooks() const override { return true; }
   absl::Status AllReduce(const OpSpec& spec, ReduceKind op, void* data) override;
   absl::Status Reduce(const OpSpec& spec, ReduceKind op, int root,
                       void* data) override;

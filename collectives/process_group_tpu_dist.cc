@@ -287,23 +287,21 @@ std::chrono::milliseconds ProcessGroupTpuDist::OpTimeout(
   return requested == c10d::kUnsetTimeout ? timeout() : requested;
 }
 
-absl::Status ProcessGroupTpuDist::RunOp(const char* name, std::chrono::milliseconds timeout,
-                                        int64_t bytes, bool fr, uint64_t fr_id,
-                                        absl::Time start, BodyRef body) {
+absl::Status ProcessGroupTpuDist::RunBody(const char* name, std::chrono::milliseconds timeout,
+                                          int64_t bytes, absl::Time start, BodyRef body,
+                                          WaitHook* while_waiting) {
   OpContext ctx;
   ctx.name = name;
   ctx.bytes = bytes;
   ctx.start = start;
   ctx.timeout = absl::FromChrono(timeout);
-  absl::Status s;
+  ctx.while_waiting = while_waiting;
   try {
-    s = body(*backend_, ctx);
+    return body(*backend_, ctx);
   } catch (const std::exception& e) {  // torch copy_ / store errors
-    s = backend_->Poison(absl::InternalError(
+    return backend_->Poison(absl::InternalError(
         absl::StrCat(name, ": ", ::tpudist::collectives::ExceptionMessage(e))));
   }
-  if (fr) FrFinished(fr_id, s);
-  return s;
 }
 
 bool ProcessGroupTpuDist::FrRecords(c10d::OpType type) const {
@@ -333,12 +331,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::RunInline(
   }
   const bool fr = FrRecords(type);
   const int64_t now_ns = FastUnixNanos();
-  const uint64_t fr_id = fr ? FrRecord(name, type, op_seq_, timeout,
-                                       inputs.empty() ? outputs : inputs, outputs, peer, now_ns)
-                            : 0;
-  auto work = c10::make_intrusive<TpuDistWork>(rank_, type, outputs, timeout);
+  // The op's bookkeeping (its flight-recorder entry, recorded as started at
+  // now_ns, and its Work) runs while the backend waits for a peer that has
+  // not arrived yet, where it costs no time, or after the op. Either way the
+  // entry exists before this rank can block on anyone: a backend whose
+  // waits do not run the hook (TCP between hosts) gets it before the op.
+  uint64_t fr_id = 0;
+  c10::intrusive_ptr<TpuDistWork> work;
+  auto bookkeeping = [&] {
+    if (fr) {
+      fr_id = FrRecord(name, type, op_seq_, timeout, inputs.empty() ? outputs : inputs, outputs,
+                       peer, now_ns);
+    }
+    work = c10::make_intrusive<TpuDistWork>(rank_, type, outputs, timeout);
+  };
+  WaitHook hook([](void* f) { (*static_cast<decltype(bookkeeping)*>(f))(); }, &bookkeeping);
+  if (!options_.bookkeeping_while_waiting || !backend_->RunsWaitHooks()) hook.Run();
   const absl::Status s =
-      RunOp(name, timeout, bytes, fr, fr_id, absl::FromUnixNanos(now_ns), body);
+      RunBody(name, timeout, bytes, absl::FromUnixNanos(now_ns), body, &hook);
+  hook.Run();
+  if (fr) FrFinished(fr_id, s);
   // The worker counts as idle before the Work completes, so a caller woken
   // by the completion can run its next op inline too. (Nobody holds the
   // Work yet: it completes without a lock or a wake.)
@@ -370,8 +382,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::EnqueueOnWorker(
                                body = std::move(body)]() mutable {
     const int64_t start_ns = FastUnixNanos();
     if (fr) recorder_->Started(fr_id, start_ns);
-    result->set_op_status(RunOp(name, timeout, bytes, fr, fr_id, absl::FromUnixNanos(start_ns),
-                                BodyRef::To(body)));
+    const absl::Status s =
+        RunBody(name, timeout, bytes, absl::FromUnixNanos(start_ns), BodyRef::To(body), nullptr);
+    if (fr) FrFinished(fr_id, s);
+    result->set_op_status(s);
   };
   if (type == c10d::OpType::RECV) {
     work->set_queued_op(p2p_worker_->Enqueue(std::move(run), std::move(finish)));

@@ -149,6 +149,11 @@ class ProcessGroupTpuDist : public c10d::Backend {
     // ends either way; on the worker a 64 KiB op paid two thread handoffs).
     // -1: never.
     int64_t inline_max_bytes = std::numeric_limits<int64_t>::max();
+    // An inline op makes its flight-recorder entry and its Work while the
+    // backend waits for a peer that has not arrived (OpContext's
+    // while_waiting), instead of before the op. false: before; for A/B runs
+    // (pg_options_bench).
+    bool bookkeeping_while_waiting = true;
     // Spin / yield / futex back-off of the shm waits (collectives/shm/wait.h);
     // nullopt: shm::ChooseWaitPolicy(ranks on this host, usable cores).
     std::optional<shm::WaitPolicy> wait;
@@ -458,11 +463,12 @@ class ProcessGroupTpuDist : public c10d::Backend {
                     c10::ArrayRef<at::Tensor> outputs, int peer,
                     int64_t started_at_ns = 0);
   void FrFinished(uint64_t id, const absl::Status& status);
-  // Runs `body` against the backend (started at `start`), records its end
-  // (fr: flight-recorder entry fr_id) and returns its status. On the thread
-  // that runs the op: the worker, or the issuer for an inline op.
-  absl::Status RunOp(const char* name, std::chrono::milliseconds timeout, int64_t bytes, bool fr,
-                     uint64_t fr_id, absl::Time start, BodyRef body);
+  // Runs `body` against the backend (started at `start`) and returns its
+  // status (a thrown exception poisons the group); `while_waiting` (may be
+  // null) goes to the backend in OpContext. On the thread that runs the op:
+  // the worker, or the issuer for an inline op.
+  absl::Status RunBody(const char* name, std::chrono::milliseconds timeout, int64_t bytes,
+                       absl::Time start, BodyRef body, WaitHook* while_waiting);
   std::chrono::milliseconds OpTimeout(std::chrono::milliseconds requested) const;
   // Construction / Reconfigure: the flight recorder for rank_ of size_, and
   // the connections over a new generation of `store` (process_group_tpu_dist.cc).

@@ -68,12 +68,41 @@ bool HeadersAgree(const OpHeader& a, const OpHeader& b);
 // peer instead of reading each peer's whole header (collectives/shm).
 uint64_t HeaderDigest(const OpHeader& h);
 
+// Work an op's issuer can do while this rank waits for its peers (its
+// flight-recorder entry, its c10d Work): a rank that reaches a peer's data
+// late gains nothing from it, one that waits hides it in the wait. Runs its
+// function at most once, on the thread that calls Run(). Not thread-safe.
+class WaitHook {
+ public:
+  WaitHook(void (*fn)(void*), void* arg) : fn_(fn), arg_(arg) {}
+  WaitHook(const WaitHook&) = delete;
+  WaitHook& operator=(const WaitHook&) = delete;
+  // Calls the function unless a previous Run() did.
+  void Run() {
+    if (fn_ == nullptr) return;
+    void (*fn)(void*) = fn_;
+    fn_ = nullptr;
+    fn(arg_);
+  }
+
+ private:
+  void (*fn_)(void*);
+  void* arg_;
+};
+
 // What an op is, for error messages and deadlines.
 struct OpContext {
   std::string name;  // e.g. "allreduce"
   int64_t bytes = 0;
   absl::Time start;
   absl::Duration timeout;
+  // Not owned; may be null. A backend that is about to wait for a peer
+  // that has not arrived calls while_waiting->Run() first (only the first
+  // such wait of the op matters: Run() acts once); the issuer runs it after
+  // the op in any case. A backend that does this for every wait says so
+  // (CollectiveBackend::RunsWaitHooks); for the others the issuer runs it
+  // before the op.
+  WaitHook* while_waiting = nullptr;
   absl::Time deadline() const { return start + timeout; }
 };
 

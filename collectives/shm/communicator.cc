@@ -403,7 +403,12 @@ absl::Status Communicator::PublishNext(const OpContext& ctx) {
 
 absl::Status Communicator::WaitPeerPublished(int r, uint64_t phase, const OpContext& ctx) {
   if (!poison_.ok()) return poison_;
-  return WaitPeer(r, &control(r)->phase, static_cast<uint32_t>(phase), ctx, "to publish");
+  const std::atomic<uint32_t>* word = &control(r)->phase;
+  if (ctx.while_waiting != nullptr &&
+      !SeqReached(word->load(std::memory_order_acquire), static_cast<uint32_t>(phase))) {
+    ctx.while_waiting->Run();
+  }
+  return WaitPeer(r, word, static_cast<uint32_t>(phase), ctx, "to publish");
 }
 
 const void* Communicator::peer_data_next(int r) const { return slot(r, phase_ + 1) + kHeaderBytes; }
@@ -417,6 +422,10 @@ absl::Status Communicator::WaitAllPublished(const OpContext& ctx) {
       if (r == rank_) continue;
       const std::atomic<uint32_t>* seq = &fastbox(r, phase_)->seq;
       if (SeqReached(seq->load(std::memory_order_acquire), phase)) continue;
+      if (ctx.while_waiting != nullptr) {  // the issuer's bookkeeping, in the wait
+        ctx.while_waiting->Run();
+        if (SeqReached(seq->load(std::memory_order_acquire), phase)) continue;
+      }
       if (absl::Status s = WaitPeer(r, seq, phase, ctx, "to publish"); !s.ok()) return s;
     }
     return absl::OkStatus();
@@ -424,6 +433,12 @@ absl::Status Communicator::WaitAllPublished(const OpContext& ctx) {
   Control* hub = control(0);
   const uint32_t target = phase * static_cast<uint32_t>(size_);
   if (SeqReached(hub->arrivals.load(std::memory_order_acquire), target)) return absl::OkStatus();
+  if (ctx.while_waiting != nullptr) {
+    ctx.while_waiting->Run();
+    if (SeqReached(hub->arrivals.load(std::memory_order_acquire), target)) {
+      return absl::OkStatus();
+    }
+  }
   const absl::Status all = WaitForSeq(
       &hub->arrivals, &hub->arrival_waiters, target, ctx.deadline(), wait_, &yield_gate_, [&] {
         if (abort_requested_.load(std::memory_order_acquire)) {
