@@ -17,56 +17,24 @@
 // mean time per op, and the median over the first configuration's.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "bench/alternated_configs.h"
 #include "bench/proc_stats.h"
 #include "collectives/process_group_tpu_dist.h"
 #include "collectives/shm/wait.h"
-#include "testing/forked_ranks.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 
 namespace {
 
 namespace shm = tpudist::collectives::shm;
 using tpudist::collectives::ProcessGroupTpuDist;
-
-struct Flags {
-  int world = 2;
-  int64_t bytes = 8;
-  int64_t ops = 50000;
-  int rounds = 9;
-};
-
-bool ParseFlags(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const size_t eq = a.find('=');
-    const std::string key = a.substr(0, eq);
-    int64_t n = 0;
-    if (eq == std::string::npos || !absl::SimpleAtoi(a.substr(eq + 1), &n) || n <= 0) return false;
-    if (key == "--world") {
-      f->world = static_cast<int>(n);
-    } else if (key == "--bytes" && n % 4 == 0) {
-      f->bytes = n;
-    } else if (key == "--ops") {
-      f->ops = n;
-    } else if (key == "--rounds") {
-      f->rounds = static_cast<int>(n);
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
 
 struct Config {
   const char* name;
@@ -104,7 +72,8 @@ double TimeOps(c10d::Backend& pg, const at::Tensor& t, int64_t ops) {
   return d.count() / static_cast<double>(ops);
 }
 
-int Run(const Flags& flags, int rank, const std::string& dir, const std::string& job_id) {
+int Run(const tpudist::bench::AlternatedFlags& flags, int rank, const std::string& dir,
+        const std::string& job_id) {
   at::set_num_threads(1);
   auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", flags.world);
   std::vector<c10::intrusive_ptr<ProcessGroupTpuDist>> groups;
@@ -117,56 +86,32 @@ int Run(const Flags& flags, int rank, const std::string& dir, const std::string&
     groups.push_back(c10::make_intrusive<ProcessGroupTpuDist>(store, rank, flags.world, o));
   }
   at::Tensor t = at::ones({flags.bytes / 4}, at::kFloat);  // [bytes / 4]
-  std::vector<std::vector<double>> times(kNumConfigs);
   const double load_before = tpudist::bench::LoadAverage();
   for (int c = 0; c < kNumConfigs; ++c) TimeOps(*groups[c], t, 2000);  // warm-up
-  for (int round = 0; round < flags.rounds; ++round) {
-    for (int c = 0; c < kNumConfigs; ++c) {
-      times[c].push_back(TimeOps(*groups[c], t, flags.ops));
-    }
-  }
+  const std::vector<std::vector<double>> times = tpudist::bench::AlternateRounds(
+      flags, kNumConfigs, [&](int c) { return TimeOps(*groups[c], t, flags.ops); });
   for (auto& g : groups) g->shutdown();
   if (rank != 0) return 0;
-  std::printf("pg_options_bench: %lld B fp32 MAX allreduce + wait (asyncOp false), world %d, "
-              "%lld ops x %d rounds alternated; load average %.2f -> %.2f; us per op\n",
-              static_cast<long long>(flags.bytes), flags.world,
-              static_cast<long long>(flags.ops), flags.rounds, load_before,
-              tpudist::bench::LoadAverage());
-  std::printf("%-24s %10s %10s %14s\n", "configuration", "median", "min", "median / first");
-  double first = 0;
-  for (int c = 0; c < kNumConfigs; ++c) {
-    std::vector<double> v = times[c];
-    std::sort(v.begin(), v.end());
-    const double median = v[v.size() / 2] * 1e6;
-    if (c == 0) first = median;
-    std::printf("%-24s %10.3f %10.3f %14.2f\n", kConfigs[c].name, median, v.front() * 1e6,
-                median / first);
-  }
+  std::vector<std::string> names;
+  for (const Config& c : kConfigs) names.push_back(c.name);
+  tpudist::bench::PrintConfigTable(
+      absl::StrCat("pg_options_bench: ", flags.bytes, " B fp32 MAX allreduce + wait (asyncOp false)"),
+      flags, load_before, names, times);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) {
+  tpudist::bench::AlternatedFlags flags;
+  if (!tpudist::bench::ParseAlternatedFlags(argc, argv, &flags)) {
     std::fprintf(stderr,
                  "usage: pg_options_bench [--world=N] [--bytes=N] [--ops=N] [--rounds=N]\n");
     return 2;
   }
-  char tmpl[] = "/tmp/pg_options_bench.XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return 1;
-  const std::string dir = tmpl;
-  const std::string job_id = absl::StrCat("pg_options_bench_", getpid());  // shm names
-  const tpudist::test_support::ForkedRanks ranks = tpudist::test_support::ForkRanks(flags.world);
-  const int rc = Run(flags, ranks.rank, dir, job_id);
-  if (ranks.rank != 0) _exit(rc);
-  const absl::Status all = tpudist::test_support::WaitForRanks(ranks, absl::Minutes(10));
-  std::remove((dir + "/store").c_str());
-  rmdir(dir.c_str());
-  if (!all.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(all.message()).c_str());
-    return 1;
-  }
-  return rc;
+  return tpudist::bench::RunForkedRanks("pg_options_bench", flags,
+                                        [&](int rank, const std::string& dir,
+                                            const std::string& job_id) {
+                                          return Run(flags, rank, dir, job_id);
+                                        });
 }

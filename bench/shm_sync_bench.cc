@@ -12,22 +12,19 @@
 //
 // The first configuration (arrivals, no fastbox) is the protocol before the
 // fastbox; the ratio column is each one over it.
-#include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "bench/alternated_configs.h"
 #include "bench/proc_stats.h"
 #include "collectives/shm/algorithms.h"
 #include "collectives/shm/communicator.h"
-#include "testing/forked_ranks.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/PrefixStore.hpp"
 
@@ -37,35 +34,6 @@ namespace shm = tpudist::collectives::shm;
 using tpudist::collectives::DataType;
 using tpudist::collectives::OpSpec;
 using tpudist::collectives::ReduceKind;
-
-struct Flags {
-  int world = 2;
-  int64_t bytes = 8;
-  int64_t ops = 50000;
-  int rounds = 9;
-};
-
-bool ParseFlags(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const size_t eq = a.find('=');
-    const std::string key = a.substr(0, eq);
-    int64_t n = 0;
-    if (eq == std::string::npos || !absl::SimpleAtoi(a.substr(eq + 1), &n) || n <= 0) return false;
-    if (key == "--world") {
-      f->world = static_cast<int>(n);
-    } else if (key == "--bytes" && n % 4 == 0) {
-      f->bytes = n;
-    } else if (key == "--ops") {
-      f->ops = n;
-    } else if (key == "--rounds") {
-      f->rounds = static_cast<int>(n);
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
 
 struct Config {
   const char* name;
@@ -105,7 +73,7 @@ double TimeLoop(shm::Communicator& comm, float* data, int64_t count, int64_t ops
   return d.count() / static_cast<double>(ops);
 }
 
-int Run(const Flags& flags, int rank, const std::string& dir) {
+int Run(const tpudist::bench::AlternatedFlags& flags, int rank, const std::string& dir) {
   auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", flags.world);
   std::vector<std::unique_ptr<shm::Communicator>> comms;
   for (int c = 0; c < kNumConfigs; ++c) {
@@ -126,53 +94,30 @@ int Run(const Flags& flags, int rank, const std::string& dir) {
   const int64_t count = flags.bytes / 4;
   std::vector<float> data(count, 1.0f);
   std::vector<uint32_t> seqs(kNumConfigs, 0);
-  std::vector<std::vector<double>> times(kNumConfigs);
   const double load_before = tpudist::bench::LoadAverage();
   for (int c = 0; c < kNumConfigs; ++c) TimeLoop(*comms[c], data.data(), count, 2000, &seqs[c]);
-  for (int round = 0; round < flags.rounds; ++round) {
-    for (int c = 0; c < kNumConfigs; ++c) {
-      times[c].push_back(TimeLoop(*comms[c], data.data(), count, flags.ops, &seqs[c]));
-    }
-  }
+  const std::vector<std::vector<double>> times =
+      tpudist::bench::AlternateRounds(flags, kNumConfigs, [&](int c) {
+        return TimeLoop(*comms[c], data.data(), count, flags.ops, &seqs[c]);
+      });
   if (rank != 0) return 0;
-  std::printf("shm_sync_bench: %lld B fp32 MAX all_reduce, world %d, %lld ops x %d rounds "
-              "alternated; load average %.2f -> %.2f; us per op\n",
-              static_cast<long long>(flags.bytes), flags.world,
-              static_cast<long long>(flags.ops), flags.rounds, load_before,
-              tpudist::bench::LoadAverage());
-  std::printf("%-24s %10s %10s %14s\n", "configuration", "median", "min", "median / first");
-  double first = 0;
-  for (int c = 0; c < kNumConfigs; ++c) {
-    std::vector<double> t = times[c];
-    std::sort(t.begin(), t.end());
-    const double median = t[t.size() / 2] * 1e6;
-    if (c == 0) first = median;
-    std::printf("%-24s %10.3f %10.3f %14.2f\n", kConfigs[c].name, median, t.front() * 1e6,
-                median / first);
-  }
+  std::vector<std::string> names;
+  for (const Config& c : kConfigs) names.push_back(c.name);
+  tpudist::bench::PrintConfigTable(
+      absl::StrCat("shm_sync_bench: ", flags.bytes, " B fp32 MAX all_reduce"), flags,
+      load_before, names, times);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) {
+  tpudist::bench::AlternatedFlags flags;
+  if (!tpudist::bench::ParseAlternatedFlags(argc, argv, &flags)) {
     std::fprintf(stderr, "usage: shm_sync_bench [--world=N] [--bytes=N] [--ops=N] [--rounds=N]\n");
     return 2;
   }
-  char tmpl[] = "/tmp/shm_sync_bench.XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return 1;
-  const std::string dir = tmpl;
-  const tpudist::test_support::ForkedRanks ranks = tpudist::test_support::ForkRanks(flags.world);
-  const int rc = Run(flags, ranks.rank, dir);
-  if (ranks.rank != 0) _exit(rc);
-  const absl::Status all = tpudist::test_support::WaitForRanks(ranks, absl::Minutes(10));
-  std::remove((dir + "/store").c_str());
-  rmdir(dir.c_str());
-  if (!all.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(all.message()).c_str());
-    return 1;
-  }
-  return rc;
+  return tpudist::bench::RunForkedRanks(
+      "shm_sync_bench", flags,
+      [&](int rank, const std::string& dir, const std::string&) { return Run(flags, rank, dir); });
 }
