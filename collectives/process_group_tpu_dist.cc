@@ -338,10 +338,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::RunInline(
   // waits do not run the hook (TCP between hosts) gets it before the op.
   uint64_t fr_id = 0;
   c10::intrusive_ptr<TpuDistWork> work;
+  const uint64_t seq = op_seq_;  // read under issue_mu_, which the caller holds
   auto bookkeeping = [&] {
     if (fr) {
-      fr_id = FrRecord(name, type, op_seq_, timeout, inputs.empty() ? outputs : inputs, outputs,
-                       peer, now_ns);
+      fr_id = FrRecord(name, type, seq, timeout, inputs.empty() ? outputs : inputs, outputs, peer,
+                       now_ns);
     }
     work = c10::make_intrusive<TpuDistWork>(rank_, type, outputs, timeout);
   };
