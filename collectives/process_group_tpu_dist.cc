@@ -337,12 +337,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::RunInline(
   // entry exists before this rank can block on anyone: a backend whose
   // waits do not run the hook (TCP between hosts) gets it before the op.
   uint64_t fr_id = 0;
+  bool recorded = false;
   c10::intrusive_ptr<TpuDistWork> work;
   const uint64_t seq = op_seq_;  // read under issue_mu_, which the caller holds
   auto bookkeeping = [&] {
     if (fr) {
       fr_id = FrRecord(name, type, seq, timeout, inputs.empty() ? outputs : inputs, outputs, peer,
                        now_ns);
+      recorded = true;
     }
     work = c10::make_intrusive<TpuDistWork>(rank_, type, outputs, timeout);
   };
@@ -351,7 +353,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTpuDist::RunInline(
   const absl::Status s =
       RunBody(name, timeout, bytes, absl::FromUnixNanos(now_ns), body, &hook);
   hook.Run();
-  if (fr) FrFinished(fr_id, s);
+  // A hook that threw inside the op (out of memory) poisoned the group
+  // (RunBody) and may have left no Work.
+  if (work == nullptr) work = c10::make_intrusive<TpuDistWork>(rank_, type, outputs, timeout);
+  if (recorded) FrFinished(fr_id, s);
   // The worker counts as idle before the Work completes, so a caller woken
   // by the completion can run its next op inline too. (Nobody holds the
   // Work yet: it completes without a lock or a wake.)
