@@ -306,8 +306,11 @@ TEST(CallerRunsOpTest, AnInlineOpBlockedOnALatePeerIsInTheFlightRecorder) {
       c10d::AllreduceOptions opts;
       opts.asyncOp = false;
       if (rank == 1) {
-        while (rank0.load() == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         const auto start = Clock::now();
+        while (rank0.load() == nullptr && SecondsSince(start) < 30.0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        ASSERT_NE(rank0.load(), nullptr) << "rank 0 made no group within 30 s";
         bool seen = false;
         while (!seen && SecondsSince(start) < 10.0) {
           for (const FlightRecorder::Entry& e : rank0.load()->flight_recorder()->Entries()) {
